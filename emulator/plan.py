@@ -1,0 +1,181 @@
+"""From a Mininet ``Topo`` to a concrete fabric plan, without side effects.
+
+The plan fixes every name and number the builder will create: namespace and
+interface names, MAC and IPv4 addresses, link parameters and each switch's
+L3 routes.  Keeping it pure lets unit tests check addressing and routing
+without root, and lets cleanup know every name before anything exists.
+
+Addressing (Mininet's): hosts in natural name order get 10.0.0.1, 10.0.0.2,
+... from 10.0.0.0/8.  Every host routes 10.0.0.0/8 via a virtual gateway
+address whose static neighbour entry is the MAC of the switch port it is
+cabled to; switches forward by destination host address.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from mininet.topo import Topo
+
+from emulator.errors import FabricError
+from emulator.units import parse_rate, parse_size, parse_time
+
+GATEWAY_IP = "10.255.255.254"
+HOST_NET = ipaddress.IPv4Network("10.0.0.0/8")
+IFNAMSIZ = 15
+DEFAULT_LINK = {"bw": "100mbit", "delay": "0us", "mtu": 1500}
+MIN_MTU, MAX_MTU = 576, 9000
+
+
+@dataclass(frozen=True)
+class LinkParams:
+    """What one link (both directions) is set to."""
+
+    bw_bps: int
+    delay_ns: int
+    mtu: int
+
+
+@dataclass
+class Port:
+    """One veth end: its node, name, MAC, and what is cabled to it."""
+
+    node: str
+    ifname: str
+    number: int
+    mac: str
+    peer_node: str
+    peer_ifname: str
+    peer_mac: str
+    params: LinkParams
+
+
+@dataclass
+class NodePlan:
+    """A host or switch and its namespace."""
+
+    name: str
+    kind: str  # "host" or "switch"
+    netns: str
+    ports: list[Port] = field(default_factory=list)
+    ip: str | None = None  # hosts only
+
+
+@dataclass
+class FabricPlan:
+    """Everything the builder creates for one run."""
+
+    run: str
+    nodes: dict[str, NodePlan]
+    links: list[tuple[Port, Port]]
+    routes: dict[str, dict[str, list[str]]]  # switch -> host IP -> egress ifnames
+
+    def hosts(self) -> list[NodePlan]:
+        return [n for n in self.nodes.values() if n.kind == "host"]
+
+    def switches(self) -> list[NodePlan]:
+        return [n for n in self.nodes.values() if n.kind == "switch"]
+
+
+def link_params(opts: dict[str, Any], defaults: dict[str, Any]) -> LinkParams:
+    """Merge a link's own options over the run's defaults and parse them.
+
+    ``bw`` follows Mininet's TCLink: a bare number is Mbit/s; strings carry
+    units (``50mbit``).  ``delay`` is a time string (``5us``), ``mtu`` bytes.
+    """
+    merged = {**DEFAULT_LINK, **defaults, **{k: v for k, v in opts.items() if k in DEFAULT_LINK}}
+    mtu = parse_size(merged["mtu"])
+    if not MIN_MTU <= mtu <= MAX_MTU:
+        raise FabricError(f"bad mtu {mtu}: expected {MIN_MTU} to {MAX_MTU} bytes")
+    return LinkParams(parse_rate(merged["bw"]), parse_time(merged["delay"]), mtu)
+
+
+def _mac(kind: str, index: int, port: int) -> str:
+    """Locally administered MAC: 02:<kind>:<node index, 3 bytes>:<port>."""
+    raw = bytes([0x02, 0x00 if kind == "host" else 0x01]) + index.to_bytes(3, "big") + bytes([port])
+    return ":".join(f"{b:02x}" for b in raw)
+
+
+def make_plan(topo: Topo, run: str, link_defaults: dict[str, Any] | None = None) -> FabricPlan:
+    """Assign names, addresses and routes to every node of ``topo``."""
+    defaults = link_defaults or {}
+    hosts, switches = topo.hosts(sort=True), topo.switches(sort=True)
+    if not hosts:
+        raise FabricError("topology has no hosts")
+    nodes: dict[str, NodePlan] = {}
+    for index, name in enumerate(hosts, start=1):
+        nodes[name] = NodePlan(name, "host", f"{run}-{name}", ip=str(HOST_NET.network_address + index))
+    for name in switches:
+        nodes[name] = NodePlan(name, "switch", f"{run}-{name}")
+    order = {name: i for i, name in enumerate(hosts + switches, start=1)}
+
+    links: list[tuple[Port, Port]] = []
+    for _, _, info in topo.links(sort=True, withInfo=True):
+        n1, n2 = info["node1"], info["node2"]
+        params = link_params(info, defaults)
+        ends = []
+        for node, peer, number in ((n1, n2, info["port1"]), (n2, n1, info["port2"])):
+            if number > 255:
+                raise FabricError(f"node {node} has more than 255 ports")
+            ifname = f"{node}-eth{number}"
+            if len(ifname) > IFNAMSIZ:
+                raise FabricError(f"interface name {ifname!r} is longer than {IFNAMSIZ} characters; use shorter node names")
+            ends.append((node, peer, ifname, number, _mac(nodes[node].kind, order[node], number)))
+        (a, b) = ends
+        pa = Port(a[0], a[2], a[3], a[4], b[0], b[2], b[4], params)
+        pb = Port(b[0], b[2], b[3], b[4], a[0], a[2], a[4], params)
+        nodes[n1].ports.append(pa)
+        nodes[n2].ports.append(pb)
+        links.append((pa, pb))
+
+    for node in nodes.values():
+        if node.kind != "host":
+            continue
+        if len(node.ports) != 1:
+            raise FabricError(f"host {node.name} has {len(node.ports)} links; fabric-emu hosts have exactly one NIC")
+        if nodes[node.ports[0].peer_node].kind != "switch":
+            raise FabricError(f"host {node.name} is cabled to host {node.ports[0].peer_node}; put a switch between hosts")
+    plan = FabricPlan(run, nodes, links, {})
+    plan.routes = compute_routes(plan)
+    return plan
+
+
+def compute_routes(plan: FabricPlan) -> dict[str, dict[str, list[str]]]:
+    """Shortest-path next hops from every switch to every host, all of them.
+
+    One breadth-first search per switch that has hosts (over switch-to-switch
+    links) gives each switch's distance to that edge switch; the ports whose
+    neighbour is one hop closer form the ECMP group.  The port lists come in
+    interface order, so the result is deterministic.
+    """
+    switch_ports = {
+        s.name: [p for p in s.ports if plan.nodes[p.peer_node].kind == "switch"] for s in plan.switches()
+    }
+    routes: dict[str, dict[str, list[str]]] = {s: {} for s in switch_ports}
+    hosts_by_edge: dict[str, list[NodePlan]] = {}
+    for host in plan.hosts():
+        hosts_by_edge.setdefault(host.ports[0].peer_node, []).append(host)
+    for edge, edge_hosts in hosts_by_edge.items():
+        dist = {edge: 0}
+        queue = deque([edge])
+        while queue:
+            here = queue.popleft()
+            for port in switch_ports[here]:
+                if port.peer_node not in dist:
+                    dist[port.peer_node] = dist[here] + 1
+                    queue.append(port.peer_node)
+        for host in edge_hosts:
+            routes[edge][host.ip] = [host.ports[0].peer_ifname]
+            for switch, d in dist.items():
+                if switch != edge:
+                    routes[switch][host.ip] = [
+                        p.ifname for p in switch_ports[switch] if dist.get(p.peer_node) == d - 1
+                    ]
+    unreachable = [(s, h.name) for s in switch_ports for h in plan.hosts() if h.ip not in routes[s]]
+    if unreachable:
+        s, h = unreachable[0]
+        raise FabricError(f"topology is not connected: switch {s} has no path to host {h}")
+    return routes

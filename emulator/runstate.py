@@ -1,0 +1,207 @@
+"""What a run created, on disk, so that anything can remove exactly that.
+
+Every run has a directory /run/fabric-emu/<run>/ whose state.json names all
+the namespaces the run *will* create, written before the first one exists.
+Cleanup trusts only that record (Kathara-style tagging): it kills the
+processes whose network namespace is one of the run's, removes those
+namespaces (their veths and tc go with them) and then the directory.  So a
+runner killed with SIGKILL at any point leaves nothing ``fabric-emu clean``
+cannot find, and cleanup never touches what another program made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pyroute2 import netns as pyroute2_netns
+
+from emulator.errors import FabricError
+from emulator.netns import existing_namespaces, namespace_inode
+
+RUN_ROOT = "/run/fabric-emu"
+RUN_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
+STATE_FILE = "state.json"
+
+
+@dataclass
+class RunState:
+    """The record of one run: who owns it and every name it creates."""
+
+    run: str
+    owner_pid: int
+    created: float
+    topo: str
+    namespaces: list[str]
+    nodes: dict[str, dict[str, Any]]  # name -> kind, netns, ip
+    agents: dict[str, int] = field(default_factory=dict)  # switch -> pid
+    detached: bool = False  # True once `fabric-emu up` handed the run over
+
+    @property
+    def directory(self) -> str:
+        return run_dir(self.run)
+
+    def save(self) -> None:
+        os.makedirs(self.directory, exist_ok=True)
+        tmp = os.path.join(self.directory, STATE_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(asdict(self), f, indent=1)
+        os.replace(tmp, os.path.join(self.directory, STATE_FILE))
+
+    def owner_alive(self) -> bool:
+        return _alive(self.owner_pid)
+
+
+def run_dir(run: str) -> str:
+    return os.path.join(RUN_ROOT, run)
+
+
+def new_run_name() -> str:
+    """A short random run name; namespaces are called <run>-<node>."""
+    while True:
+        name = "fe" + secrets.token_hex(2)
+        if not os.path.exists(run_dir(name)):
+            return name
+
+
+def check_run_name(name: str) -> None:
+    if not RUN_NAME.match(name):
+        raise FabricError(f"bad run name {name!r}: use 1 to 12 lowercase letters and digits, starting with a letter")
+
+
+def load(run: str) -> RunState:
+    path = os.path.join(run_dir(run), STATE_FILE)
+    try:
+        with open(path) as f:
+            return RunState(**json.load(f))
+    except FileNotFoundError:
+        raise FabricError(f"no run named {run!r} (fabric-emu list shows the runs)") from None
+
+
+def runs() -> list[RunState]:
+    """All runs with a state record, oldest first."""
+    found = []
+    for name in sorted(os.listdir(RUN_ROOT)) if os.path.isdir(RUN_ROOT) else []:
+        try:
+            found.append(load(name))
+        except (FabricError, json.JSONDecodeError, TypeError):
+            continue
+    return sorted(found, key=lambda s: s.created)
+
+
+def orphan_dirs() -> list[str]:
+    """Run directories without a readable state record (crash before save)."""
+    if not os.path.isdir(RUN_ROOT):
+        return []
+    return [d for d in os.listdir(RUN_ROOT) if not os.path.exists(os.path.join(RUN_ROOT, d, STATE_FILE))]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def processes_in(namespaces: list[str]) -> list[int]:
+    """PIDs of every process whose network namespace is one of ``namespaces``."""
+    inodes = {ino for ino in (namespace_inode(n) for n in namespaces) if ino is not None}
+    if not inodes:
+        return []
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}/ns/net").st_ino in inodes:
+                pids.append(int(entry))
+        except OSError:
+            continue
+    return pids
+
+
+def kill_processes(pids: list[int], grace: float = 2.0) -> list[int]:
+    """SIGTERM, wait up to ``grace`` seconds, then SIGKILL what is left."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    remaining = list(pids)
+    while remaining and time.monotonic() < deadline:
+        remaining = [p for p in remaining if _alive(p) and not _is_zombie(p)]
+        if remaining:
+            time.sleep(0.02)
+    for pid in remaining:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return pids
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+@dataclass
+class Removed:
+    """What a cleanup removed, for the user to read."""
+
+    processes: list[int] = field(default_factory=list)
+    namespaces: list[str] = field(default_factory=list)
+    directories: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        if not (self.processes or self.namespaces or self.directories):
+            return "nothing to remove"
+        parts = []
+        if self.processes:
+            parts.append(f"{len(self.processes)} processes ({', '.join(map(str, self.processes))})")
+        if self.namespaces:
+            parts.append(f"{len(self.namespaces)} namespaces ({', '.join(self.namespaces)})")
+        if self.directories:
+            parts.append(f"{len(self.directories)} run directories ({', '.join(self.directories)})")
+        return "removed " + "; ".join(parts)
+
+
+def destroy(state: RunState, removed: Removed | None = None) -> Removed:
+    """Remove everything ``state`` records: processes, namespaces, directory."""
+    removed = removed or Removed()
+    removed.processes += kill_processes(processes_in(state.namespaces))
+    present = existing_namespaces()
+    for name in state.namespaces:
+        if name in present:
+            pyroute2_netns.remove(name)
+            removed.namespaces.append(name)
+    if os.path.isdir(state.directory):
+        shutil.rmtree(state.directory)
+        removed.directories.append(state.directory)
+    return removed
+
+
+def clean_all() -> Removed:
+    """Remove every run on this machine, also those whose runner died."""
+    removed = Removed()
+    for state in runs():
+        destroy(state, removed)
+    for name in orphan_dirs():
+        path = run_dir(name)
+        shutil.rmtree(path)
+        removed.directories.append(path)
+    return removed
