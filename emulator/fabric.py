@@ -1,0 +1,363 @@
+"""The fabric builder and the Python API: ``with Fabric(topo) as net:``.
+
+Turns a plan into namespaces, veth pairs, addresses, static neighbours,
+routes and tc through pyroute2 (one handle per namespace, no ``ip`` or
+``tc`` commands), starts one switch agent per switch, and undoes all of it on
+exit, on Ctrl-C and on error.  The run's record is written before anything
+is created (see :mod:`emulator.runstate`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Sequence
+
+from mininet.topo import Topo
+from pyroute2 import IPRoute
+from pyroute2 import netns as pyroute2_netns
+
+from emulator import runstate
+from emulator.errors import FabricError, NeedRootError
+from emulator.ethtool import disable_offloads
+from emulator.features import Features, probe_features, probe_namespace
+from emulator.netns import enter_for_exec, entered, existing_namespaces
+from emulator.plan import GATEWAY_IP, FabricPlan, NodePlan, make_plan
+from emulator.tc import PauseGates, shape_link
+
+AGENT_READY_TIMEOUT = 20.0
+DEFAULT_SWITCH_BUFFER = 1 << 20  # bytes of egress buffer per switch port
+NUD_PERMANENT = 0x80
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise NeedRootError("fabric-emu needs root to create network namespaces; run it with sudo")
+
+
+class Node:
+    """A host or switch of a running fabric: run commands inside it."""
+
+    def __init__(self, name: str, kind: str, netns: str, ip: str | None) -> None:
+        self.name, self.kind, self.netns, self.ip = name, kind, netns, ip
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} {self.name} {self.ip or ''}>".replace(" >", ">")
+
+    def popen(self, cmd: Sequence[str], **kwargs: Any) -> subprocess.Popen:
+        """Start ``cmd`` inside the node's namespace (``subprocess.Popen``)."""
+        netns = self.netns
+        return subprocess.Popen(list(cmd), preexec_fn=lambda: enter_for_exec(netns), **kwargs)
+
+    def run(self, cmd: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess:
+        """Run ``cmd`` inside the node's namespace to completion.
+
+        Output is captured as text unless the caller says otherwise.
+        """
+        kwargs.setdefault("capture_output", "stdout" not in kwargs and "stderr" not in kwargs)
+        kwargs.setdefault("text", True)
+        netns = self.netns
+        return subprocess.run(list(cmd), preexec_fn=lambda: enter_for_exec(netns), **kwargs)
+
+
+class Fabric:
+    """A fabric built from a Mininet ``Topo``; a context manager.
+
+    ``link`` holds the default link options (``bw``, ``delay``, ``mtu``) for
+    links that do not set their own.  ``name`` fixes the run name (default:
+    random); two runs cannot share one.
+    """
+
+    def __init__(self, topo: Topo, link: dict[str, Any] | None = None, name: str | None = None,
+                 spec: str = "", switch_buffer: int = DEFAULT_SWITCH_BUFFER, log=None) -> None:
+        require_root()
+        if name is not None:
+            runstate.check_run_name(name)
+        self.run_name = name or runstate.new_run_name()
+        self.plan: FabricPlan = make_plan(topo, self.run_name, link)
+        self.spec = spec
+        self.switch_buffer = switch_buffer
+        self.features: Features | None = None
+        self.nodes = {n.name: Node(n.name, n.kind, n.netns, n.ip) for n in self.plan.nodes.values()}
+        self.state: runstate.RunState | None = None
+        self._ipr: dict[str, IPRoute] = {}
+        self._gates: dict[str, PauseGates] = {}
+        self._agents: dict[str, subprocess.Popen] = {}
+        self._stopping = threading.Event()
+        self._log = log or (lambda message: None)
+        self.timings: dict[str, float] = {}
+
+    # --- the context-manager API -------------------------------------------------
+
+    def __enter__(self) -> "Fabric":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __getitem__(self, name: str) -> Node:
+        try:
+            return self.nodes[name]
+        except KeyError:
+            raise FabricError(f"no node named {name!r} in run {self.run_name}") from None
+
+    @property
+    def hosts(self) -> list[Node]:
+        return [self.nodes[n.name] for n in self.plan.hosts()]
+
+    @property
+    def switches(self) -> list[Node]:
+        return [self.nodes[n.name] for n in self.plan.switches()]
+
+    @property
+    def directory(self) -> str:
+        return runstate.run_dir(self.run_name)
+
+    # --- build ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Build the fabric and start its agents; on any failure undo it all."""
+        namespaces = [n.netns for n in self.plan.nodes.values()] + [probe_namespace(self.run_name)]
+        clash = sorted(set(namespaces) & existing_namespaces())
+        if os.path.exists(self.directory) or clash:
+            raise FabricError(f"run {self.run_name!r} already exists; remove it with fabric-emu down --run {self.run_name}")
+        self.state = runstate.RunState(
+            run=self.run_name, owner_pid=os.getpid(), created=time.time(), topo=self.spec,
+            namespaces=namespaces,
+            nodes={n.name: {"kind": n.kind, "netns": n.netns, "ip": n.ip} for n in self.plan.nodes.values()},
+        )
+        self.state.save()
+        try:
+            began = time.monotonic()
+            self._build()
+            self.timings["build_s"] = time.monotonic() - began
+        except BaseException:
+            self.stop()
+            raise
+
+    def _build(self) -> None:
+        self.features = probe_features(self.plan)
+        self._log(self.features.notice(self.plan))
+        for node in self.plan.nodes.values():
+            pyroute2_netns.create(node.netns)
+            with entered(node.netns):
+                _write_sysctl("net/ipv6/conf/all/disable_ipv6", "1")
+                _write_sysctl("net/ipv6/conf/default/disable_ipv6", "1")
+                self._ipr[node.name] = IPRoute()
+        self._log(f"created {len(self.plan.nodes)} namespaces")
+        for a, b in self.plan.links:
+            self._ipr[a.node].link(
+                "add", ifname=a.ifname, kind="veth", address=a.mac, mtu=a.params.mtu,
+                peer={"ifname": b.ifname, "net_ns_fd": self.plan.nodes[b.node].netns, "address": b.mac, "mtu": b.params.mtu},
+            )
+        for node in self.plan.nodes.values():
+            self._configure(node)
+        self._log(f"created {len(self.plan.links)} links")
+        self._start_agents()
+
+    def _configure(self, node: NodePlan) -> None:
+        ipr = self._ipr[node.name]
+        with entered(node.netns):
+            disable_offloads([p.ifname for p in node.ports])
+        lo = ipr.link_lookup(ifname="lo")[0]
+        ipr.link("set", index=lo, state="up")
+        for port in node.ports:
+            index = ipr.link_lookup(ifname=port.ifname)[0]
+            shape_link(ipr, index, port.params.bw_bps, port.params.mtu)
+            ipr.link("set", index=index, state="up")
+            if node.kind == "host":
+                gates = PauseGates(node.netns, port.ifname, index, port.params.bw_bps, port.params.mtu,
+                                   bytes.fromhex(port.mac.replace(":", "")), bytes.fromhex(port.peer_mac.replace(":", "")))
+                gates.install()
+                self._gates[node.name] = gates
+                ipr.addr("add", index=index, address=node.ip, prefixlen=32)
+                ipr.route("add", dst=f"{GATEWAY_IP}/32", oif=index, scope=253)
+                ipr.neigh("add", dst=GATEWAY_IP, lladdr=port.peer_mac, ifindex=index, state=NUD_PERMANENT)
+                ipr.route("add", dst="10.0.0.0/8", gateway=GATEWAY_IP, oif=index)
+
+    def _start_agents(self) -> None:
+        assert self.state is not None
+        pending = {}
+        for index, node in enumerate(self.plan.switches(), start=1):
+            config_path = os.path.join(self.directory, f"{node.name}.json")
+            config = {
+                "name": node.name, "netns": node.netns, "seed": index, "buffer_bytes": self.switch_buffer,
+                "control": self.control_path(node.name),
+                "stats_file": os.path.join(self.directory, f"{node.name}.stats.json"),
+                "ports": [{"ifname": p.ifname, "mac": p.mac, "peer_mac": p.peer_mac} for p in node.ports],
+                "routes": self.plan.routes[node.name],
+            }
+            with open(config_path, "w") as f:
+                json.dump(config, f)
+            read_fd, write_fd = os.pipe()
+            log = open(self.agent_log(node.name), "w")
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "emulator.switch.agent", config_path, str(write_fd)],
+                pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True, cwd=_package_root(),
+            )
+            os.close(write_fd)
+            log.close()
+            self._agents[node.name] = proc
+            self.state.agents[node.name] = proc.pid
+            pending[node.name] = read_fd
+        self.state.save()
+        deadline = time.monotonic() + AGENT_READY_TIMEOUT
+        for name, fd in pending.items():
+            try:
+                ready = _read_with_deadline(fd, deadline)
+            finally:
+                os.close(fd)
+            if ready != b"ready\n":
+                raise FabricError(self._agent_failure(name) or f"switch {name} did not start within {AGENT_READY_TIMEOUT:.0f} s")
+        self._log(f"started {len(pending)} switch agents")
+        watcher = threading.Thread(target=self._watch_agents, name="agent-watch", daemon=True)
+        watcher.start()
+
+    def control_path(self, switch: str) -> str:
+        return os.path.join(self.directory, f"{switch}.sock")
+
+    def agent_log(self, switch: str) -> str:
+        return os.path.join(self.directory, f"{switch}.log")
+
+    # --- supervision -----------------------------------------------------------------
+
+    def _agent_failure(self, name: str) -> str | None:
+        """Why switch ``name``'s agent is gone, or None while it runs."""
+        proc = self._agents[name]
+        if proc.poll() is None:
+            return None
+        try:
+            with open(self.agent_log(name)) as f:
+                lines = [line.strip() for line in f if line.strip()]
+        except OSError:
+            lines = []
+        why = lines[-1] if lines else "no message"
+        return f"switch {name} agent (pid {proc.pid}) exited with code {proc.returncode}: {why}"
+
+    def check_agents(self) -> None:
+        """Raise FabricError naming the first switch whose agent died."""
+        for name in self._agents:
+            failure = self._agent_failure(name)
+            if failure:
+                raise FabricError(failure)
+
+    def _watch_agents(self) -> None:
+        reported: set[str] = set()
+        while not self._stopping.wait(0.5):
+            for name in self._agents:
+                failure = self._agent_failure(name)
+                if failure and name not in reported:
+                    reported.add(name)
+                    print(f"fabric-emu: {failure}", file=sys.stderr)
+
+    # --- using it --------------------------------------------------------------------
+
+    def gates(self, host: str) -> PauseGates:
+        """The pause gates of ``host``'s NIC (pause/resume a priority)."""
+        if self[host].kind != "host":
+            raise FabricError(f"{host} is a switch; pause gates are on host NICs")
+        return self._gates[host]
+
+    def switch_stats(self, switch: str) -> dict[str, Any]:
+        """The live counters of one switch agent."""
+        return query_agent(self.control_path(switch), "stats")
+
+    def pingall(self, timeout: float = 1.0) -> tuple[int, int, list[tuple[str, str]]]:
+        """Ping every ordered host pair once; (answered, total, failed pairs)."""
+        return pingall(self.hosts, timeout)
+
+    # --- teardown ----------------------------------------------------------------------
+
+    def detach(self) -> None:
+        """Leave the fabric running after this process exits (``fabric-emu up``)."""
+        assert self.state is not None
+        self.state.detached = True
+        self.state.owner_pid = 0
+        self.state.save()
+        self._stopping.set()
+        self._close_handles()
+
+    def stop(self) -> None:
+        """Tear everything down; safe to call twice and after a failed build."""
+        if self.state is None:
+            return
+        began = time.monotonic()
+        self._stopping.set()
+        for name, proc in self._agents.items():
+            if proc.poll() is None:
+                try:
+                    query_agent(self.control_path(name), "stop", timeout=0.5)
+                except OSError:
+                    proc.terminate()
+        for proc in self._agents.values():
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._close_handles()
+        runstate.destroy(self.state)
+        self.state = None
+        self.timings["teardown_s"] = time.monotonic() - began
+
+    def _close_handles(self) -> None:
+        for gates in self._gates.values():
+            gates.close()
+        self._gates.clear()
+        for ipr in self._ipr.values():
+            ipr.close()
+        self._ipr.clear()
+
+
+def query_agent(path: str, request: str, timeout: float = 2.0) -> dict[str, Any]:
+    """Send one request to a switch agent's control socket; its JSON reply."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        sock.sendall(request.encode() + b"\n")
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return json.loads(b"".join(chunks))
+
+
+def pingall(hosts: list[Node], timeout: float = 1.0) -> tuple[int, int, list[tuple[str, str]]]:
+    """One ICMP echo from every host to every other, all sources in parallel."""
+    failed: list[tuple[str, str]] = []
+    procs = []
+    for src in hosts:
+        targets = [dst for dst in hosts if dst is not src]
+        script = " ".join(
+            f"(ping -c1 -W{max(int(timeout), 1)} -q {dst.ip} >/dev/null 2>&1 || echo {dst.name}) &" for dst in targets
+        ) + " wait"
+        procs.append((src, src.popen(["sh", "-c", script], stdout=subprocess.PIPE, text=True)))
+    for src, proc in procs:
+        out, _ = proc.communicate()
+        failed += [(src.name, dst) for dst in out.split()]
+    total = len(hosts) * (len(hosts) - 1)
+    return total - len(failed), total, failed
+
+
+def _write_sysctl(key: str, value: str) -> None:
+    with open(f"/proc/sys/{key}", "w") as f:
+        f.write(value)
+
+
+def _read_with_deadline(fd: int, deadline: float) -> bytes:
+    import select
+
+    remaining = max(deadline - time.monotonic(), 0)
+    ready, _, _ = select.select([fd], [], [], remaining)
+    return os.read(fd, 64) if ready else b""
+
+
+def _package_root() -> str:
+    """The directory that holds the ``emulator`` package, for the agents' cwd."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,0 +1,80 @@
+"""Probing what this kernel offers, before a run relies on it.
+
+Kernels differ (this project's CI kernel has htb and tbf but no netem and
+no loadable modules; users' VMs have more), so each run tries the qdiscs it
+may use on a veth pair in a scratch namespace of its own, uses what works,
+and says plainly what it could not apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from pyroute2 import IPRoute
+from pyroute2 import netns as pyroute2_netns
+from pyroute2.netlink.exceptions import NetlinkError
+
+from emulator.errors import FabricError
+from emulator.netns import entered
+from emulator.plan import FabricPlan
+from emulator.units import format_time
+
+REQUIRED = ("htb", "tbf")
+
+
+@dataclass(frozen=True)
+class Features:
+    """Which optional kernel features a run found and used."""
+
+    htb: bool
+    tbf: bool
+    netem: bool
+
+    def as_dict(self) -> dict[str, bool]:
+        return asdict(self)
+
+    def notice(self, plan: FabricPlan) -> str:
+        """A plain sentence on features that change what the run emulates."""
+        delays = sorted({p.params.delay_ns for p, _ in plan.links if p.params.delay_ns})
+        if not delays:
+            return "kernel features: " + ", ".join(k for k, v in self.as_dict().items() if v)
+        shown = ", ".join(format_time(d) for d in delays)
+        if self.netem:
+            return f"link delay {shown} applied with netem"
+        return f"link delay {shown} NOT applied: this kernel has no netem qdisc (the switch does not model delay yet)"
+
+
+def probe_namespace(run: str) -> str:
+    return f"{run}-probe"
+
+
+def probe_features(plan: FabricPlan) -> Features:
+    """Try each qdisc on a scratch veth; raise if a required one is missing."""
+    scratch = probe_namespace(plan.run)
+    pyroute2_netns.create(scratch)
+    try:
+        with entered(scratch):
+            ipr = IPRoute()
+        with ipr:
+            ipr.link("add", ifname="probe0", kind="veth", peer={"ifname": "probe1"})
+            index = ipr.link_lookup(ifname="probe0")[0]
+            found = {
+                "htb": _try(ipr, index, "htb", default=0x10),
+                "tbf": _try(ipr, index, "tbf", rate="1mbit", burst=1600, limit=16000),
+                "netem": _try(ipr, index, "netem", delay=1000),
+            }
+    finally:
+        pyroute2_netns.remove(scratch)
+    missing = [k for k in REQUIRED if not found[k]]
+    if missing:
+        raise FabricError(f"this kernel lacks the {', '.join(missing)} qdisc(s) that fabric-emu needs for link shaping")
+    return Features(**found)
+
+
+def _try(ipr: IPRoute, index: int, kind: str, **kwargs: object) -> bool:
+    try:
+        ipr.tc("add", kind, index, handle=0x10000, **kwargs)
+    except NetlinkError:
+        return False
+    ipr.tc("del", kind, index, handle=0x10000)
+    return True

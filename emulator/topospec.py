@@ -1,0 +1,134 @@
+"""Turn a Mininet-style topology spec (``fattree,4``) into a ``Topo``.
+
+The spec grammar and the custom-file convention are Mininet's own
+(``mn --topo NAME,ARG,KEY=VALUE --custom FILE``), so existing Mininet
+topology files work unchanged.  Unlike Mininet, every mistake a user can
+make here (blank spec, unknown name, wrong arguments, a bad value, a broken
+custom file) becomes a one-line :class:`FabricError` instead of a traceback.
+
+A ``topos`` entry may be a ``Topo`` subclass or any callable returning a
+``Topo`` (Mininet's own example uses ``lambda: MyTopo()``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import runpy
+from typing import Any, Callable
+
+from mininet.topo import Topo
+from mininet.util import splitArgs
+
+from emulator.errors import FabricError
+from topologies import topos as builtin_topos
+
+TopoFactory = Callable[..., Topo]
+
+
+def parse_spec(spec: str) -> tuple[str, list, dict]:
+    """Split ``name,arg,key=value`` into name, args and kwargs.
+
+    Numbers are converted by Mininet's ``splitArgs``; empty fields are
+    rejected because they would silently become an empty-string argument.
+    """
+    text = spec.strip()
+    if not text:
+        raise FabricError("empty topology spec: expected a name with "
+                          "optional arguments, such as fattree,4")
+    fields = [field.strip() for field in text.split(",")]
+    if not all(fields):
+        raise FabricError(f"bad topology spec {spec!r}: empty name or "
+                          "argument (expected e.g. leafspine,4,spines=2)")
+    return splitArgs(",".join(fields))
+
+
+def load_custom(path: str) -> dict[str, TopoFactory]:
+    """Run a Mininet custom file as ``mn --custom`` does; return ``topos``."""
+    if not os.path.isfile(path):
+        raise FabricError(f"custom topology file {path!r} not found")
+    try:
+        namespace = runpy.run_path(path)
+    except Exception as exc:  # any failure of user code is the user's to fix
+        detail = " ".join(str(exc).split())
+        raise FabricError(f"custom topology file {path!r} failed: "
+                          f"{type(exc).__name__}: {detail}") from exc
+    custom = namespace.get("topos")
+    if not isinstance(custom, dict):
+        raise FabricError(f"custom topology file {path!r} defines no "
+                          "'topos' dict (name -> Topo class)")
+    for name, factory in custom.items():
+        if not isinstance(name, str) or not callable(factory):
+            raise FabricError(f"custom topology file {path!r}: topos entry "
+                              f"{name!r} must map a name to a Topo class")
+    return custom
+
+
+def build_topo(spec: str, custom: str | None = None) -> Topo:
+    """Build the topology a spec names; a custom file's names win."""
+    name, args, kwargs = parse_spec(spec)
+    known: dict[str, TopoFactory] = dict(builtin_topos)
+    if custom is not None:
+        known.update(load_custom(custom))
+    factory = known.get(name)
+    if factory is None:
+        raise FabricError(f"unknown topology {name!r}; "
+                          f"known: {', '.join(sorted(known))}")
+    _check_arguments(name, factory, args, kwargs)
+    try:
+        topo = factory(*args, **kwargs)
+    except ValueError as exc:
+        raise FabricError(f"topology {spec.strip()!r}: {exc}") from exc
+    if not isinstance(topo, Topo):
+        raise FabricError(f"topology {name!r} returned "
+                          f"{type(topo).__name__}, not a Topo")
+    return topo
+
+
+def topo_parameters(factory: TopoFactory) -> str:
+    """Show what a topology accepts, e.g. ``(leaves=2, spines=2, hosts=2)``."""
+    shown = []
+    for param in _signature(factory).parameters.values():
+        if param.kind is param.VAR_POSITIONAL:
+            shown.append(f"*{param.name}")
+        elif param.kind is param.VAR_KEYWORD:
+            shown.append(f"**{param.name}")
+        elif param.default is param.empty:
+            shown.append(param.name)
+        else:
+            shown.append(f"{param.name}={param.default!r}")
+    return f"({', '.join(shown)})"
+
+
+def _signature(factory: TopoFactory) -> inspect.Signature:
+    """The parameters a spec can pass: those of ``build()`` for a Topo class
+    (``Topo.__init__`` forwards everything to it), else the callable's."""
+    if isinstance(factory, type) and issubclass(factory, Topo):
+        params = list(inspect.signature(factory.build).parameters.values())
+        return inspect.Signature(params[1:])  # drop self
+    return inspect.signature(factory)
+
+
+def _check_arguments(name: str, factory: TopoFactory, args: list[Any],
+                     kwargs: dict[str, Any]) -> None:
+    """Check the spec's arguments against the signature before calling, so a
+    mismatch reads as a spec error, not a TypeError from inside build()."""
+    signature = _signature(factory)
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        params = signature.parameters.values()
+        takes_var_args = any(p.kind is p.VAR_POSITIONAL for p in params)
+        takes_var_kwargs = any(p.kind is p.VAR_KEYWORD for p in params)
+        positional = [p for p in params if p.kind in
+                      (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        unknown = [key for key in kwargs if key not in signature.parameters]
+        if not takes_var_args and len(args) > len(positional):
+            plural = "" if len(args) == 1 else "s"
+            reason = f"got {len(args)} positional argument{plural}"
+        elif not takes_var_kwargs and unknown:
+            reason = f"got unknown keyword {unknown[0]!r}"
+        else:
+            reason = str(exc)
+        raise FabricError(f"topology {name!r} takes "
+                          f"{topo_parameters(factory)}; {reason}") from exc
