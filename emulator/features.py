@@ -76,5 +76,5 @@ def _try(ipr: IPRoute, index: int, kind: str, **kwargs: object) -> bool:
         ipr.tc("add", kind, index, handle=0x10000, **kwargs)
     except NetlinkError:
         return False
-    ipr.tc("del", kind, index, handle=0x10000)
+    ipr.tc("del", index=index, handle=0x10000, parent=0xFFFFFFFF)
     return True

@@ -40,6 +40,9 @@ ETH_P_ALL = 0x0003
 KICK_ETHERTYPE = 0x88B5
 GATE_LIMIT = 8 << 20  # bytes a closed gate holds; above any socket's send buffer
 CLOSED_RATE = 1  # bytes/s
+# An open gate must never be the bottleneck: with a one-frame burst a TBF at
+# exactly the link rate loses throughput to timer jitter; HTB shapes instead.
+OPEN_RATE_FACTOR = 10
 
 _RTM_NEWQDISC = 36
 _NLM_F_REQUEST, _NLM_F_ACK = 0x1, 0x4
@@ -134,7 +137,7 @@ class PauseGates:
                  src_mac: bytes, dst_mac: bytes) -> None:
         self.ifname = ifname
         self.burst = mtu + 14
-        rate = max(rate_bps // 8, 1)
+        rate = max(rate_bps // 8, 1) * OPEN_RATE_FACTOR
         self._close = [encode_tbf(ifindex, p, CLOSED_RATE, self.burst) for p in range(PRIORITIES)]
         self._open = [encode_tbf(ifindex, p, rate, self.burst) for p in range(PRIORITIES)]
         self._create = [encode_tbf(ifindex, p, rate, self.burst, create=True) for p in range(PRIORITIES)]

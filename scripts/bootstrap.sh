@@ -13,7 +13,7 @@ log() { echo "bootstrap: $*"; }
 die() { echo "bootstrap: error: $*" >&2; exit 1; }
 
 # --- 1. apt packages -------------------------------------------------------
-APT_PACKAGES=(python3 python3-venv python3-pip iproute2 tcpdump tshark iperf3 ethtool procps)
+APT_PACKAGES=(python3 python3-venv python3-pip iproute2 iputils-ping tcpdump tshark iperf3 ethtool procps)
 
 pkg_installed() {
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
@@ -26,7 +26,7 @@ if command -v dpkg-query >/dev/null 2>&1; then
     done
 else
     # Not a dpkg system: we can only check that the tools are there.
-    for cmd in python3 ip tcpdump tshark iperf3 ethtool sysctl; do
+    for cmd in python3 ip ping tcpdump tshark iperf3 ethtool sysctl; do
         command -v "$cmd" >/dev/null 2>&1 || missing+=("$cmd")
     done
     if ((${#missing[@]})); then

@@ -1,0 +1,273 @@
+"""The ``fabric-emu`` command line.
+
+Mininet and containerlab habits: ``up`` builds a fabric and leaves it
+running, ``exec`` runs a command in a node, ``down``/``clean`` remove what
+runs created, ``pingall`` builds, checks and tears down in one go.  Every
+user mistake ends in one line on stderr and a non-zero exit, never a
+traceback, and nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Sequence
+
+from emulator import runstate
+from emulator.errors import FabricError
+from emulator.fabric import Fabric, Node, query_agent, require_root
+from emulator.plan import DEFAULT_LINK, link_params
+from emulator.topospec import build_topo, topo_parameters
+from topologies import topos as builtin_topos
+
+
+def progress(message: str) -> None:
+    """Progress goes to stderr so stdout stays parseable."""
+    print(f"fabric-emu: {message}", file=sys.stderr, flush=True)
+
+
+def parse_options(text: str | None, allowed: dict[str, Any], what: str) -> dict[str, str]:
+    """``key=value,key=value`` with the keys in ``allowed``."""
+    options: dict[str, str] = {}
+    if not text:
+        return options
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not value.strip():
+            raise FabricError(f"bad {what} option {item!r}: expected key=value, e.g. bw=50mbit")
+        if key not in allowed:
+            raise FabricError(f"unknown {what} option {key!r}; known: {', '.join(sorted(allowed))}")
+        options[key] = value.strip()
+    return options
+
+
+def _fabric(args: argparse.Namespace) -> Fabric:
+    """Validate the topology and link options, then (as root) plan a Fabric."""
+    topo = build_topo(args.topo, args.custom)
+    link = parse_options(args.link, DEFAULT_LINK, "--link")
+    link_params({}, link)  # reject bad values before asking for root
+    require_root()
+    return Fabric(topo, link=link, name=getattr(args, "name", None), spec=args.topo, log=progress)
+
+
+def _pick_run(run: str | None) -> runstate.RunState:
+    if run:
+        return runstate.load(run)
+    existing = runstate.runs()
+    if not existing:
+        raise FabricError("no fabric is up (start one with fabric-emu up --topo SPEC)")
+    if len(existing) > 1:
+        names = ", ".join(s.run for s in existing)
+        raise FabricError(f"several fabrics are up ({names}); choose one with --run")
+    return existing[0]
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    fabric = _fabric(args)
+    fabric.start()
+    fabric.detach()
+    hosts = " ".join(f"{n.name}={n.ip}" for n in fabric.hosts)
+    print(f"run {fabric.run_name} is up: {len(fabric.hosts)} hosts, {len(fabric.switches)} switches, "
+          f"{len(fabric.plan.links)} links (built in {fabric.timings['build_s']:.2f} s)")
+    print(f"hosts: {hosts}")
+    print(f"switches: {' '.join(n.name for n in fabric.switches)}")
+    print(f"next: fabric-emu exec h1 -- ping -c1 {fabric.hosts[-1].ip}; fabric-emu down --run {fabric.run_name}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    require_root()
+    state = _pick_run(args.run)
+    removed = runstate.destroy(state)
+    print(f"run {state.run} is down: {removed.summary()}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    existing = runstate.runs()
+    if args.json:
+        print(json.dumps([{"run": s.run, "topo": s.topo, "nodes": s.nodes, "owner_pid": s.owner_pid,
+                           "detached": s.detached} for s in existing], indent=1))
+        return 0
+    if not existing:
+        print("no fabric is up")
+        return 0
+    print(f"{'RUN':10} {'TOPOLOGY':20} {'HOSTS':>5} {'SWITCHES':>8}  STATUS")
+    for s in existing:
+        kinds = [n["kind"] for n in s.nodes.values()]
+        alive = sum(1 for pid in s.agents.values() if _alive(pid))
+        if s.detached:
+            status = f"up ({alive}/{len(s.agents)} switch agents running)"
+        elif s.owner_alive():
+            status = f"held by pid {s.owner_pid}"
+        else:
+            status = "stale: its runner died; fabric-emu clean removes it"
+        print(f"{s.run:10} {s.topo:20} {kinds.count('host'):>5} {kinds.count('switch'):>8}  {status}")
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    require_root()
+    if not args.cmd:
+        raise FabricError("exec needs a command: fabric-emu exec NODE -- CMD [ARGS...]")
+    state = _pick_run(args.run)
+    info = state.nodes.get(args.node)
+    if info is None:
+        raise FabricError(f"no node named {args.node!r} in run {state.run}; nodes: {' '.join(sorted(state.nodes, key=_natural))}")
+    node = Node(args.node, info["kind"], info["netns"], info["ip"])
+    cmd = args.cmd[1:] if args.cmd[0] == "--" else args.cmd
+    try:
+        proc = node.popen(cmd)
+    except FileNotFoundError:
+        raise FabricError(f"command not found in {args.node}: {cmd[0]}") from None
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            continue  # the child got the same SIGINT; report its exit code
+
+
+def _natural(name: str) -> tuple:
+    head = name.rstrip("0123456789")
+    return head, int(name[len(head):] or 0)
+
+
+def cmd_pingall(args: argparse.Namespace) -> int:
+    fabric = _fabric(args)
+    with fabric:
+        began = time.monotonic()
+        answered, total, failed = fabric.pingall(timeout=args.timeout)
+        check_s = time.monotonic() - began
+        fabric.check_agents()
+    print(f"reachable: {answered}/{total} pairs")
+    if failed:
+        shown = ", ".join(f"{a}->{b}" for a, b in failed[:10])
+        print(f"unreachable: {shown}{' ...' if len(failed) > 10 else ''}")
+    print(f"build {fabric.timings['build_s']:.2f} s, check {check_s:.2f} s, teardown {fabric.timings['teardown_s']:.2f} s")
+    return 0 if answered == total else 1
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    require_root()
+    print(runstate.clean_all().summary())
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    require_root()
+    state = _pick_run(args.run)
+    stats = {name: query_agent(os.path.join(state.directory, f"{name}.sock"), "stats") for name in state.agents}
+    if args.json:
+        print(json.dumps(stats, indent=1))
+        return 0
+    print(f"{'PORT':14} {'RX FRAMES':>10} {'TX FRAMES':>10} {'TX BYTES':>12} {'DROPS':>6}")
+    for switch in sorted(stats, key=_natural):
+        for ifname, port in stats[switch]["ports"].items():
+            tx = sum(q["dequeued"] for q in port["queues"])
+            tx_bytes = sum(q["tx_bytes"] for q in port["queues"])
+            drops = sum(q["drops"] for q in port["queues"]) + port["rx_kernel_drops"]
+            print(f"{ifname:14} {port['rx_frames']:>10} {tx:>10} {tx_bytes:>12} {drops:>6}")
+    return 0
+
+
+def cmd_topos(args: argparse.Namespace) -> int:
+    for name in sorted(builtin_topos):
+        factory = builtin_topos[name]
+        print(f"{name}{topo_parameters(factory)}: {(factory.__doc__ or '').strip().splitlines()[0]}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from emulator.demo import run_demo
+
+    return run_demo(spec=args.topo, bw=args.bw, seconds=args.seconds, log=progress)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fabric-emu", description="Packet-level emulator of lossless AI/HPC fabrics.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def topo_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--topo", required=True, metavar="SPEC", help="Mininet-style spec, e.g. fattree,4 or leafspine,2,2,hosts=4")
+        p.add_argument("--custom", metavar="FILE", help="a Mininet custom file with a topos dict")
+        p.add_argument("--link", metavar="OPTS", help="default link options: bw=100mbit,delay=0us,mtu=1500")
+
+    p = sub.add_parser("up", help="build a fabric and leave it running")
+    topo_args(p)
+    p.add_argument("--name", help="run name (default: random, e.g. fe3a7c)")
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("down", help="tear a running fabric down")
+    p.add_argument("--run", help="which run (default: the only one)")
+    p.set_defaults(func=cmd_down)
+
+    p = sub.add_parser("list", help="list the fabrics on this machine")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("exec", help="run a command inside a node: exec NODE -- CMD ...")
+    p.add_argument("--run", help="which run (default: the only one)")
+    p.add_argument("node")
+    p.add_argument("cmd", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_exec)
+
+    p = sub.add_parser("pingall", help="build, ping all host pairs, tear down")
+    topo_args(p)
+    p.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for each echo reply")
+    p.set_defaults(func=cmd_pingall)
+
+    p = sub.add_parser("clean", help="remove everything any run left behind")
+    p.set_defaults(func=cmd_clean)
+
+    p = sub.add_parser("stats", help="switch counters of a running fabric")
+    p.add_argument("--run", help="which run (default: the only one)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("topos", help="list the built-in topologies")
+    p.set_defaults(func=cmd_topos)
+
+    p = sub.add_parser("demo", help="the default experiment: pingall and shaped iperf3 runs")
+    p.add_argument("--topo", default="leafspine", metavar="SPEC")
+    p.add_argument("--bw", default="50mbit")
+    p.add_argument("--seconds", type=int, default=5)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return args.func(args)
+    except FabricError as err:
+        print(f"fabric-emu: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("fabric-emu: interrupted; everything this command created was removed", file=sys.stderr)
+        return 130
+    except subprocess.TimeoutExpired as err:
+        print(f"fabric-emu: timed out: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
