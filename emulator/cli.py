@@ -133,7 +133,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
     try:
         proc = node.popen(cmd)
     except FileNotFoundError:
-        raise FabricError(f"command not found in {args.node}: {cmd[0]}") from None
+        error = FabricError(f"command not found in {args.node}: {cmd[0]}")
+        error.exit_code = 127
+        raise error from None
     while True:
         try:
             return proc.wait()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -238,8 +239,12 @@ class Fabric:
                 lines = [line.strip() for line in f if line.strip()]
         except OSError:
             lines = []
-        why = lines[-1] if lines else "no message"
-        return f"switch {name} agent (pid {proc.pid}) exited with code {proc.returncode}: {why}"
+        if proc.returncode < 0:
+            how = f"was killed by {signal.Signals(-proc.returncode).name}"
+        else:
+            how = f"exited with code {proc.returncode}"
+        why = f": {lines[-1]}" if lines else ""
+        return f"switch {name} agent (pid {proc.pid}) {how}{why}"
 
     def check_agents(self) -> None:
         """Raise FabricError naming the first switch whose agent died."""

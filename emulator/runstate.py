@@ -131,24 +131,49 @@ def processes_in(namespaces: list[str]) -> list[int]:
 
 
 def kill_processes(pids: list[int], grace: float = 2.0) -> list[int]:
-    """SIGTERM, wait up to ``grace`` seconds, then SIGKILL what is left."""
+    """SIGTERM, wait up to ``grace`` seconds, SIGKILL what is left.
+
+    Returns once every process is gone from the process table (its parent
+    or init reaped it), or after one more second, so that the caller sees
+    the table as it was before the run.
+    """
     for pid in pids:
         try:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-    deadline = time.monotonic() + grace
-    remaining = list(pids)
-    while remaining and time.monotonic() < deadline:
-        remaining = [p for p in remaining if _alive(p) and not _is_zombie(p)]
-        if remaining:
-            time.sleep(0.02)
-    for pid in remaining:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    _wait_gone(pids, grace, count_zombies=False)
+    for pid in pids:
+        if _alive(pid) and not _is_zombie(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    _wait_gone(pids, 1.0, count_zombies=True)
     return pids
+
+
+def _wait_gone(pids: list[int], seconds: float, count_zombies: bool) -> None:
+    """Wait for ``pids`` to end; with ``count_zombies`` also to be reaped.
+
+    Our own children's zombies do not count: their Popen objects reap them.
+    """
+    me = os.getpid()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(
+            _alive(p) and not (_is_zombie(p) and (not count_zombies or _parent(p) == me)) for p in pids
+        ):
+            return
+        time.sleep(0.02)
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def _is_zombie(pid: int) -> bool:
