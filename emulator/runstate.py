@@ -29,6 +29,8 @@ from emulator.netns import existing_namespaces, namespace_inode
 RUN_ROOT = "/run/fabric-emu"
 RUN_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
 STATE_FILE = "state.json"
+# Some inits reap orphans only about once a second (seen on this CI kind).
+REAP_WAIT = 3.0
 
 
 @dataclass
@@ -134,7 +136,7 @@ def kill_processes(pids: list[int], grace: float = 2.0) -> list[int]:
     """SIGTERM, wait up to ``grace`` seconds, SIGKILL what is left.
 
     Returns once every process is gone from the process table (its parent
-    or init reaped it), or after one more second, so that the caller sees
+    or init reaped it), or after REAP_WAIT more seconds, so that the caller sees
     the table as it was before the run.
     """
     for pid in pids:
@@ -149,7 +151,7 @@ def kill_processes(pids: list[int], grace: float = 2.0) -> list[int]:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    _wait_gone(pids, 1.0, count_zombies=True)
+    _wait_gone(pids, REAP_WAIT, count_zombies=True)
     return pids
 
 

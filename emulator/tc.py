@@ -14,12 +14,17 @@ u32 filters match those bits; anything else (ARP, DSCP 0) goes to 1:10.
 
 A pause gate is a TBF.  Closing it changes the TBF to 1 byte/s; queued
 frames stay queued and a sender's socket blocks once its buffer is full,
-so nothing is dropped.  At most one frame (the TBF's burst) leaves after
-the change, as a NIC finishes the frame it is sending.  Opening it restores
-the link rate and then sends one small frame on the device, because the
-kernel does not reschedule a qdisc on change (without that kick resumption
-stalled 0.2 to 0.9 s in our measurement).  Gate changes are pre-encoded
-netlink messages on a raw socket: pyroute2's tc call costs about 1 ms.
+so nothing is dropped.  A change refills the TBF's bucket (one MTU-sized
+frame's worth), so closing also sends one MTU-sized *gate frame* into that
+priority: if the class is idle, the gate frame spends the bucket and the
+next real frame waits; if frames are queued, at most one MTU's worth of
+them leaves, like a NIC finishing the frame it was sending when a pause
+arrived.  Opening restores the rate and then sends one small *kick* frame,
+because the kernel does not reschedule a qdisc on change (without the kick
+resumption stalled 0.2 to 0.9 s in our measurement).  Both are frames of
+the IEEE local experimental EtherType 0x88B5 that switches count and drop.
+Gate changes are pre-encoded netlink messages on a raw socket: pyroute2's
+tc call costs about 1 ms.
 """
 
 from __future__ import annotations
@@ -36,8 +41,8 @@ ROOT = 0x10000
 PARENT_CLASS = 0x10001
 ETH_P_IP = 0x0800
 ETH_P_ALL = 0x0003
-# A kick frame: IEEE local experimental EtherType; switches drop it.
-KICK_ETHERTYPE = 0x88B5
+# Gate and kick frames: IEEE local experimental EtherType; switches drop them.
+CONTROL_ETHERTYPE = 0x88B5
 GATE_LIMIT = 8 << 20  # bytes a closed gate holds; above any socket's send buffer
 CLOSED_RATE = 1  # bytes/s
 # An open gate must never be the bottleneck: with a one-frame burst a TBF at
@@ -141,7 +146,9 @@ class PauseGates:
         self._close = [encode_tbf(ifindex, p, CLOSED_RATE, self.burst) for p in range(PRIORITIES)]
         self._open = [encode_tbf(ifindex, p, rate, self.burst) for p in range(PRIORITIES)]
         self._create = [encode_tbf(ifindex, p, rate, self.burst, create=True) for p in range(PRIORITIES)]
-        self._kick = dst_mac + src_mac + struct.pack("!H", KICK_ETHERTYPE) + b"fabric-emu kick".ljust(46, b"\0")
+        header = dst_mac + src_mac + struct.pack("!H", CONTROL_ETHERTYPE)
+        self._kick = header + b"fabric-emu kick".ljust(46, b"\0")
+        self._gate_frame = header + b"fabric-emu pause gate".ljust(self.burst - len(header), b"\0")
         self._nl = open_route_socket(netns)
         with entered(netns):
             self._tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
@@ -166,6 +173,9 @@ class PauseGates:
             self._cancel_timer(priority)
             _netlink_call(self._nl, self._close[priority])
             self.paused[priority] = True
+            # HTB puts a frame whose skb priority is a leaf's class id there.
+            self._tx.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, leaf_class(priority))
+            self._tx.send(self._gate_frame)
 
     def resume(self, priority: int) -> None:
         """Open the gate of ``priority`` and kick the device's qdisc."""
@@ -173,6 +183,7 @@ class PauseGates:
             self._cancel_timer(priority)
             _netlink_call(self._nl, self._open[priority])
             self.paused[priority] = False
+            self._tx.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, 0)
             self._tx.send(self._kick)
 
     def pause_for(self, priority: int, duration_ns: int) -> None:

@@ -28,7 +28,7 @@ from dataclasses import asdict
 from typing import Any
 
 from emulator.netns import netns_path, setns
-from emulator.switch.forwarding import ETH_ARP, ETH_IPV4, arp_reply, ecmp_index, priority, routed
+from emulator.switch.forwarding import ETH_ARP, ETH_CONTROL, ETH_IPV4, arp_reply, ecmp_index, priority, routed
 from emulator.switch.queues import PRIORITIES, EgressQueues
 
 ETH_P_ALL = 0x0003
@@ -63,6 +63,7 @@ class Port:
         self.rx_bytes = 0
         self.kernel_drops = 0
         self.drops = {"no_route": 0, "ttl": 0, "not_for_us": 0, "unsupported": 0}
+        self.control_frames = 0
 
     def read_kernel_drops(self) -> int:
         """Frames the kernel dropped because this socket's buffer was full."""
@@ -143,6 +144,8 @@ class SwitchAgent:
             reply = arp_reply(frame, port.mac)
             if reply is not None:
                 self._send(port, 0, reply)
+        elif ethertype == ETH_CONTROL:
+            port.control_frames += 1
         else:
             port.drops["unsupported"] += 1
 
@@ -176,6 +179,7 @@ class SwitchAgent:
                 "rx_bytes": port.rx_bytes,
                 "rx_kernel_drops": port.read_kernel_drops(),
                 "rx_drops": dict(port.drops),
+                "rx_control_frames": port.control_frames,
                 "queues": [asdict(self.queues.counters(port.ifname, p)) for p in range(PRIORITIES)],
                 "backlog_bytes": self.queues.backlog_bytes(port.ifname),
             }

@@ -15,6 +15,7 @@ import zlib
 
 ETH_IPV4 = b"\x08\x00"
 ETH_ARP = b"\x08\x06"
+ETH_CONTROL = b"\x88\xb5"  # hosts' pause-gate and kick frames
 IPPROTO_TCP, IPPROTO_UDP = 6, 17
 FABRIC_NET = ipaddress.IPv4Network("10.0.0.0/8")
 

@@ -1,0 +1,57 @@
+"""The kernel shapes every link: iperf3 across a leaf-spine fabric."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+from emulator.fabric import Fabric
+from emulator.iperf import iperf3
+from topologies import LeafSpineTopo, StarTopo
+
+RATE = 50_000_000
+
+
+def test_tcp_and_udp_across_leaves_run_at_link_rate():
+    with Fabric(LeafSpineTopo(), link={"bw": "50mbit"}) as net:
+        client, server = net["h1"], net["h4"]  # leaves s1 and s2
+        tcp = iperf3(client, server, 3)
+        assert tcp.received_bps >= 0.90 * RATE, tcp
+        udp = iperf3(client, server, 3, udp_bps=2 * RATE)
+        assert 0.92 * RATE <= udp.received_bps <= 1.00 * RATE, udp
+
+
+def _qdisc_backlog_packets(node, ifname: str) -> int:
+    out = node.run(["tc", "-s", "qdisc", "show", "dev", ifname]).stdout
+    line = next(l for l in out.splitlines() if "backlog" in l)
+    return int(line.split()[2].rstrip("p"))
+
+
+def test_switch_keeps_backlog_in_its_own_queues_under_incast():
+    """Two hosts at full rate into one: the kernel queue stays a few frames."""
+    with Fabric(StarTopo(n=3), link={"bw": "20mbit"}) as net:
+        receiver = net["h3"]
+        server = receiver.popen(["iperf3", "-s", "-p", "5201"], stdout=subprocess.DEVNULL)
+        server2 = receiver.popen(["iperf3", "-s", "-p", "5202"], stdout=subprocess.DEVNULL)
+        time.sleep(0.3)
+        senders = [
+            net[h].popen(["iperf3", "-c", receiver.ip, "-u", "-b", "20M", "-t", "3", "-p", port],
+                         stdout=subprocess.DEVNULL)
+            for h, port in (("h1", "5201"), ("h2", "5202"))
+        ]
+        samples = []
+        time.sleep(1.0)
+        for _ in range(20):
+            samples.append(_qdisc_backlog_packets(net["s1"], "s1-eth3"))
+            time.sleep(0.05)
+        stats = net.switch_stats("s1")["ports"]["s1-eth3"]
+        for proc in senders:
+            proc.wait(timeout=10)
+        server.kill(), server2.kill()
+        server.wait(), server2.wait()
+    # The switch's own queue is full (it tail-drops the excess)...
+    assert sum(q["drops"] for q in stats["queues"]) > 0
+    assert stats["backlog_bytes"] > 100_000
+    # ...while the kernel below it holds one to three frames.
+    assert max(samples) <= 4, samples
+    assert max(samples) >= 1, samples
