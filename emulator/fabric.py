@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import select
 import signal
 import socket
 import subprocess
@@ -151,6 +153,7 @@ class Fabric:
             nodes={n.name: {"kind": n.kind, "netns": n.netns, "ip": n.ip} for n in self.plan.nodes.values()},
         )
         self.state.save()
+        _raise_open_file_limit()
         try:
             began = time.monotonic()
             self._build()
@@ -373,11 +376,17 @@ def _write_sysctl(key: str, value: str) -> None:
 
 
 def _read_with_deadline(fd: int, deadline: float) -> bytes:
-    import select
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    remaining_ms = max(deadline - time.monotonic(), 0) * 1000
+    return os.read(fd, 64) if poller.poll(remaining_ms) else b""
 
-    remaining = max(deadline - time.monotonic(), 0)
-    ready, _, _ = select.select([fd], [], [], remaining)
-    return os.read(fd, 64) if ready else b""
+
+def _raise_open_file_limit() -> None:
+    """Large fabrics hold several descriptors per namespace; lift the soft cap."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _package_root() -> str:

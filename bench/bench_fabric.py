@@ -1,0 +1,141 @@
+"""Fabric benchmark: build/teardown time, agent memory, switch frame rate.
+
+Run as root from the repository root::
+
+    sudo .venv/bin/python bench/bench_fabric.py [--max-k 12] [--seconds 3]
+
+It prints:
+  * build and teardown time of fattree,4, then of fattree,k for growing k
+    until a build takes longer than a minute (or --max-k);
+  * the memory of all switch agents of fattree,4 (RSS and PSS, since
+    agents share the interpreter's pages);
+  * frames per second one switch process forwards, for 64-byte and
+    1500-byte frames, offered by a raw-socket generator in a host that
+    bypasses its qdisc (on the other core), links set to 10 Gbit/s so that
+    only the switch limits the rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import struct
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from emulator.fabric import Fabric  # noqa: E402
+from emulator.netns import entered  # noqa: E402
+from topologies import FatTreeTopo, StarTopo  # noqa: E402
+
+PACKET_QDISC_BYPASS = 20
+SOL_PACKET = 263
+
+
+def build_and_teardown(k: int) -> tuple[float, float, Fabric]:
+    net = Fabric(FatTreeTopo(k=k))
+    net.start()
+    net.check_agents()
+    build = net.timings["build_s"]
+    net.stop()
+    return build, net.timings["teardown_s"], net
+
+
+def _memory_kib(pid: int) -> tuple[int, int]:
+    rss = pss = 0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1])
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                pss = int(line.split()[1])
+    return rss, pss
+
+
+def agent_memory() -> None:
+    with Fabric(FatTreeTopo(k=4)) as net:
+        pids = list(net.state.agents.values())
+        totals = [_memory_kib(pid) for pid in pids]
+    rss = sum(r for r, _ in totals) / 1024
+    pss = sum(p for _, p in totals) / 1024
+    print(f"fattree,4 switch agents: {len(pids)} processes, RSS total {rss:.0f} MiB "
+          f"({rss / len(pids):.1f} MiB each), PSS total {pss:.0f} MiB ({pss / len(pids):.1f} MiB each)")
+
+
+def _udp_frame(size: int, dst_mac: bytes, src_mac: bytes, src_ip: str, dst_ip: str) -> bytes:
+    """An Ethernet/IPv4/UDP frame of ``size`` bytes with a correct IP checksum."""
+    payload = b"\0" * (size - 42)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, size - 14, 0, 0, 64, 17, 0,
+                     socket.inet_aton(src_ip), socket.inet_aton(dst_ip))
+    words = sum(struct.unpack("!10H", ip))
+    words = (words & 0xFFFF) + (words >> 16)
+    ip = ip[:10] + struct.pack("!H", ~((words & 0xFFFF) + (words >> 16)) & 0xFFFF) + ip[12:]
+    udp = struct.pack("!HHHH", 49152, 9, size - 34, 0)
+    return dst_mac + src_mac + b"\x08\x00" + ip + udp + payload
+
+
+def forwarding_rate(size: int, seconds: float) -> None:
+    with Fabric(StarTopo(n=2), link={"bw": "10gbit"}) as net:
+        port = net.plan.nodes["h1"].ports[0]
+        frame = _udp_frame(size, bytes.fromhex(port.peer_mac.replace(":", "")),
+                           bytes.fromhex(port.mac.replace(":", "")), net["h1"].ip, net["h2"].ip)
+        with entered(net["h1"].netns):
+            tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        tx.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
+        tx.bind((port.ifname, 0))
+
+        def forwarded() -> int:
+            stats = net.switch_stats("s1")["ports"]["s1-eth2"]
+            return sum(q["dequeued"] for q in stats["queues"])
+
+        offered = 0
+        began = time.monotonic()
+        warm = began + 0.5
+        start_count = None
+        while True:
+            now = time.monotonic()
+            if start_count is None and now >= warm:
+                start_count, start_offered, start_time = forwarded(), offered, now
+            if now >= warm + seconds:
+                break
+            for _ in range(256):
+                try:
+                    tx.send(frame)
+                    offered += 1
+                except BlockingIOError:
+                    break
+        elapsed = time.monotonic() - start_time
+        done = forwarded() - start_count
+        kernel_drops = net.switch_stats("s1")["ports"]["s1-eth1"]["rx_kernel_drops"]
+        tx.close()
+    rate = done / elapsed
+    print(f"{size}-byte frames: one switch process forwarded {rate:,.0f} frames/s "
+          f"({rate * size * 8 / 1e6:,.0f} Mbit/s of frames); offered {(offered - start_offered) / elapsed:,.0f}/s; "
+          f"{kernel_drops:,} dropped at its socket")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--max-k", type=int, default=12, help="largest fat tree to try")
+    parser.add_argument("--seconds", type=float, default=3.0, help="measurement time of each frame-rate test")
+    args = parser.parse_args()
+    print(f"kernel {os.uname().release}, {os.cpu_count()} cores")
+    for k in range(4, args.max_k + 1, 2):
+        build, teardown, net = build_and_teardown(k)
+        plan = net.plan
+        print(f"fattree,{k}: {len(plan.hosts())} hosts, {len(plan.switches())} switches, {len(plan.links)} links: "
+              f"build {build:.2f} s, teardown {teardown:.2f} s", flush=True)
+        if build > 60:
+            break
+    agent_memory()
+    for size in (64, 1500):
+        forwarding_rate(size, args.seconds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
