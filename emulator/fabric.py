@@ -164,6 +164,7 @@ class Fabric:
 
     def _build(self) -> None:
         self.features = probe_features(self.plan)
+        self.state.features = self.features.as_dict()
         self._log(self.features.notice(self.plan))
         for node in self.plan.nodes.values():
             pyroute2_netns.create(node.netns)

@@ -34,14 +34,19 @@ class Features:
         return asdict(self)
 
     def notice(self, plan: FabricPlan) -> str:
-        """A plain sentence on features that change what the run emulates."""
+        """A plain sentence on what the run uses and what it cannot apply.
+
+        Link delay is never applied by this version, netem or not: netem
+        orphans a frame from its socket at enqueue, so a delayed switch port
+        would hide the switch's backlog in the kernel and break its queue
+        accounting.  The switch is to model delay itself (docs/architecture.md).
+        """
+        found = ", ".join(k for k, v in self.as_dict().items() if v)
         delays = sorted({p.params.delay_ns for p, _ in plan.links if p.params.delay_ns})
         if not delays:
-            return "kernel features: " + ", ".join(k for k, v in self.as_dict().items() if v)
+            return f"kernel features: {found}"
         shown = ", ".join(format_time(d) for d in delays)
-        if self.netem:
-            return f"link delay {shown} applied with netem"
-        return f"link delay {shown} NOT applied: this kernel has no netem qdisc (the switch does not model delay yet)"
+        return f"kernel features: {found}; link delay {shown} NOT applied (the switch does not model delay yet)"
 
 
 def probe_namespace(run: str) -> str:

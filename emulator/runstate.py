@@ -44,6 +44,7 @@ class RunState:
     namespaces: list[str]
     nodes: dict[str, dict[str, Any]]  # name -> kind, netns, ip
     agents: dict[str, int] = field(default_factory=dict)  # switch -> pid
+    features: dict[str, bool] = field(default_factory=dict)  # what the kernel offered
     detached: bool = False  # True once `fabric-emu up` handed the run over
 
     @property

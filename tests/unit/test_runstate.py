@@ -115,7 +115,7 @@ def test_unreadable_record_is_an_orphan(run_root):
     """orphan_dirs() promises directories 'without a readable state record';
     one whose state.json cannot be loaded is neither a run nor an orphan
     otherwise, so clean_all() would never remove it."""
-    (run_root / "corrupt").mkdir()
+    (run_root / "corrupt").mkdir(parents=True)
     (run_root / "corrupt" / "state.json").write_text(json.dumps({"run": "corrupt"}))
     assert runstate.runs() == []
     assert runstate.orphan_dirs() == ["corrupt"]
