@@ -3,6 +3,7 @@
 # Needs root: the tests create network namespaces and veth links.
 set -euo pipefail
 
+# shellcheck source=scripts/as-root.sh
 source "$(dirname "${BASH_SOURCE[0]}")/as-root.sh"
 
 rc=0
