@@ -148,8 +148,8 @@ def compute_routes(plan: FabricPlan) -> dict[str, dict[str, list[str]]]:
 
     One breadth-first search per switch that has hosts (over switch-to-switch
     links) gives each switch's distance to that edge switch; the ports whose
-    neighbour is one hop closer form the ECMP group.  The port lists come in
-    interface order, so the result is deterministic.
+    neighbour is one hop closer form the ECMP group.  The port lists keep
+    the plan's port order, so the result is deterministic.
     """
     switch_ports = {
         s.name: [p for p in s.ports if plan.nodes[p.peer_node].kind == "switch"] for s in plan.switches()

@@ -75,7 +75,7 @@ def new_run_name() -> str:
 
 
 def check_run_name(name: str) -> None:
-    if not RUN_NAME.match(name):
+    if not RUN_NAME.fullmatch(name):
         raise FabricError(f"bad run name {name!r}: use 1 to 12 lowercase letters and digits, starting with a letter")
 
 
@@ -88,22 +88,28 @@ def load(run: str) -> RunState:
         raise FabricError(f"no run named {run!r} (fabric-emu list shows the runs)") from None
 
 
+def _run_dirs() -> list[str]:
+    if not os.path.isdir(RUN_ROOT):
+        return []
+    return sorted(d for d in os.listdir(RUN_ROOT) if os.path.isdir(run_dir(d)))
+
+
+def _load_or_none(run: str) -> RunState | None:
+    try:
+        return load(run)
+    except (FabricError, OSError, ValueError, TypeError):
+        return None
+
+
 def runs() -> list[RunState]:
-    """All runs with a state record, oldest first."""
-    found = []
-    for name in sorted(os.listdir(RUN_ROOT)) if os.path.isdir(RUN_ROOT) else []:
-        try:
-            found.append(load(name))
-        except (FabricError, json.JSONDecodeError, TypeError):
-            continue
+    """All runs with a readable state record, oldest first."""
+    found = [s for s in map(_load_or_none, _run_dirs()) if s is not None]
     return sorted(found, key=lambda s: s.created)
 
 
 def orphan_dirs() -> list[str]:
     """Run directories without a readable state record (crash before save)."""
-    if not os.path.isdir(RUN_ROOT):
-        return []
-    return [d for d in os.listdir(RUN_ROOT) if not os.path.exists(os.path.join(RUN_ROOT, d, STATE_FILE))]
+    return [d for d in _run_dirs() if _load_or_none(d) is None]
 
 
 def _alive(pid: int) -> bool:

@@ -40,7 +40,7 @@ def routed(frame: bytes, src_mac: bytes, dst_mac: bytes) -> bytes | None:
     if ttl <= 1:
         return None
     check = int.from_bytes(frame[24:26], "big") + 0x0100
-    check = (check + (check >> 16)) & 0xFFFF
+    check = (check + (check >= 0xFFFF)) & 0xFFFF
     return dst_mac + src_mac + frame[12:22] + bytes((ttl - 1,)) + frame[23:24] + check.to_bytes(2, "big") + frame[26:]
 
 

@@ -282,11 +282,14 @@ def test_ecmp_tcp_flows_are_hashed_on_ports():
 def test_ecmp_icmp_has_no_ports():
     def icmp(ident, seq, src="10.0.0.1", dst="10.0.0.2"):
         return bytes(Ether() / IP(src=src, dst=dst) / ICMP(id=ident, seq=seq) / b"ping")
+    rng = random.Random(99)
+    others = [icmp(rng.randrange(65536), rng.randrange(65536)) for _ in range(32)]
     for seed in range(1, 20):
-        first = ecmp_index(icmp(1, 1), seed, 4)
-        assert 0 <= first < 4
-        # id and seq sit where ports would be; they must not move an ICMP flow
-        assert all(ecmp_index(icmp(i, s), seed, 4) == first for i, s in [(2, 9), (300, 1), (65535, 65535)])
+        for choices in (4, 7):
+            first = ecmp_index(icmp(1, 1), seed, choices)
+            assert 0 <= first < choices
+            # the ICMP header (type, code, checksum, id, seq) must not move an ICMP flow
+            assert all(ecmp_index(other, seed, choices) == first for other in others)
     assert len({ecmp_index(icmp(1, 1, src=f"10.0.1.{i}"), 1, 4) for i in range(1, 65)}) == 4
 
 

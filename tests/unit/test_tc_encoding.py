@@ -102,6 +102,7 @@ def test_encode_tbf_with_own_parser(priority, create):
     assert (cell_log, overhead, cell_align, mpu) == (0, 0, 0, 0)
     assert m["peak_spec"] == (0, 0, 0, 0, 0, 0)
     assert m["limit"] == GATE_LIMIT == 8 * 1024 * 1024
+    assert (m["buffer"], m["mtu"]) == (0, 0)   # the bucket comes from TCA_TBF_BURST; no peak rate
     assert m["burst"] == 1514
     assert m["rate64"] is None
 
