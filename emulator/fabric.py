@@ -23,13 +23,12 @@ from typing import Any, Sequence
 
 from mininet.topo import Topo
 from pyroute2 import IPRoute
-from pyroute2 import netns as pyroute2_netns
 
 from emulator import runstate
 from emulator.errors import FabricError, NeedRootError
 from emulator.ethtool import disable_offloads
 from emulator.features import Features, probe_features, probe_namespace
-from emulator.netns import enter_for_exec, entered, existing_namespaces
+from emulator.netns import create_namespace, enter_for_exec, entered, existing_namespaces
 from emulator.plan import GATEWAY_IP, FabricPlan, NodePlan, make_plan
 from emulator.tc import PauseGates, shape_link
 
@@ -167,7 +166,7 @@ class Fabric:
         self.state.features = self.features.as_dict()
         self._log(self.features.notice(self.plan))
         for node in self.plan.nodes.values():
-            pyroute2_netns.create(node.netns)
+            create_namespace(node.netns)
             with entered(node.netns):
                 _write_sysctl("net/ipv6/conf/all/disable_ipv6", "1")
                 _write_sysctl("net/ipv6/conf/default/disable_ipv6", "1")

@@ -11,11 +11,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from pyroute2 import IPRoute
-from pyroute2 import netns as pyroute2_netns
 from pyroute2.netlink.exceptions import NetlinkError
 
 from emulator.errors import FabricError
-from emulator.netns import entered
+from emulator.netns import create_namespace, entered, remove_namespace
 from emulator.plan import FabricPlan
 from emulator.units import format_time
 
@@ -56,7 +55,7 @@ def probe_namespace(run: str) -> str:
 def probe_features(plan: FabricPlan) -> Features:
     """Try each qdisc on a scratch veth; raise if a required one is missing."""
     scratch = probe_namespace(plan.run)
-    pyroute2_netns.create(scratch)
+    create_namespace(scratch)
     try:
         with entered(scratch):
             ipr = IPRoute()
@@ -69,7 +68,7 @@ def probe_features(plan: FabricPlan) -> Features:
                 "netem": _try(ipr, index, "netem", delay=1000),
             }
     finally:
-        pyroute2_netns.remove(scratch)
+        remove_namespace(scratch)
     missing = [k for k in REQUIRED if not found[k]]
     if missing:
         raise FabricError(f"this kernel lacks the {', '.join(missing)} qdisc(s) that fabric-emu needs for link shaping")

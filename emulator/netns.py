@@ -19,9 +19,12 @@ from typing import Iterator
 NETNS_DIR = "/run/netns"
 CLONE_NEWNET = 0x40000000
 CLONE_NEWNS = 0x00020000
+_MS_BIND = 0x1000
 _MS_REC = 0x4000
 _MS_SLAVE = 1 << 19
+_MS_SHARED = 1 << 20
 _MNT_DETACH = 2
+_EINVAL = 22
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -35,6 +38,57 @@ def _check(result: int, what: str) -> None:
 def netns_path(name: str) -> str:
     """Where ``ip netns`` (and we) bind-mount the namespace called ``name``."""
     return os.path.join(NETNS_DIR, name)
+
+
+def _mount(source: str, target: str, flags: int, fstype: str = "none") -> int:
+    return _libc.mount(source.encode(), target.encode(), fstype.encode(), flags, None)
+
+
+def _share_netns_dir() -> None:
+    """Make /run/netns a shared mount point, as ``ip netns add`` does.
+
+    Namespace mounts made below it then propagate to other mount
+    namespaces, so ``ip netns`` sees our namespaces from anywhere.
+    """
+    os.makedirs(NETNS_DIR, exist_ok=True)
+    if _mount("", NETNS_DIR, _MS_SHARED | _MS_REC) == 0:
+        return
+    if ctypes.get_errno() != _EINVAL:  # EINVAL: not a mount point yet
+        _check(-1, "mount --make-shared /run/netns")
+    _check(_mount(NETNS_DIR, NETNS_DIR, _MS_BIND | _MS_REC), "mount --bind /run/netns")
+    _check(_mount("", NETNS_DIR, _MS_SHARED | _MS_REC), "mount --make-shared /run/netns")
+
+
+def create_namespace(name: str) -> None:
+    """Create a named network namespace, as ``ip netns add NAME`` does.
+
+    The calling thread unshares a new namespace, bind-mounts it at
+    /run/netns/NAME and returns to its own: no helper process, so creation
+    never waits on a child (pyroute2's helper timed out while the kernel
+    was still destroying a large fabric's namespaces).
+    """
+    _share_netns_dir()
+    path = netns_path(name)
+    os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o444))
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        _check(_libc.unshare(CLONE_NEWNET), "unshare")
+        try:
+            _check(_mount("/proc/thread-self/ns/net", path, _MS_BIND), f"bind-mount namespace {name}")
+        finally:
+            setns(home)
+    except BaseException:
+        os.unlink(path)
+        raise
+    finally:
+        os.close(home)
+
+
+def remove_namespace(name: str) -> None:
+    """Unmount and delete /run/netns/NAME, as ``ip netns delete NAME`` does."""
+    path = netns_path(name)
+    _libc.umount2(path.encode(), _MNT_DETACH)
+    os.unlink(path)
 
 
 def setns(fd: int) -> None:
@@ -73,10 +127,10 @@ def enter_for_exec(name: str) -> None:
         os.close(fd)
     if _libc.unshare(CLONE_NEWNS) != 0:
         return
-    if _libc.mount(None, b"/", None, _MS_REC | _MS_SLAVE, None) != 0:
+    if _mount("", "/", _MS_REC | _MS_SLAVE) != 0:
         return
     _libc.umount2(b"/sys", _MNT_DETACH)
-    _libc.mount(name.encode(), b"/sys", b"sysfs", 0, None)
+    _mount(name, "/sys", 0, "sysfs")
 
 
 def namespace_inode(name: str) -> int | None:

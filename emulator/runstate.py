@@ -21,10 +21,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pyroute2 import netns as pyroute2_netns
-
 from emulator.errors import FabricError
-from emulator.netns import existing_namespaces, namespace_inode
+from emulator.netns import existing_namespaces, namespace_inode, remove_namespace
 
 RUN_ROOT = "/run/fabric-emu"
 RUN_NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
@@ -221,7 +219,7 @@ def destroy(state: RunState, removed: Removed | None = None) -> Removed:
     present = existing_namespaces()
     for name in state.namespaces:
         if name in present:
-            pyroute2_netns.remove(name)
+            remove_namespace(name)
             removed.namespaces.append(name)
     if os.path.isdir(state.directory):
         shutil.rmtree(state.directory)

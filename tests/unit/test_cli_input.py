@@ -27,8 +27,7 @@ def no_side_effects(monkeypatch, tmp_path):
         raise Trap("a CLI input test reached code that builds or removes namespaces")
 
     monkeypatch.setattr(emulator.fabric.Fabric, "start", trap)
-    monkeypatch.setattr(emulator.fabric.pyroute2_netns, "create", trap)
-    monkeypatch.setattr(emulator.fabric.pyroute2_netns, "remove", trap)
+    monkeypatch.setattr(emulator.fabric, "create_namespace", trap)
     monkeypatch.setattr(runstate, "destroy", trap)
     monkeypatch.setattr(runstate, "clean_all", trap)
     monkeypatch.setattr(runstate, "RUN_ROOT", str(tmp_path / "fabric-emu"))

@@ -29,7 +29,7 @@ def run_root(tmp_path, monkeypatch):
     def trap(name):
         raise AssertionError(f"test tried to remove namespace {name!r}")
 
-    monkeypatch.setattr(runstate.pyroute2_netns, "remove", trap)
+    monkeypatch.setattr(runstate, "remove_namespace", trap)
     return root
 
 
