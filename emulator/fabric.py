@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from mininet.topo import Topo
 from pyroute2 import IPRoute
@@ -93,7 +93,8 @@ class Fabric:
     """
 
     def __init__(self, topo: Topo, link: dict[str, Any] | None = None, name: str | None = None,
-                 spec: str = "", switch_buffer: int = DEFAULT_SWITCH_BUFFER, log=None) -> None:
+                 spec: str = "", switch_buffer: int = DEFAULT_SWITCH_BUFFER,
+                 log: Callable[[str], None] | None = None) -> None:
         require_root()
         if name is not None:
             runstate.check_run_name(name)
@@ -194,7 +195,7 @@ class Fabric:
             ipr.link("set", index=index, state="up")
             if node.kind == "host":
                 gates = PauseGates(node.netns, port.ifname, index, port.params.bw_bps, port.params.mtu,
-                                   bytes.fromhex(port.mac.replace(":", "")), bytes.fromhex(port.peer_mac.replace(":", "")))
+                                   port.mac, port.peer_mac)
                 gates.install()
                 self._gates[node.name] = gates
                 ipr.addr("add", index=index, address=node.ip, prefixlen=32)

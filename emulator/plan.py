@@ -21,6 +21,7 @@ from typing import Any
 from mininet.topo import Topo
 
 from emulator.errors import FabricError
+from emulator.mac import mac_text
 from emulator.units import parse_rate, parse_size, parse_time
 
 GATEWAY_IP = "10.255.255.254"
@@ -95,8 +96,7 @@ def link_params(opts: dict[str, Any], defaults: dict[str, Any]) -> LinkParams:
 
 def _mac(kind: str, index: int, port: int) -> str:
     """Locally administered MAC: 02:<kind>:<node index, 3 bytes>:<port>."""
-    raw = bytes([0x02, 0x00 if kind == "host" else 0x01]) + index.to_bytes(3, "big") + bytes([port])
-    return ":".join(f"{b:02x}" for b in raw)
+    return mac_text(bytes([0x02, 0x00 if kind == "host" else 0x01]) + index.to_bytes(3, "big") + bytes([port]))
 
 
 def make_plan(topo: Topo, run: str, link_defaults: dict[str, Any] | None = None) -> FabricPlan:

@@ -34,6 +34,7 @@ import struct
 import threading
 from typing import Any
 
+from emulator.mac import mac_bytes
 from emulator.netns import entered
 
 PRIORITIES = 8
@@ -139,14 +140,14 @@ class PauseGates:
     """
 
     def __init__(self, netns: str, ifname: str, ifindex: int, rate_bps: int, mtu: int,
-                 src_mac: bytes, dst_mac: bytes) -> None:
+                 src_mac: str, dst_mac: str) -> None:
         self.ifname = ifname
         self.burst = mtu + 14
         rate = max(rate_bps // 8, 1) * OPEN_RATE_FACTOR
         self._close = [encode_tbf(ifindex, p, CLOSED_RATE, self.burst) for p in range(PRIORITIES)]
         self._open = [encode_tbf(ifindex, p, rate, self.burst) for p in range(PRIORITIES)]
         self._create = [encode_tbf(ifindex, p, rate, self.burst, create=True) for p in range(PRIORITIES)]
-        header = dst_mac + src_mac + struct.pack("!H", CONTROL_ETHERTYPE)
+        header = mac_bytes(dst_mac) + mac_bytes(src_mac) + struct.pack("!H", CONTROL_ETHERTYPE)
         self._kick = header + b"fabric-emu kick".ljust(46, b"\0")
         self._gate_frame = header + b"fabric-emu pause gate".ljust(self.burst - len(header), b"\0")
         self._nl = open_route_socket(netns)

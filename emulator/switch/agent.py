@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from emulator.mac import mac_bytes
 from emulator.netns import netns_path, setns
 from emulator.switch.forwarding import ETH_ARP, ETH_CONTROL, ETH_IPV4, arp_reply, ecmp_index, priority, routed
 from emulator.switch.queues import PRIORITIES, EgressQueues
@@ -40,17 +41,13 @@ RECV_BUFFER = 4 << 20
 BATCH = 64
 
 
-def _mac(text: str) -> bytes:
-    return bytes.fromhex(text.replace(":", ""))
-
-
 class Port:
     """One switch port: its socket and its counters of what arrived."""
 
     def __init__(self, ifname: str, mac: str, peer_mac: str) -> None:
         self.ifname = ifname
-        self.mac = _mac(mac)
-        self.peer_mac = _mac(peer_mac)
+        self.mac = mac_bytes(mac)
+        self.peer_mac = mac_bytes(peer_mac)
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)

@@ -1,0 +1,14 @@
+"""MAC addresses between their text form (plans, configs) and wire bytes."""
+
+
+def mac_bytes(text: str) -> bytes:
+    """``02:00:00:00:01:00`` -> 6 bytes."""
+    raw = bytes.fromhex(text.replace(":", ""))
+    if len(raw) != 6:
+        raise ValueError(f"not a MAC address: {text!r}")
+    return raw
+
+
+def mac_text(raw: bytes) -> str:
+    """6 bytes -> ``02:00:00:00:01:00``."""
+    return ":".join(f"{b:02x}" for b in raw)
