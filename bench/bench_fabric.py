@@ -12,7 +12,9 @@ It prints:
   * frames per second one switch process forwards, for 64-byte and
     1500-byte frames, offered by a raw-socket generator in a host that
     bypasses its qdisc (on the other core), links set to 10 Gbit/s so that
-    only the switch limits the rate.
+    only the switch limits the rate;
+  * the cost of closing and opening a host pause gate, and the time from
+    resume until the paused UDP flow reaches the switch again.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import statistics
 import struct
+import subprocess
 import sys
 import time
 
@@ -119,6 +123,41 @@ def forwarding_rate(size: int, seconds: float) -> None:
           f"{kernel_drops:,} dropped at its socket")
 
 
+def pause_gate_timing(cycles: int = 30) -> None:
+    """Cost of a gate change, and how soon traffic flows again after resume."""
+    with Fabric(StarTopo(n=2), link={"bw": "20mbit"}) as net:
+        gates = net.gates("h1")
+        server = net["h2"].popen(["iperf3", "-s", "-1"], stdout=subprocess.DEVNULL)
+        time.sleep(0.3)
+        client = net["h1"].popen(["iperf3", "-c", net["h2"].ip, "-u", "-b", "10M", "-S", "0x60", "-t", "30"],
+                                 stdout=subprocess.DEVNULL)
+        time.sleep(0.5)
+
+        def received() -> int:
+            return net.switch_stats("s1")["ports"]["s1-eth1"]["rx_frames"]
+
+        pause_us, resume_us, restart_ms = [], [], []
+        for _ in range(cycles):
+            began = time.perf_counter()
+            gates.pause(3)
+            pause_us.append((time.perf_counter() - began) * 1e6)
+            time.sleep(0.05)
+            held = received()
+            began = time.perf_counter()
+            gates.resume(3)
+            resume_us.append((time.perf_counter() - began) * 1e6)
+            while received() <= held + 1:
+                pass
+            restart_ms.append((time.perf_counter() - began) * 1e3)
+            time.sleep(0.05)
+        client.kill(), server.kill()
+        client.wait(), server.wait()
+    print(f"pause gates ({cycles} cycles): pause call median {statistics.median(pause_us):.0f} us "
+          f"(max {max(pause_us):.0f}), resume call median {statistics.median(resume_us):.0f} us "
+          f"(max {max(resume_us):.0f}); resume to traffic at the switch median "
+          f"{statistics.median(restart_ms):.2f} ms (max {max(restart_ms):.2f})")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-k", type=int, default=12, help="largest fat tree to try")
@@ -135,6 +174,7 @@ def main() -> int:
     agent_memory()
     for size in (64, 1500):
         forwarding_rate(size, args.seconds)
+    pause_gate_timing()
     return 0
 
 
