@@ -258,6 +258,7 @@ def _terminate(signum: int, _frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
     try:
         return args.func(args)
     except FabricError as err:

@@ -35,6 +35,7 @@ from emulator.tc import PauseGates, shape_link
 AGENT_READY_TIMEOUT = 20.0
 DEFAULT_SWITCH_BUFFER = 1 << 20  # bytes of egress buffer per switch port
 NUD_PERMANENT = 0x80
+PROGRESS_INTERVAL = 3.0  # seconds between progress lines of a long build
 
 
 CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
@@ -178,9 +179,13 @@ class Fabric:
                 "add", ifname=a.ifname, kind="veth", address=a.mac, mtu=a.params.mtu,
                 peer={"ifname": b.ifname, "net_ns_fd": self.plan.nodes[b.node].netns, "address": b.mac, "mtu": b.params.mtu},
             )
-        for node in self.plan.nodes.values():
-            self._configure(node)
         self._log(f"created {len(self.plan.links)} links")
+        last_report = time.monotonic()
+        for done, node in enumerate(self.plan.nodes.values(), start=1):
+            self._configure(node)
+            if time.monotonic() - last_report > PROGRESS_INTERVAL:
+                self._log(f"configured {done}/{len(self.plan.nodes)} nodes (tc, addresses, routes)")
+                last_report = time.monotonic()
         self._start_agents()
 
     def _configure(self, node: NodePlan) -> None:
