@@ -117,3 +117,9 @@ def test_custom_topology_file(tmp_path):
     done = cli("pingall", "--custom", str(custom), "--topo", "line,4")
     assert done.returncode == 0, done.stderr
     assert "reachable: 2/2 pairs" in done.stdout
+
+
+def test_link_delay_is_reported_as_not_applied():
+    done = cli("pingall", "--topo", "star,2", "--link", "delay=5ms")
+    assert done.returncode == 0, done.stderr
+    assert "link delay 5 ms NOT applied" in done.stderr
