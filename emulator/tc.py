@@ -133,8 +133,8 @@ def shape_link(ipr: Any, ifindex: int, rate_bps: int, mtu: int) -> None:
 class PauseGates:
     """The eight pause gates of one host NIC, and the API to close/open them.
 
-    ``pause(p)`` and ``resume(p)`` cost one netlink round trip each (tens of
-    microseconds).  ``pause_for(p, ns)`` resumes by itself after ``ns``, the
+    ``pause(p)`` and ``resume(p)`` cost one netlink round trip and one frame
+    each (about 0.1 ms; docs/performance.md).  ``pause_for(p, ns)`` resumes by itself after ``ns``, the
     way a PFC pause of N quanta expires; a later pause or resume supersedes
     a pending expiry.
     """
