@@ -9,8 +9,10 @@ is created (see :mod:`emulator.runstate`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 import resource
 import select
 import signal
@@ -25,15 +27,17 @@ from mininet.topo import Topo
 from pyroute2 import IPRoute
 
 from emulator import runstate
+from emulator.capture import Captures, stop_detached
 from emulator.errors import FabricError, NeedRootError
 from emulator.ethtool import disable_offloads
 from emulator.features import Features, probe_features, probe_namespace
 from emulator.netns import create_namespace, enter_for_exec, entered, existing_namespaces
 from emulator.plan import GATEWAY_IP, FabricPlan, NodePlan, make_plan
+from emulator.switch.mmu import MmuConfig
+from emulator.switch.params import derive_config
 from emulator.tc import PauseGates, shape_link
 
 AGENT_READY_TIMEOUT = 20.0
-DEFAULT_SWITCH_BUFFER = 1 << 20  # bytes of egress buffer per switch port
 NUD_PERMANENT = 0x80
 PROGRESS_INTERVAL = 3.0  # seconds between progress lines of a long build
 
@@ -88,13 +92,18 @@ class Node:
 class Fabric:
     """A fabric built from a Mininet ``Topo``; a context manager.
 
-    ``link`` holds the default link options (``bw``, ``delay``, ``mtu``) for
-    links that do not set their own.  ``name`` fixes the run name (default:
-    random); two runs cannot share one.
+    ``link`` holds the default link options (``bw``, ``delay``, ``mtu``,
+    ``loss``, ``drop``) for links that do not set their own.  ``fabric`` is
+    ``lossless`` (PFC on priority 3) or ``lossy``; ``switch`` overrides the
+    switches' buffer, PFC and ECN settings (:mod:`emulator.switch.params`).
+    ``name`` fixes the run name (default: random); two runs cannot share
+    one.  ``capture`` names a directory for one pcapng per link end;
+    ``telemetry`` one for the final counters and occupancy time series.
     """
 
     def __init__(self, topo: Topo, link: dict[str, Any] | None = None, name: str | None = None,
-                 spec: str = "", switch_buffer: int = DEFAULT_SWITCH_BUFFER,
+                 spec: str = "", fabric: str = "lossless", switch: dict[str, str] | None = None,
+                 seed: int = 1, capture: str | None = None, telemetry: str | None = None,
                  log: Callable[[str], None] | None = None) -> None:
         require_root()
         if name is not None:
@@ -102,13 +111,18 @@ class Fabric:
         self.run_name = name or runstate.new_run_name()
         self.plan: FabricPlan = make_plan(topo, self.run_name, link)
         self.spec = spec
-        self.switch_buffer = switch_buffer
+        self.fabric = fabric
+        self.seed = seed
+        self.mmu_configs = {node.name: _switch_config(node, fabric, switch or {}) for node in self.plan.switches()}
+        self.capture_dir = capture
+        self.telemetry_dir = telemetry
+        self.captures: Captures | None = None
         self.features: Features | None = None
         self.nodes = {n.name: Node(n.name, n.kind, n.netns, n.ip) for n in self.plan.nodes.values()}
         self.state: runstate.RunState | None = None
         self._ipr: dict[str, IPRoute] = {}
         self._gates: dict[str, PauseGates] = {}
-        self._agents: dict[str, subprocess.Popen] = {}
+        self._agents: dict[str, subprocess.Popen] = {}  # node -> agent
         self._stopping = threading.Event()
         self._log = log or (lambda message: None)
         self.timings: dict[str, float] = {}
@@ -152,6 +166,7 @@ class Fabric:
             run=self.run_name, owner_pid=os.getpid(), created=time.time(), topo=self.spec,
             namespaces=namespaces,
             nodes={n.name: {"kind": n.kind, "netns": n.netns, "ip": n.ip} for n in self.plan.nodes.values()},
+            fabric=self.fabric, capture_dir=self.capture_dir, telemetry_dir=self.telemetry_dir,
         )
         self.state.save()
         _raise_open_file_limit()
@@ -187,6 +202,8 @@ class Fabric:
                 self._log(f"configured {done}/{len(self.plan.nodes)} nodes (tc, addresses, routes)")
                 last_report = time.monotonic()
         self._start_agents()
+        if self.capture_dir:
+            self._start_captures()
 
     def _configure(self, node: NodePlan) -> None:
         ipr = self._ipr[node.name]
@@ -208,29 +225,47 @@ class Fabric:
                 ipr.neigh("add", dst=GATEWAY_IP, lladdr=port.peer_mac, ifindex=index, state=NUD_PERMANENT)
                 ipr.route("add", dst="10.0.0.0/8", gateway=GATEWAY_IP, oif=index)
 
+    def _agent_config(self, node: NodePlan, index: int) -> dict[str, Any]:
+        common = {
+            "name": node.name, "netns": node.netns, "control": self.control_path(node.name),
+            "stats_file": os.path.join(self.directory, f"{node.name}.stats.json"),
+        }
+        if node.kind == "host":
+            port = node.ports[0]
+            return {**common, "ifname": port.ifname, "rate_bps": port.params.bw_bps, "mtu": port.params.mtu,
+                    "mac": port.mac, "peer_mac": port.peer_mac}
+        mmu = dataclasses.asdict(self.mmu_configs[node.name])
+        for key in ("lossless", "strict"):
+            mmu[key] = sorted(mmu[key])
+        return {
+            **common, "seed": self.seed * 1000 + index, "mmu": mmu,
+            "occupancy_file": os.path.join(self.directory, f"{node.name}.occupancy.csv"),
+            "ports": [
+                {"ifname": p.ifname, "mac": p.mac, "peer_mac": p.peer_mac, "rate_bps": p.params.bw_bps,
+                 "delay_ns": p.params.delay_ns, "host_facing": self.plan.nodes[p.peer_node].kind == "host",
+                 "loss": p.params.loss, "drop": list(p.params.drop)}
+                for p in node.ports
+            ],
+            "routes": self.plan.routes[node.name],
+        }
+
     def _start_agents(self) -> None:
+        """One agent per node (switch: forwarding; host: PFC reaction)."""
         assert self.state is not None
         pending = {}
-        for index, node in enumerate(self.plan.switches(), start=1):
+        for index, node in enumerate(self.plan.nodes.values(), start=1):
             config_path = os.path.join(self.directory, f"{node.name}.json")
-            config = {
-                "name": node.name, "netns": node.netns, "seed": index, "buffer_bytes": self.switch_buffer,
-                "control": self.control_path(node.name),
-                "stats_file": os.path.join(self.directory, f"{node.name}.stats.json"),
-                "ports": [{"ifname": p.ifname, "mac": p.mac, "peer_mac": p.peer_mac} for p in node.ports],
-                "routes": self.plan.routes[node.name],
-            }
             with open(config_path, "w") as f:
-                json.dump(config, f)
+                json.dump(self._agent_config(node, index), f)
+            module = "emulator.switch.agent" if node.kind == "switch" else "emulator.host.agent"
             read_fd, write_fd = os.pipe()
-            log = open(self.agent_log(node.name), "w")
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "emulator.switch.agent", config_path, str(write_fd)],
-                pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                start_new_session=True, cwd=_package_root(),
-            )
+            with open(self.agent_log(node.name), "w") as log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", module, config_path, str(write_fd)],
+                    pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    start_new_session=True, cwd=_package_root(),
+                )
             os.close(write_fd)
-            log.close()
             self._agents[node.name] = proc
             self.state.agents[node.name] = proc.pid
             pending[node.name] = read_fd
@@ -242,16 +277,25 @@ class Fabric:
             finally:
                 os.close(fd)
             if ready != b"ready\n":
-                raise FabricError(self._agent_failure(name) or f"switch {name} did not start within {AGENT_READY_TIMEOUT:.0f} s")
-        self._log(f"started {len(pending)} switch agents")
+                raise FabricError(self._agent_failure(name) or f"{name}'s agent did not start within {AGENT_READY_TIMEOUT:.0f} s")
+        self._log(f"started {len(self.plan.switches())} switch agents and {len(self.plan.hosts())} host agents")
         watcher = threading.Thread(target=self._watch_agents, name="agent-watch", daemon=True)
         watcher.start()
 
-    def control_path(self, switch: str) -> str:
-        return os.path.join(self.directory, f"{switch}.sock")
+    def _start_captures(self) -> None:
+        assert self.state is not None and self.capture_dir is not None
+        ports = [(self.nodes[n.name], p.ifname) for n in self.plan.nodes.values() for p in n.ports]
+        self.captures = Captures(ports, self.capture_dir, self.directory)
+        self.captures.start()
+        self.state.captures = self.captures.pids
+        self.state.save()
+        self._log(f"capturing {len(ports)} link ends into {self.capture_dir}")
 
-    def agent_log(self, switch: str) -> str:
-        return os.path.join(self.directory, f"{switch}.log")
+    def control_path(self, node: str) -> str:
+        return os.path.join(self.directory, f"{node}.sock")
+
+    def agent_log(self, node: str) -> str:
+        return os.path.join(self.directory, f"{node}.log")
 
     # --- supervision -----------------------------------------------------------------
 
@@ -270,10 +314,10 @@ class Fabric:
         else:
             how = f"exited with code {proc.returncode}"
         why = f": {lines[-1]}" if lines else ""
-        return f"switch {name} agent (pid {proc.pid}) {how}{why}"
+        return f"{self.plan.nodes[name].kind} {name} agent (pid {proc.pid}) {how}{why}"
 
     def check_agents(self) -> None:
-        """Raise FabricError naming the first switch whose agent died."""
+        """Raise FabricError naming the first node whose agent died."""
         for name in self._agents:
             failure = self._agent_failure(name)
             if failure:
@@ -300,6 +344,17 @@ class Fabric:
         """The live counters of one switch agent."""
         return query_agent(self.control_path(switch), "stats")
 
+    def stats(self) -> dict[str, Any]:
+        """Live counters of every agent, with fabric-wide totals."""
+        assert self.state is not None
+        return collect_stats(self.state)
+
+    def send_pfc(self, switch: str, ifname: str, priority: int, quanta: int) -> None:
+        """Make ``switch`` send one PFC frame out of ``ifname`` (tests, timing)."""
+        reply = query_agent(self.control_path(switch), f"pfc {ifname} {priority} {quanta}")
+        if "error" in reply:
+            raise FabricError(reply["error"])
+
     def pingall(self, timeout: float = 1.0) -> tuple[int, int, list[tuple[str, str]]]:
         """Ping every ordered host pair once; (answered, total, failed pairs)."""
         return pingall(self.hosts, timeout)
@@ -316,25 +371,21 @@ class Fabric:
         self._close_handles()
 
     def stop(self) -> None:
-        """Tear everything down; safe to call twice and after a failed build."""
+        """Tear everything down; safe to call twice and after a failed build.
+
+        Captures are stopped first (so they hold the whole run), then the
+        agents, whose final counters and occupancy series go to the
+        telemetry directory, if any; then the run is destroyed.
+        """
         if self.state is None:
             return
         began = time.monotonic()
         self._stopping.set()
-        for name, proc in self._agents.items():
-            if proc.poll() is None:
-                try:
-                    query_agent(self.control_path(name), "stop", timeout=0.5)
-                except OSError:
-                    proc.terminate()
-        for proc in self._agents.values():
-            try:
-                proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if self.captures is not None:
+            self.captures.stop()
+            self.state.captures = {}
         self._close_handles()
-        runstate.destroy(self.state)
+        finish_run(self.state, self._agents)
         self.state = None
         self.timings["teardown_s"] = time.monotonic() - began
 
@@ -345,6 +396,90 @@ class Fabric:
         for ipr in self._ipr.values():
             ipr.close()
         self._ipr.clear()
+
+
+def _switch_config(node: NodePlan, fabric: str, overrides: dict[str, str]) -> MmuConfig:
+    """A switch's MMU settings from its fastest port and longest delay."""
+    return derive_config(
+        fabric,
+        rate_bps=max(p.params.bw_bps for p in node.ports),
+        delay_ns=max(p.params.delay_ns for p in node.ports),
+        mtu=max(p.params.mtu for p in node.ports),
+        ports=len(node.ports),
+        overrides=overrides,
+    )
+
+
+def collect_stats(state: runstate.RunState) -> dict[str, Any]:
+    """Every agent's live counters and the fabric-wide ``totals``."""
+    stats = {name: query_agent(os.path.join(state.directory, f"{name}.sock"), "stats") for name in state.agents}
+    return _with_totals(state, stats)
+
+
+def _with_totals(state: runstate.RunState, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    switches = {n: s for n, s in stats.items() if state.nodes[n]["kind"] == "switch"}
+    hosts = {n: s for n, s in stats.items() if state.nodes[n]["kind"] == "host"}
+    totals = {key: sum(s["totals"][key] for s in switches.values())
+              for key in ("drops", "pfc_sent", "pfc_received", "ecn_marked", "rx_frames", "tx_frames")}
+    totals["pfc_received"] += sum(sum(h["pfc_received"]) for h in hosts.values())
+    totals["host_paused_ns"] = sum(sum(h["paused_ns"]) for h in hosts.values())
+    return {"run": state.run, "fabric": state.fabric, "totals": totals, "switches": switches, "hosts": hosts}
+
+
+def finish_run(state: runstate.RunState, children: dict[str, subprocess.Popen] | None = None) -> runstate.Removed:
+    """Stop a run's captures and agents, keep its telemetry, remove the run.
+
+    ``children`` are the agents' Popen objects when this process started
+    them (so they are reaped); for a run started by ``fabric-emu up`` the
+    agents are waited for by pid.
+    """
+    if state.captures and state.capture_dir:
+        stop_detached(state.captures, state.capture_dir)
+    for name in state.agents:
+        try:
+            query_agent(os.path.join(state.directory, f"{name}.sock"), "stop", timeout=0.5)
+        except (OSError, ValueError):
+            pass  # a dead or stuck agent: destroy() kills it
+    deadline = time.monotonic() + 3
+    for name, pid in state.agents.items():
+        proc = (children or {}).get(name)
+        while time.monotonic() < deadline:
+            if proc is not None:
+                if proc.poll() is not None:
+                    break
+            elif not os.path.exists(f"/proc/{pid}"):
+                break
+            time.sleep(0.01)
+    if state.telemetry_dir:
+        write_telemetry(state, state.telemetry_dir)
+    return runstate.destroy(state)
+
+
+def write_telemetry(state: runstate.RunState, directory: str) -> None:
+    """The agents' final counters as stats.json (with totals), and every
+    switch's queue occupancy series merged into occupancy.csv."""
+    os.makedirs(directory, exist_ok=True)
+    final = {}
+    for name in state.agents:
+        try:
+            with open(os.path.join(state.directory, f"{name}.stats.json")) as f:
+                final[name] = json.load(f)
+        except (OSError, ValueError):
+            continue  # the agent died; its death was reported
+    with open(os.path.join(directory, "stats.json"), "w") as f:
+        json.dump(_with_totals(state, final), f, indent=1)
+    with open(os.path.join(directory, "occupancy.csv"), "w") as out:
+        header_written = False
+        for name in state.agents:
+            path = os.path.join(state.directory, f"{name}.occupancy.csv")
+            if not os.path.exists(path):
+                continue
+            with open(path) as f:
+                header = f.readline()
+                if not header_written:
+                    out.write(header)
+                    header_written = True
+                shutil.copyfileobj(f, out)
 
 
 def query_agent(path: str, request: str, timeout: float = 2.0) -> dict[str, Any]:

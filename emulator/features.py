@@ -33,19 +33,19 @@ class Features:
         return asdict(self)
 
     def notice(self, plan: FabricPlan) -> str:
-        """A plain sentence on what the run uses and what it cannot apply.
+        """A plain sentence on what the run uses for shaping and delay.
 
-        Link delay is never applied by this version, netem or not: netem
-        orphans a frame from its socket at enqueue, so a delayed switch port
-        would hide the switch's backlog in the kernel and break its queue
-        accounting.  The switch is to model delay itself (docs/architecture.md).
+        Link delay is modelled by the switch agents on every kernel, even
+        where netem exists: netem orphans a frame from its socket at
+        enqueue, so a delayed switch port would hide the switch's backlog
+        in the kernel and break its buffer accounting and PFC.
         """
         found = ", ".join(k for k, v in self.as_dict().items() if v)
         delays = sorted({p.params.delay_ns for p, _ in plan.links if p.params.delay_ns})
         if not delays:
             return f"kernel features: {found}"
         shown = ", ".join(format_time(d) for d in delays)
-        return f"kernel features: {found}; link delay {shown} NOT applied (the switch does not model delay yet)"
+        return f"kernel features: {found}; link delay {shown} modelled by the switch agents"
 
 
 def probe_namespace(run: str) -> str:

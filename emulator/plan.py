@@ -27,7 +27,7 @@ from emulator.units import parse_rate, parse_size, parse_time
 GATEWAY_IP = "10.255.255.254"
 HOST_NET = ipaddress.IPv4Network("10.0.0.0/8")
 IFNAMSIZ = 15
-DEFAULT_LINK = {"bw": "100mbit", "delay": "0us", "mtu": 1500}
+DEFAULT_LINK = {"bw": "100mbit", "delay": "0us", "mtu": 1500, "loss": 0, "drop": ""}
 MIN_MTU, MAX_MTU = 576, 9000
 
 
@@ -38,6 +38,8 @@ class LinkParams:
     bw_bps: int
     delay_ns: int
     mtu: int
+    loss: float = 0.0  # probability a frame is lost, each direction
+    drop: tuple[int, ...] = ()  # frames (1-based, each direction) always lost
 
 
 @dataclass
@@ -86,12 +88,39 @@ def link_params(opts: dict[str, Any], defaults: dict[str, Any]) -> LinkParams:
 
     ``bw`` follows Mininet's TCLink: a bare number is Mbit/s; strings carry
     units (``50mbit``).  ``delay`` is a time string (``5us``), ``mtu`` bytes.
+    ``loss`` is a probability (``1e-3``; unlike Mininet's percent, 1 means
+    every frame); ``drop`` lists frame numbers joined by ``:`` (``100:250``)
+    that are lost deterministically in each direction.
     """
     merged = {**DEFAULT_LINK, **defaults, **{k: v for k, v in opts.items() if k in DEFAULT_LINK}}
     mtu = parse_size(merged["mtu"])
     if not MIN_MTU <= mtu <= MAX_MTU:
         raise FabricError(f"bad mtu {mtu}: expected {MIN_MTU} to {MAX_MTU} bytes")
-    return LinkParams(parse_rate(merged["bw"]), parse_time(merged["delay"]), mtu)
+    return LinkParams(parse_rate(merged["bw"]), parse_time(merged["delay"]), mtu,
+                      _probability(merged["loss"]), _frame_numbers(merged["drop"]))
+
+
+def _probability(value: Any) -> float:
+    try:
+        loss = float(value)
+    except (TypeError, ValueError):
+        raise FabricError(f"bad loss {value!r}: expected a probability such as 1e-3") from None
+    if not 0 <= loss <= 1:
+        raise FabricError(f"bad loss {value!r}: a probability is 0 to 1")
+    return loss
+
+
+def _frame_numbers(value: Any) -> tuple[int, ...]:
+    if value in ("", None):
+        return ()
+    items = value if isinstance(value, (list, tuple)) else str(value).split(":")
+    try:
+        numbers = tuple(sorted({int(n) for n in items}))
+    except ValueError:
+        raise FabricError(f"bad drop {value!r}: expected frame numbers joined by ':', e.g. 100:250") from None
+    if numbers and numbers[0] < 1:
+        raise FabricError(f"bad drop {value!r}: frame numbers start at 1")
+    return numbers
 
 
 def _mac(kind: str, index: int, port: int) -> str:

@@ -43,6 +43,10 @@ class RunState:
     nodes: dict[str, dict[str, Any]]  # name -> kind, netns, ip
     agents: dict[str, int] = field(default_factory=dict)  # switch -> pid
     features: dict[str, bool] = field(default_factory=dict)  # what the kernel offered
+    fabric: str = "lossless"
+    capture_dir: str | None = None
+    captures: dict[str, int] = field(default_factory=dict)  # ifname -> tcpdump pid
+    telemetry_dir: str | None = None
     detached: bool = False  # True once `fabric-emu up` handed the run over
 
     @property

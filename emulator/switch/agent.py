@@ -1,66 +1,94 @@
 """The switch agent: one process per switch namespace, forwarding real frames.
 
-It wraps the sans-I/O pieces (forwarding decisions, egress queues) with
-AF_PACKET sockets and an epoll loop.  Egress pacing is the kernel's: each
-port's HTB shapes at the link rate, and the port's socket has a send buffer
-of about two full frames, so the kernel queue holds one to three frames and
-the backlog stays in the switch's own accounted queues.  When the kernel
-queue drains, the socket turns writable and the loop sends the next frame
-the queues choose.
+It wraps the sans-I/O pieces (forwarding decisions, the MMU) with AF_PACKET
+sockets, an epoll loop and a timerfd.  Egress pacing is the kernel's: each
+port's HTB shapes at the link rate, and the port's data socket has a send
+buffer of about two full frames, so the kernel queue holds one to three
+frames and the backlog stays in the MMU.  When the kernel queue drains, the
+socket turns writable and the loop sends the next frame the MMU chooses.
+PFC frames leave through a second socket per port, in the highest tc class,
+so they overtake the data backlog.
 
-Started as ``python -m emulator.switch.agent CONFIG READY_FD``; it writes
-``ready`` to READY_FD once its sockets are bound.  It imports only the
-standard library and small project modules: scapy and pyroute2 cost about a
-second and 100 MB per process.
+Link delay, on every kernel, is modelled here: a frame arriving on a port
+whose link has delay d is processed d later (this covers both directions
+of switch-to-switch links and host-to-switch), and on host-facing ports
+frames leave the MMU when a virtual wire of the port's rate is free and
+reach the kernel d later.  Injected loss drops frames on the switch's side
+of a link: on egress, and on ingress from hosts.
+
+Started as ``python -m emulator.switch.agent CONFIG READY_FD``; see
+:mod:`emulator.agentlib`.  It imports only the standard library and small
+project modules: scapy and pyroute2 cost about a second and 100 MB each.
 """
 
 from __future__ import annotations
 
-import json
-import os
+import random
 import select
-import signal
 import socket
 import struct
-import sys
-import time
-from dataclasses import asdict
+from collections import deque
 from typing import Any
 
+from emulator.agentlib import AgentBase, run_agent
 from emulator.mac import mac_bytes
-from emulator.netns import netns_path, setns
+from emulator.pfc import PRIORITIES, decode_pfc, encode_pfc
 from emulator.switch.forwarding import ETH_ARP, ETH_CONTROL, ETH_IPV4, arp_reply, ecmp_index, priority, routed
-from emulator.switch.queues import PRIORITIES, EgressQueues
+from emulator.switch.mmu import Mmu, MmuConfig
+from emulator.tc import leaf_class
 
 ETH_P_ALL = 0x0003
+ETH_MAC_CONTROL = b"\x88\x08"
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
 SEND_BUFFER = 3000  # the kernel doubles it: room for two MTU-sized frames
 RECV_BUFFER = 4 << 20
 BATCH = 64
+SAMPLE_NS = 1_000_000  # occupancy sampling period
 
 
 class Port:
-    """One switch port: its socket and its counters of what arrived."""
+    """One switch port: sockets, link model (delay, loss) and counters."""
 
-    def __init__(self, ifname: str, mac: str, peer_mac: str) -> None:
-        self.ifname = ifname
-        self.mac = mac_bytes(mac)
-        self.peer_mac = mac_bytes(peer_mac)
+    def __init__(self, index: int, spec: dict[str, Any], seed: int) -> None:
+        self.index = index
+        self.ifname = spec["ifname"]
+        self.mac = mac_bytes(spec["mac"])
+        self.peer_mac = mac_bytes(spec["peer_mac"])
+        self.rate_bps = spec["rate_bps"]
+        self.delay_ns = spec["delay_ns"]
+        self.host_facing = spec["host_facing"]
+        self.loss = spec["loss"]
+        self.drop_seq = set(spec["drop"])
+        self.random = random.Random(seed * 1000 + index)
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER)
-        self.sock.bind((ifname, ETH_P_ALL))
+        self.sock.bind((self.ifname, ETH_P_ALL))
         self.sock.setblocking(False)
+        self.pfc_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        self.pfc_sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, leaf_class(PRIORITIES - 1))
+        self.pfc_sock.bind((self.ifname, 0))
         self.fd = self.sock.fileno()
         self.writable_armed = False
-        self.rx_frames = 0
-        self.rx_bytes = 0
+        self.delay_in: deque[tuple[int, bytes]] = deque()  # (due, frame)
+        self.delay_out: deque[tuple[int, bytes]] = deque()
+        self.wire_free_at = 0
+        self.rx_seq = 0  # IPv4 frames received from a host (for deterministic drops)
+        self.tx_seq = 0  # IPv4 frames sent onto the link
+        self.rx_frames = [0] * PRIORITIES
+        self.rx_bytes = [0] * PRIORITIES
+        self.pfc_received = [0] * PRIORITIES
+        self.injected_drops = [0] * PRIORITIES
         self.kernel_drops = 0
         self.drops = {"no_route": 0, "ttl": 0, "not_for_us": 0, "unsupported": 0}
         self.control_frames = 0
+
+    def lost(self, seq: int) -> bool:
+        """Whether injected loss takes the ``seq``-th frame in one direction."""
+        return seq in self.drop_seq or (self.loss > 0 and self.random.random() < self.loss)
 
     def read_kernel_drops(self) -> int:
         """Frames the kernel dropped because this socket's buffer was full."""
@@ -69,64 +97,95 @@ class Port:
         return self.kernel_drops
 
 
-class SwitchAgent:
+class SwitchAgent(AgentBase):
     """The forwarding loop of one switch."""
 
     def __init__(self, config: dict[str, Any]) -> None:
-        self.name = config["name"]
+        super().__init__(config)
         self.seed = config["seed"]
-        self.ports = [Port(p["ifname"], p["mac"], p["peer_mac"]) for p in config["ports"]]
-        self.by_name = {p.ifname: p for p in self.ports}
+        self.ports = [Port(i, spec, self.seed) for i, spec in enumerate(config["ports"])]
+        by_name = {p.ifname: p for p in self.ports}
         self.by_fd = {p.fd: p for p in self.ports}
         self.routes = {
-            socket.inet_aton(ip): [self.by_name[name] for name in names] for ip, names in config["routes"].items()
+            socket.inet_aton(ip): [by_name[name] for name in names] for ip, names in config["routes"].items()
         }
-        self.queues = EgressQueues([p.ifname for p in self.ports], config["buffer_bytes"])
-        self.epoll = select.epoll()
+        mmu = dict(config["mmu"])
+        for key in ("lossless", "strict"):
+            mmu[key] = frozenset(mmu[key])
+        mmu["weights"] = tuple(mmu["weights"])
+        self.mmu = Mmu(MmuConfig(**mmu), [p.rate_bps for p in self.ports], seed=self.seed)
+        self.delayed_in = [p for p in self.ports if p.delay_ns]
+        self.delayed_out = [p for p in self.ports if p.delay_ns and p.host_facing]
+        self.next_sample = 0
+        self.last_sample: dict[tuple[int, int], tuple[int, int, bool, bool]] = {}
+        self.occupancy = open(config["occupancy_file"], "w", buffering=1 << 16)
+        self.occupancy.write("time_ns,switch,port,priority,ingress_bytes,egress_bytes,egress_paused,xoff\n")
         for port in self.ports:
-            self.epoll.register(port.fd, select.EPOLLIN)
-        self.control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.control.bind(config["control"])
-        self.control.listen(8)
-        self.control.setblocking(False)
-        self.epoll.register(self.control.fileno(), select.EPOLLIN)
-        self.running = True
-        self.started = time.monotonic()
+            self.watch(port.fd, select.EPOLLIN, self._on_port)
 
-    def run(self) -> None:
-        control_fd = self.control.fileno()
-        while self.running:
-            try:
-                events = self.epoll.poll(0.5)
-            except InterruptedError:
-                continue
-            for fd, mask in events:
-                if fd == control_fd:
-                    self._serve_control()
-                    continue
-                port = self.by_fd[fd]
-                if mask & select.EPOLLIN:
-                    self._receive(port)
-                if mask & select.EPOLLOUT:
-                    self._drain(port)
+    # --- events ----------------------------------------------------------------------
 
-    def _receive(self, port: Port) -> None:
+    def _on_port(self, fd: int, mask: int, now: int) -> None:
+        port = self.by_fd[fd]
+        if mask & select.EPOLLIN:
+            self._receive(port, now)
+        if mask & select.EPOLLOUT:
+            self._drain(port, now)
+
+    def after_events(self, now: int) -> None:
+        """Send the PFC frames the MMU decided on; set the next wake-up."""
+        for port, quanta in self.mmu.take_pfc():
+            self.ports[port].pfc_sock.send(encode_pfc(self.ports[port].mac, quanta))
+        deadlines = [self.mmu.next_deadline(), self.next_sample or None]
+        deadlines += [p.delay_in[0][0] for p in self.delayed_in if p.delay_in]
+        for port in self.delayed_out:
+            if port.delay_out:
+                deadlines.append(port.delay_out[0][0])
+            if self.mmu.backlog[port.index]:
+                deadlines.append(port.wire_free_at)
+        pending = [d for d in deadlines if d is not None]
+        self.timer.set(min(pending) if pending else None)
+
+    def on_timer(self, now: int) -> None:
+        for index in self.mmu.on_timer(now):
+            self._drain(self.ports[index], now)
+        for port in self.delayed_in:
+            while port.delay_in and port.delay_in[0][0] <= now:
+                due, frame = port.delay_in.popleft()
+                self._process(port, frame, due)
+        for port in self.delayed_out:
+            self._drain(port, now)
+        if self.next_sample and now >= self.next_sample:
+            self._sample(now)
+
+    # --- ingress -----------------------------------------------------------------------
+
+    def _receive(self, port: Port, now: int) -> None:
         recv = port.sock.recv
         for _ in range(BATCH):
             try:
                 frame = recv(65536)
             except BlockingIOError:
                 return
-            port.rx_frames += 1
-            port.rx_bytes += len(frame)
-            self._forward(port, frame)
+            if port.delay_ns:
+                port.delay_in.append((now + port.delay_ns, frame))
+            else:
+                self._process(port, frame, now)
 
-    def _forward(self, port: Port, frame: bytes) -> None:
-        ethertype = frame[12:14]
+    def _process(self, port: Port, frame: bytes, now: int) -> None:
         if frame[0:6] != port.mac and not frame[0] & 1:
             port.drops["not_for_us"] += 1
             return
+        ethertype = frame[12:14]
         if ethertype == ETH_IPV4:
+            prio = priority(frame)
+            port.rx_frames[prio] += 1
+            port.rx_bytes[prio] += len(frame)
+            if port.host_facing:
+                port.rx_seq += 1
+                if port.lost(port.rx_seq):
+                    port.injected_drops[prio] += 1
+                    return
             choices = self.routes.get(frame[30:34])
             if choices is None:
                 port.drops["no_route"] += 1
@@ -136,92 +195,154 @@ class SwitchAgent:
             if forwarded is None:
                 port.drops["ttl"] += 1
                 return
-            self._send(out, priority(frame), forwarded)
+            if self.mmu.enqueue(now, port.index, out.index, prio, forwarded):
+                self._drain(out, now)
+        elif ethertype == ETH_MAC_CONTROL:
+            quanta = decode_pfc(frame)
+            if quanta is None:
+                port.drops["unsupported"] += 1
+                return
+            for prio in quanta:
+                port.pfc_received[prio] += 1
+            if self.mmu.pfc_received(now, port.index, quanta):
+                self._drain(port, now)
         elif ethertype == ETH_ARP:
             reply = arp_reply(frame, port.mac)
             if reply is not None:
-                self._send(port, 0, reply)
+                port.pfc_sock.send(reply)
         elif ethertype == ETH_CONTROL:
             port.control_frames += 1
         else:
             port.drops["unsupported"] += 1
 
-    def _send(self, out: Port, prio: int, frame: bytes) -> None:
-        if self.queues.enqueue(out.ifname, prio, frame):
-            self._drain(out)
+    # --- egress ------------------------------------------------------------------------
 
-    def _drain(self, port: Port) -> None:
-        """Hand head frames to the kernel until its queue for the port is full."""
-        queues, name, send = self.queues, port.ifname, port.sock.send
-        while True:
-            head = queues.head(name)
-            if head is None:
-                break
-            try:
-                send(head[1])
-            except BlockingIOError:
-                break
-            queues.pop(name, head[0])
-        backlog = queues.has_backlog(name)
+    def _drain(self, port: Port, now: int) -> None:
+        """Move frames from the MMU towards the wire as far as the wire allows."""
+        mmu, index = self.mmu, port.index
+        if port.delay_ns and port.host_facing:
+            self._drain_delayed(port, now)
+            backlog = bool(port.delay_out)
+        else:
+            send = port.sock.send
+            while True:
+                head = mmu.head(index)
+                if head is None:
+                    break
+                prio, frame = head
+                port.tx_seq += 1
+                if port.lost(port.tx_seq):
+                    mmu.pop(index, prio)
+                    port.injected_drops[prio] += 1
+                    continue
+                try:
+                    send(frame)
+                except BlockingIOError:
+                    port.tx_seq -= 1
+                    break
+                mmu.pop(index, prio)
+            backlog = mmu.head(index) is not None
         if backlog != port.writable_armed:
             self.epoll.modify(port.fd, select.EPOLLIN | (select.EPOLLOUT if backlog else 0))
             port.writable_armed = backlog
 
-    def stats(self) -> dict[str, Any]:
-        """Counters of every port and queue, JSON-ready."""
-        ports = {}
+    def _drain_delayed(self, port: Port, now: int) -> None:
+        """Host-facing port with delay: virtual wire, then a delay line."""
+        mmu, index = self.mmu, port.index
+        while port.wire_free_at <= now:
+            head = mmu.head(index)
+            if head is None:
+                break
+            prio, frame = head
+            mmu.pop(index, prio)
+            start = max(now, port.wire_free_at)
+            port.wire_free_at = start + len(frame) * 8_000_000_000 // port.rate_bps
+            port.tx_seq += 1
+            if port.lost(port.tx_seq):
+                port.injected_drops[prio] += 1
+                continue
+            port.delay_out.append((start + port.delay_ns, frame))
+        while port.delay_out and port.delay_out[0][0] <= now:
+            try:
+                port.sock.send(port.delay_out[0][1])
+            except BlockingIOError:
+                break
+            port.delay_out.popleft()
+
+    # --- telemetry ---------------------------------------------------------------------
+
+    def _sample(self, now: int) -> None:
+        """Write the (port, priority) occupancies that changed since the last sample."""
+        mmu, rows = self.mmu, []
         for port in self.ports:
+            i = port.index
+            paused = mmu.pause[i].until
+            xoff = mmu.ingress[i].xoff
+            for p in range(PRIORITIES):
+                value = (mmu.ingress_bytes(i, p), mmu.egress_bytes(i, p), paused[p] is not None, xoff[p])
+                if self.last_sample.get((i, p), (0, 0, False, False)) != value:
+                    self.last_sample[(i, p)] = value
+                    rows.append(f"{now},{self.name},{port.ifname},{p},{value[0]},{value[1]},{int(value[2])},{int(value[3])}\n")
+        self.occupancy.writelines(rows)
+        self.next_sample = now + SAMPLE_NS
+
+    def start_sampling(self, now: int) -> None:
+        self.next_sample = now
+
+    def command(self, request: list[str]) -> dict[str, Any]:
+        """``pfc IFNAME PRIORITY QUANTA``: send one PFC frame out of a port."""
+        if request[:1] != ["pfc"] or len(request) != 4:
+            return super().command(request)
+        port = next((p for p in self.ports if p.ifname == request[1]), None)
+        if port is None:
+            raise ValueError(f"no port {request[1]!r} on {self.name}")
+        frame = encode_pfc(port.mac, {int(request[2]): int(request[3])})
+        port.pfc_sock.send(frame)
+        return {"sent": frame.hex()}
+
+    def stats(self) -> dict[str, Any]:
+        now = self.now()
+        mmu = self.mmu
+        ports: dict[str, Any] = {}
+        totals = {"drops": 0, "pfc_sent": 0, "pfc_received": 0, "ecn_marked": 0, "rx_frames": 0, "tx_frames": 0}
+        for port in self.ports:
+            i = port.index
+            kernel_drops = port.read_kernel_drops()
+            priorities = []
+            for p in range(PRIORITIES):
+                c = mmu.counters[i][p]
+                entry = {
+                    "rx_frames": port.rx_frames[p], "rx_bytes": port.rx_bytes[p],
+                    "tx_frames": c.tx_frames, "tx_bytes": c.tx_bytes,
+                    "drops": {"threshold": c.drops_threshold, "headroom": c.drops_headroom,
+                              "injected": port.injected_drops[p]},
+                    "pfc_sent": {"xoff": c.pfc_xoff_sent, "xon": c.pfc_xon_sent},
+                    "pfc_received": port.pfc_received[p],
+                    "paused_ns": mmu.pause[i].paused_time(p, now),
+                    "ecn_marked": c.ecn_marked,
+                    "ingress_bytes": mmu.ingress_bytes(i, p), "ingress_peak": c.ingress_peak,
+                    "egress_bytes": mmu.egress_bytes(i, p), "egress_peak": c.egress_peak,
+                }
+                priorities.append(entry)
+                totals["drops"] += sum(entry["drops"].values())
+                totals["pfc_sent"] += c.pfc_xoff_sent + c.pfc_xon_sent
+                totals["pfc_received"] += port.pfc_received[p]
+                totals["ecn_marked"] += c.ecn_marked
+                totals["rx_frames"] += port.rx_frames[p]
+                totals["tx_frames"] += c.tx_frames
+            totals["drops"] += kernel_drops + port.drops["no_route"] + port.drops["ttl"]
             ports[port.ifname] = {
-                "rx_frames": port.rx_frames,
-                "rx_bytes": port.rx_bytes,
-                "rx_kernel_drops": port.read_kernel_drops(),
+                "priorities": priorities,
+                "rx_kernel_drops": kernel_drops,
                 "rx_drops": dict(port.drops),
                 "rx_control_frames": port.control_frames,
-                "queues": [asdict(self.queues.counters(port.ifname, p)) for p in range(PRIORITIES)],
-                "backlog_bytes": self.queues.backlog_bytes(port.ifname),
             }
-        return {"switch": self.name, "pid": os.getpid(), "uptime_s": time.monotonic() - self.started, "ports": ports}
+        return {"switch": self.name, "ports": ports, "totals": totals}
 
-    def _serve_control(self) -> None:
-        """Answer one request on the control socket: ``stats`` or ``stop``."""
-        try:
-            conn, _ = self.control.accept()
-        except BlockingIOError:
-            return
-        with conn:
-            conn.settimeout(0.2)
-            try:
-                request = conn.recv(64).strip()
-                if request == b"stop":
-                    self.running = False
-                    conn.sendall(b'{"stopping": true}\n')
-                else:
-                    conn.sendall(json.dumps(self.stats()).encode() + b"\n")
-            except OSError:
-                pass
-
-
-def main(argv: list[str]) -> int:
-    config_path, ready_fd = argv[0], int(argv[1])
-    with open(config_path) as f:
-        config = json.load(f)
-    fd = os.open(netns_path(config["netns"]), os.O_RDONLY)
-    setns(fd)
-    os.close(fd)
-    agent = SwitchAgent(config)
-
-    def stop(_signum: int, _frame: object) -> None:
-        agent.running = False
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    os.write(ready_fd, b"ready\n")
-    os.close(ready_fd)
-    agent.run()
-    with open(config["stats_file"], "w") as f:
-        json.dump(agent.stats(), f)
-    return 0
+    def close(self) -> None:
+        self._sample(self.now())
+        self.occupancy.close()
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_agent(SwitchAgent)

@@ -62,3 +62,21 @@ def arp_reply(frame: bytes, port_mac: bytes) -> bytes | None:
         + b"\x00\x01\x08\x00\x06\x04\x00\x02"
         + port_mac + target_ip + sender_mac + sender_ip
     ).ljust(60, b"\0")
+
+
+def is_ect(frame: bytes) -> bool:
+    """Whether an IPv4 frame is ECN-capable (ECT(0) or ECT(1))."""
+    return (frame[15] & 3) in (1, 2)
+
+
+def mark_ce(frame: bytes) -> bytes:
+    """An ECT IPv4 frame with its ECN bits set to CE and the checksum fixed.
+
+    RFC 1624: HC' = ~(~HC + ~m + m') for the changed 16-bit word m.
+    """
+    old = frame[14] << 8 | frame[15]
+    new = old | 3
+    total = (~int.from_bytes(frame[24:26], "big") & 0xFFFF) + (~old & 0xFFFF) + new
+    total = (total & 0xFFFF) + (total >> 16)
+    total = (total & 0xFFFF) + (total >> 16)
+    return frame[:15] + bytes((new & 0xFF,)) + frame[16:24] + (~total & 0xFFFF).to_bytes(2, "big") + frame[26:]

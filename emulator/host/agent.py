@@ -1,0 +1,78 @@
+"""The host agent: answers PFC on the host NIC by closing its pause gates.
+
+One process per host namespace.  It listens for MAC control frames
+(EtherType 0x8808) on the host's NIC, feeds them to a sans-I/O
+:class:`~emulator.pfc.PauseState`, closes the tc pause gate of each paused
+priority and opens it again at XON or when the quanta run out (a timerfd,
+not a poll timeout: quanta are microseconds).  Because the gate is in the
+kernel, every application on the host, iperf3 or a kernel UDP socket, is
+held back and never dropped.  The RDMA work adds the emulated RNIC here.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+from typing import Any
+
+from emulator.agentlib import AgentBase, run_agent
+from emulator.pfc import PRIORITIES, PauseState, decode_pfc
+from emulator.tc import PauseGates
+
+ETH_P_MAC_CONTROL = 0x8808
+
+
+class HostAgent(AgentBase):
+    """PFC reaction of one host NIC."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        ifname = config["ifname"]
+        self.gates = PauseGates(config["netns"], ifname, socket.if_nametoindex(ifname), config["rate_bps"],
+                                config["mtu"], config["mac"], config["peer_mac"])
+        self.state = PauseState(config["rate_bps"])
+        self.pfc_received = [0] * PRIORITIES
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_MAC_CONTROL))
+        self.sock.bind((ifname, ETH_P_MAC_CONTROL))
+        self.sock.setblocking(False)
+        self.watch(self.sock.fileno(), select.EPOLLIN, self._on_frame)
+
+    def _on_frame(self, _fd: int, _mask: int, now: int) -> None:
+        while True:
+            try:
+                frame = self.sock.recv(2048)
+            except BlockingIOError:
+                return
+            quanta = decode_pfc(frame)
+            if quanta is None:
+                continue
+            for priority in quanta:
+                self.pfc_received[priority] += 1
+            paused, resumed = self.state.on_pfc(now, quanta)
+            for priority in paused:
+                self.gates.pause(priority)
+            for priority in resumed:
+                self.gates.resume(priority)
+
+    def after_events(self, now: int) -> None:
+        self.timer.set(self.state.next_expiry())
+
+    def on_timer(self, now: int) -> None:
+        for priority in self.state.expire(now):
+            self.gates.resume(priority)
+
+    def stats(self) -> dict[str, Any]:
+        now = self.now()
+        return {
+            "host": self.name,
+            "pfc_received": list(self.pfc_received),
+            "paused_ns": [self.state.paused_time(p, now) for p in range(PRIORITIES)],
+            "paused_now": [self.state.is_paused(p) for p in range(PRIORITIES)],
+        }
+
+    def close(self) -> None:
+        self.gates.close()
+
+
+if __name__ == "__main__":
+    run_agent(HostAgent)

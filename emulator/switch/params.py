@@ -1,0 +1,121 @@
+"""Switch buffer, PFC and ECN settings: defaults derived from the links.
+
+The defaults follow from a switch's fastest port rate C, the longest
+one-way delay d of its links and the frame size F = MTU + 14:
+
+* headroom per (port, lossless priority) = 2 F + 2 C d + C r
+  (the frame being sent when XOFF is decided and the one being sent when
+  it arrives, the cable both ways, and r = the response time of both ends:
+  ``RESPONSE_NS``, set from the headroom sweep, scripts/headroom_sweep.py);
+* reserve per (port, priority) = F;
+* shared pool = 64 F per port; buffer = pool + reserves + headrooms;
+* dynamic threshold alpha = 1 (an ingress may hold as much of the pool as
+  is still free); XON 2 F below the XOFF point;
+* PFC quanta 65535 (the maximum; refreshed at half, cleared by XON);
+* ECN (all priorities, ECT frames only): kmin = 10 F, kmax = 40 F,
+  pmax = 0.2 on each egress queue;
+* strict priority for 6 (CNP) and 7, DWRR with equal weights for 0..5.
+
+``--fabric lossless`` makes priority 3 lossless (RoCE's DSCP 26) and the
+rest lossy; ``--fabric lossy`` has no lossless priority, so no PFC.  Any
+value can be overridden with ``--switch key=value,...``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from emulator.errors import FabricError
+from emulator.pfc import MAX_QUANTA, PRIORITIES
+from emulator.switch.mmu import MmuConfig
+from emulator.units import parse_size
+
+FABRICS = ("lossless", "lossy")
+DEFAULT_LOSSLESS = (3,)
+RESPONSE_NS = 3_000_000
+SHARED_FRAMES_PER_PORT = 64
+SWITCH_OPTIONS = (
+    "buffer", "reserve", "headroom", "alpha", "threshold", "xon_delta", "quanta",
+    "lossless", "strict", "ecn", "kmin", "kmax", "pmax",
+)
+
+
+def default_headroom(rate_bps: int, delay_ns: int, mtu: int, response_ns: int = RESPONSE_NS) -> int:
+    """Bytes that still arrive after XOFF is decided (formula in the module doc)."""
+    frame = mtu + 14
+    in_flight = rate_bps * (2 * delay_ns + response_ns) // 8 // 1_000_000_000
+    return 2 * frame + in_flight
+
+
+def derive_config(fabric: str, rate_bps: int, delay_ns: int, mtu: int, ports: int,
+                  overrides: dict[str, str] | None = None) -> MmuConfig:
+    """The MMU settings of one switch: defaults, then ``overrides``."""
+    if fabric not in FABRICS:
+        raise FabricError(f"unknown fabric {fabric!r}; known: {', '.join(FABRICS)}")
+    frame = mtu + 14
+    pool = SHARED_FRAMES_PER_PORT * frame * ports
+    settings: dict[str, Any] = dict(
+        reserve=frame, headroom=default_headroom(rate_bps, delay_ns, mtu), alpha=1.0,
+        threshold=pool // ports, xon_delta=2 * frame,
+        lossless=frozenset(DEFAULT_LOSSLESS if fabric == "lossless" else ()), quanta=MAX_QUANTA,
+        strict=frozenset({6, 7}), weights=(1,) * PRIORITIES, mtu_frame=frame,
+        ecn=True, kmin=10 * frame, kmax=40 * frame, pmax=0.2,
+    )
+    settings.update(parse_overrides(overrides or {}))
+    if settings["lossless"] and fabric == "lossy":
+        raise FabricError("--switch lossless=... contradicts --fabric lossy")
+    if settings["kmax"] <= settings["kmin"]:
+        raise FabricError(f"--switch kmax ({settings['kmax']}) must be above kmin ({settings['kmin']})")
+    settings.setdefault(
+        "buffer", pool + ports * (PRIORITIES * settings["reserve"] + len(settings["lossless"]) * settings["headroom"])
+    )
+    config = MmuConfig(**settings)
+    if config.shared_pool(ports) <= 0:
+        raise FabricError(f"--switch buffer={config.buffer} leaves no shared buffer after the reserves and "
+                          f"headroom of {ports} ports")
+    return config
+
+
+def _priorities(text: str, key: str) -> frozenset[int]:
+    if text in ("", "none"):
+        return frozenset()
+    try:
+        values = frozenset(int(p) for p in text.split(":"))
+    except ValueError:
+        raise FabricError(f"bad --switch {key}={text!r}: expected priorities 0-7 joined by ':', e.g. 3:4") from None
+    if not all(0 <= p < PRIORITIES for p in values):
+        raise FabricError(f"bad --switch {key}={text!r}: priorities are 0 to 7")
+    return values
+
+
+def _number(text: str, key: str, low: float, high: float) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise FabricError(f"bad --switch {key}={text!r}: expected a number") from None
+    if not low <= value <= high:
+        raise FabricError(f"bad --switch {key}={text!r}: must be {low:g} to {high:g}")
+    return value
+
+
+def parse_overrides(overrides: dict[str, str]) -> dict[str, Any]:
+    """``--switch`` options as MmuConfig fields; every value checked."""
+    changes: dict[str, Any] = {}
+    for key, text in overrides.items():
+        if key not in SWITCH_OPTIONS:
+            raise FabricError(f"unknown --switch option {key!r}; known: {', '.join(SWITCH_OPTIONS)}")
+        if key in ("buffer", "reserve", "headroom", "threshold", "xon_delta", "kmin", "kmax"):
+            changes[key] = parse_size(text)
+        elif key == "alpha":
+            changes[key] = _number(text, key, 0, 64)
+        elif key == "pmax":
+            changes[key] = _number(text, key, 0, 1)
+        elif key == "quanta":
+            changes[key] = int(_number(text, key, 1, MAX_QUANTA))
+        elif key in ("lossless", "strict"):
+            changes[key] = _priorities(text, key)
+        elif text in ("on", "off"):
+            changes[key] = text == "on"
+        else:
+            raise FabricError(f"bad --switch {key}={text!r}: expected on or off")
+    return changes
