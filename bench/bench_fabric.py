@@ -134,7 +134,7 @@ def pause_gate_timing(cycles: int = 30) -> None:
         time.sleep(0.5)
 
         def received() -> int:
-            return net.switch_stats("s1")["ports"]["s1-eth1"]["rx_frames"]
+            return sum(q["rx_frames"] for q in net.switch_stats("s1")["ports"]["s1-eth1"]["priorities"])
 
         pause_us, resume_us, restart_ms = [], [], []
         for _ in range(cycles):

@@ -20,8 +20,9 @@ from typing import Any, Sequence
 
 from emulator import runstate
 from emulator.errors import FabricError
-from emulator.fabric import Fabric, Node, query_agent, require_root
+from emulator.fabric import Fabric, Node, collect_stats, finish_run, require_root
 from emulator.plan import DEFAULT_LINK, link_params
+from emulator.switch.params import FABRICS, SWITCH_OPTIONS, parse_overrides
 from emulator.topospec import build_topo, topo_parameters
 from topologies import topos as builtin_topos
 
@@ -51,9 +52,13 @@ def _fabric(args: argparse.Namespace) -> Fabric:
     """Validate the topology and link options, then (as root) plan a Fabric."""
     topo = build_topo(args.topo, args.custom)
     link = parse_options(args.link, DEFAULT_LINK, "--link")
+    switch = parse_options(args.switch, dict.fromkeys(SWITCH_OPTIONS), "--switch")
     link_params({}, link)  # reject bad values before asking for root
+    parse_overrides(switch)
     require_root()
-    return Fabric(topo, link=link, name=getattr(args, "name", None), spec=args.topo, log=progress)
+    return Fabric(topo, link=link, name=getattr(args, "name", None), spec=args.topo, fabric=args.fabric,
+                  switch=switch, seed=args.seed, capture=getattr(args, "capture", None),
+                  telemetry=getattr(args, "telemetry", None), log=progress)
 
 
 def _pick_run(run: str | None) -> runstate.RunState:
@@ -84,8 +89,12 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_down(args: argparse.Namespace) -> int:
     require_root()
     state = _pick_run(args.run)
-    removed = runstate.destroy(state)
+    removed = finish_run(state)
     print(f"run {state.run} is down: {removed.summary()}")
+    if state.telemetry_dir:
+        print(f"telemetry: {state.telemetry_dir}/stats.json, occupancy.csv")
+    if state.capture_dir:
+        print(f"captures: {state.capture_dir}/*.pcapng")
     return 0
 
 
@@ -103,7 +112,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         kinds = [n["kind"] for n in s.nodes.values()]
         alive = sum(1 for pid in s.agents.values() if _alive(pid))
         if s.detached:
-            status = f"up ({alive}/{len(s.agents)} switch agents running)"
+            status = f"up ({alive}/{len(s.agents)} agents running)"
         elif s.owner_alive():
             status = f"held by pid {s.owner_pid}"
         else:
@@ -172,17 +181,28 @@ def cmd_clean(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     require_root()
     state = _pick_run(args.run)
-    stats = {name: query_agent(os.path.join(state.directory, f"{name}.sock"), "stats") for name in state.agents}
+    stats = collect_stats(state)
     if args.json:
         print(json.dumps(stats, indent=1))
         return 0
-    print(f"{'PORT':14} {'RX FRAMES':>10} {'TX FRAMES':>10} {'TX BYTES':>12} {'DROPS':>6}")
-    for switch in sorted(stats, key=_natural):
-        for ifname, port in stats[switch]["ports"].items():
-            tx = sum(q["dequeued"] for q in port["queues"])
-            tx_bytes = sum(q["tx_bytes"] for q in port["queues"])
-            drops = sum(q["drops"] for q in port["queues"]) + port["rx_kernel_drops"]
-            print(f"{ifname:14} {port['rx_frames']:>10} {tx:>10} {tx_bytes:>12} {drops:>6}")
+    print(f"{'PORT':14} {'RX FRAMES':>10} {'TX FRAMES':>10} {'TX BYTES':>12} {'DROPS':>6} "
+          f"{'PFC SENT':>8} {'PFC RCVD':>8} {'PAUSED S':>8} {'ECN':>6}")
+    for switch in sorted(stats["switches"], key=_natural):
+        for ifname, port in stats["switches"][switch]["ports"].items():
+            prios = port["priorities"]
+            drops = sum(sum(q["drops"].values()) for q in prios) + port["rx_kernel_drops"]
+            print(f"{ifname:14} {sum(q['rx_frames'] for q in prios):>10} {sum(q['tx_frames'] for q in prios):>10} "
+                  f"{sum(q['tx_bytes'] for q in prios):>12} {drops:>6} "
+                  f"{sum(q['pfc_sent']['xoff'] + q['pfc_sent']['xon'] for q in prios):>8} "
+                  f"{sum(q['pfc_received'] for q in prios):>8} {sum(q['paused_ns'] for q in prios) / 1e9:>8.3f} "
+                  f"{sum(q['ecn_marked'] for q in prios):>6}")
+    for host in sorted(stats["hosts"], key=_natural):
+        counters = stats["hosts"][host]
+        print(f"{host + ' (host)':14} {'':>10} {'':>10} {'':>12} {'':>6} {'':>8} "
+              f"{sum(counters['pfc_received']):>8} {sum(counters['paused_ns']) / 1e9:>8.3f}")
+    totals = stats["totals"]
+    print(f"totals: drops {totals['drops']}, PFC sent {totals['pfc_sent']}, PFC received {totals['pfc_received']}, "
+          f"ECN marked {totals['ecn_marked']}")
     return 0
 
 
@@ -206,11 +226,19 @@ def build_parser() -> argparse.ArgumentParser:
     def topo_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--topo", required=True, metavar="SPEC", help="Mininet-style spec, e.g. fattree,4 or leafspine,2,2,hosts=4")
         p.add_argument("--custom", metavar="FILE", help="a Mininet custom file with a topos dict")
-        p.add_argument("--link", metavar="OPTS", help="default link options: bw=100mbit,delay=0us,mtu=1500")
+        p.add_argument("--link", metavar="OPTS",
+                       help="default link options: bw=100mbit,delay=0us,mtu=1500,loss=0,drop=N:M")
+        p.add_argument("--fabric", choices=FABRICS, default="lossless",
+                       help="lossless: PFC on priority 3 (default); lossy: tail drop everywhere")
+        p.add_argument("--switch", metavar="OPTS",
+                       help="switch settings, e.g. buffer=256KiB,headroom=24KiB,alpha=1,kmin=15KiB,lossless=3")
+        p.add_argument("--seed", type=int, default=1, help="seed of ECN marking and injected loss")
 
     p = sub.add_parser("up", help="build a fabric and leave it running")
     topo_args(p)
     p.add_argument("--name", help="run name (default: random, e.g. fe3a7c)")
+    p.add_argument("--capture", metavar="DIR", help="write one pcapng per link end into DIR (at down)")
+    p.add_argument("--telemetry", metavar="DIR", help="write final counters and queue occupancy into DIR (at down)")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("down", help="tear a running fabric down")

@@ -21,8 +21,9 @@ def test_star_pingall_and_switch_counters():
         stats = net.switch_stats("s1")
         ports = stats["ports"]
         # Each host sent 2 requests and 2 replies into the switch: 4 frames per port.
-        assert [p["rx_frames"] for p in ports.values()] == [4, 4, 4]
-        assert [sum(q["dequeued"] for q in p["queues"]) for p in ports.values()] == [4, 4, 4]
+        assert [sum(q["rx_frames"] for q in p["priorities"]) for p in ports.values()] == [4, 4, 4]
+        assert [sum(q["tx_frames"] for q in p["priorities"]) for p in ports.values()] == [4, 4, 4]
+        assert stats["totals"]["drops"] == 0
         namespaces = {n.netns for n in net.plan.nodes.values()}
         assert namespaces <= existing_namespaces()
     assert not namespaces & existing_namespaces()

@@ -69,7 +69,13 @@ def assert_one_line_error(code, out, err, *fragments):
     (["pingall", "--topo", "fattree,3"], ["fattree,3", "k must be even"]),
     (["pingall", "--topo", "nosuch"], ["unknown topology 'nosuch'", "fattree"]),
     (["pingall", "--topo", "star", "--link", "bw=fast"], ["bad rate 'fast'"]),
-    (["pingall", "--topo", "star", "--link", "colour=red"], ["unknown --link option 'colour'", "bw, delay, mtu"]),
+    (["pingall", "--topo", "star", "--link", "colour=red"], ["unknown --link option 'colour'", "bw, delay, drop, loss, mtu"]),
+    (["pingall", "--topo", "star", "--link", "loss=2"], ["bad loss '2'", "0 to 1"]),
+    (["pingall", "--topo", "star", "--link", "drop=x"], ["bad drop 'x'"]),
+    (["pingall", "--topo", "star", "--switch", "colour=red"], ["unknown --switch option 'colour'"]),
+    (["pingall", "--topo", "star", "--switch", "alpha=x"], ["bad --switch alpha='x'"]),
+    (["pingall", "--topo", "star", "--switch", "lossless=9"], ["priorities are 0 to 7"]),
+    (["pingall", "--topo", "star", "--switch", "buffer=fast"], ["fast"]),
     (["pingall", "--topo", "star", "--link", "bw"], ["bad --link option 'bw'", "key=value"]),
     (["pingall", "--topo", "star", "--link", "mtu=100"], ["bad mtu 100"]),
     (["pingall", "--topo", "star", "--link", "delay=-5us"], ["-5us"]),
@@ -139,7 +145,7 @@ def test_list_shows_a_saved_run(capsys, non_root):
     header, row = out.splitlines()
     assert header.split() == ["RUN", "TOPOLOGY", "HOSTS", "SWITCHES", "STATUS"]
     assert row.split()[:4] == ["demo1", "star,2", "2", "1"]
-    assert "up (0/0 switch agents running)" in row
+    assert "up (0/0 agents running)" in row
 
 
 def test_topos_lists_the_five_builtins(capsys):
@@ -183,7 +189,7 @@ def test_parse_options_values():
     ("bw=  ", "bad --link option 'bw=  '"),
     ("bw=1gbit,", "bad --link option ''"),
     (",bw=1gbit", "bad --link option ''"),
-    ("colour=red", "unknown --link option 'colour'; known: bw, delay, mtu"),
+    ("colour=red", "unknown --link option 'colour'; known: bw, delay, drop, loss, mtu"),
     ("BW=1gbit", "unknown --link option 'BW'"),
     ("=5", "unknown --link option ''"),
 ])
