@@ -1,4 +1,4 @@
-"""Running iperf3 between two nodes and reading its JSON report."""
+"""Running iperf3 flows between nodes and reading their JSON reports."""
 
 from __future__ import annotations
 
@@ -11,12 +11,16 @@ from emulator.errors import FabricError
 from emulator.fabric import Node
 
 SERVER_START_TIMEOUT = 5.0
+BASE_PORT = 5201
+TOS_PRIORITY_3 = 0x68  # DSCP 26 (RoCE's), ECT off: priority 3, the lossless class
 
 
 @dataclass(frozen=True)
 class IperfResult:
-    """What the receiver got: goodput, and loss or retransmissions."""
+    """What one flow's receiver got: goodput, and loss or retransmissions."""
 
+    client: str
+    server: str
     protocol: str
     offered_bps: int | None
     received_bps: float
@@ -24,31 +28,58 @@ class IperfResult:
     retransmits: int | None
 
 
-def iperf3(client: Node, server: Node, seconds: int, udp_bps: int | None = None,
-           extra: tuple[str, ...] = ()) -> IperfResult:
-    """One iperf3 test from ``client`` to ``server``: TCP, or UDP at ``udp_bps``."""
-    srv = server.popen(["iperf3", "-s", "-1", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    cmd = ["iperf3", "-c", str(server.ip), "-t", str(seconds), "--json", *extra]
-    if udp_bps is not None:
-        cmd += ["-u", "-b", str(udp_bps)]
-    deadline = time.monotonic() + SERVER_START_TIMEOUT
+def _wait_listening(server: Node, port: int, deadline: float) -> None:
+    """Until the iperf3 server listens (a probe connection would consume
+    its one test, so ask the socket table instead)."""
+    while not server.run(["ss", "-Hltn", f"sport = :{port}"]).stdout.strip():
+        if time.monotonic() > deadline:
+            raise FabricError(f"iperf3 server on {server.name} port {port} did not start")
+        time.sleep(0.02)
+
+
+def run_flows(flows: list[tuple[Node, Node]], seconds: int, udp_bps: int | None = None,
+              tos: int = 0) -> list[IperfResult]:
+    """Run iperf3 flows (client, server) at the same time; one result each.
+
+    TCP unless ``udp_bps`` is given (then UDP offered at that rate).  ``tos``
+    sets the IPv4 TOS byte, hence the priority (DSCP >> 3).
+    """
+    servers, clients = [], []
     try:
-        while True:
-            done = client.run(cmd, timeout=seconds + 30)
-            report = json.loads(done.stdout or "{}")
-            error = report.get("error", "")
-            if "refused" not in error or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        if error or done.returncode:
-            raise FabricError(f"iperf3 {client.name} -> {server.name} failed: {error or done.stderr.strip()}")
-        server_report = json.loads(srv.communicate(timeout=10)[0])
+        for i, (_, server) in enumerate(flows):
+            servers.append(server.popen(["iperf3", "-s", "-1", "-p", str(BASE_PORT + i), "--json"],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        deadline = time.monotonic() + SERVER_START_TIMEOUT
+        for i, (_, server) in enumerate(flows):
+            _wait_listening(server, BASE_PORT + i, deadline)
+        for i, (client, server) in enumerate(flows):
+            cmd = ["iperf3", "-c", str(server.ip), "-p", str(BASE_PORT + i), "-t", str(seconds), "--json",
+                   "-S", str(tos)]
+            if udp_bps is not None:
+                cmd += ["-u", "-b", str(udp_bps)]
+            clients.append(client.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        results = []
+        for (client, server), cproc, sproc in zip(flows, clients, servers):
+            out, err = cproc.communicate(timeout=seconds + 30)
+            report = json.loads(out or "{}")
+            if report.get("error") or cproc.returncode:
+                raise FabricError(f"iperf3 {client.name} -> {server.name} failed: {report.get('error') or err.strip()}")
+            end = json.loads(sproc.communicate(timeout=10)[0])["end"]
+            received = end["sum_received"]["bits_per_second"]
+            if udp_bps is not None:
+                results.append(IperfResult(client.name, server.name, "udp", udp_bps, received,
+                                           end["sum"]["lost_packets"], None))
+            else:
+                results.append(IperfResult(client.name, server.name, "tcp", None, received, None,
+                                           report["end"]["sum_sent"].get("retransmits")))
+        return results
     finally:
-        if srv.poll() is None:
-            srv.kill()
-            srv.wait()
-    end = server_report["end"]
-    received = end["sum_received"]["bits_per_second"]
-    if udp_bps is not None:
-        return IperfResult("udp", udp_bps, received, end["sum"]["lost_packets"], None)
-    return IperfResult("tcp", None, received, None, report["end"]["sum_sent"].get("retransmits"))
+        for proc in servers + clients:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def iperf3(client: Node, server: Node, seconds: int, udp_bps: int | None = None, tos: int = 0) -> IperfResult:
+    """One iperf3 flow from ``client`` to ``server``."""
+    return run_flows([(client, server)], seconds, udp_bps, tos)[0]
