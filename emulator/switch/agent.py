@@ -76,6 +76,7 @@ class Port:
         self.delay_in: deque[tuple[int, bytes]] = deque()  # (due, frame)
         self.delay_out: deque[tuple[int, bytes]] = deque()
         self.wire_free_at = 0
+        self.cleared: bytes | None = None  # head frame that already passed the loss draw
         self.rx_seq = 0  # IPv4 frames received from a host (for deterministic drops)
         self.tx_seq = 0  # IPv4 frames sent onto the link
         self.rx_frames = [0] * PRIORITIES
@@ -230,17 +231,19 @@ class SwitchAgent(AgentBase):
                 if head is None:
                     break
                 prio, frame = head
-                port.tx_seq += 1
-                if port.lost(port.tx_seq):
-                    mmu.pop(index, prio)
-                    port.injected_drops[prio] += 1
-                    continue
+                if frame is not port.cleared:  # the loss draw happens once per frame
+                    port.tx_seq += 1
+                    if port.lost(port.tx_seq):
+                        mmu.pop(index, prio)
+                        port.injected_drops[prio] += 1
+                        continue
+                    port.cleared = frame
                 try:
                     send(frame)
                 except BlockingIOError:
-                    port.tx_seq -= 1
                     break
                 mmu.pop(index, prio)
+                port.cleared = None
             backlog = mmu.head(index) is not None
         if backlog != port.writable_armed:
             self.epoll.modify(port.fd, select.EPOLLIN | (select.EPOLLOUT if backlog else 0))

@@ -1,0 +1,173 @@
+"""Lossless Ethernet for real: PFC under incast, spreading, captures, telemetry."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from emulator.capture import malformed_count
+from emulator.fabric import Fabric
+from emulator.incast import run_incast
+from emulator.iperf import TOS_PRIORITY_3, run_flows
+from topologies import DumbbellTopo, StarTopo
+
+SECONDS = 3
+
+
+def _tshark_fields(path: str, display_filter: str, *fields: str) -> list[list[str]]:
+    args = ["tshark", "-r", path, "-Y", display_filter, "-T", "fields", "-E", "occurrence=f"]
+    for field in fields:
+        args += ["-e", field]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    return [line.split("\t") for line in out.splitlines() if line]
+
+
+def test_udp_incast_lossless_has_no_loss_and_keeps_the_receiver_busy(tmp_path):
+    result = run_incast("lossless", "udp", seconds=SECONDS, capture=str(tmp_path / "pcap"),
+                        telemetry=str(tmp_path / "telemetry"), switch={"quanta": "30000"})
+    assert [f.lost_packets for f in result.flows] == [0, 0, 0]
+    assert result.totals["drops"] == 0
+    assert result.totals["pfc_sent"] > 0
+    assert result.totals["host_paused_ns"] > 0
+    # iperf3 counts UDP payload: 1448 of each 1490-byte frame (97.2%).
+    assert result.aggregate_bps >= 0.95 * result.rate_bps * 1448 / 1490
+    # Every capture decodes cleanly; PFC frames enable class 3 with the configured quanta.
+    pcaps = sorted((tmp_path / "pcap").iterdir())
+    assert len(pcaps) == 8
+    for pcap in pcaps:
+        assert malformed_count(str(pcap)) == 0, pcap
+    pfc = _tshark_fields(str(tmp_path / "pcap" / "h1-eth0.pcapng"), "macc",
+                         "macc.opcode", "macc.cbfc.enbv", "macc.cbfc.enbv.c3", "macc.cbfc.pause_time.c3")
+    assert pfc, "no PFC frame reached h1"
+    assert {row[0] for row in pfc} == {"0x0101"}
+    assert {row[1] for row in pfc} == {"0x0008"}
+    assert {row[2] for row in pfc} == {"1"}
+    assert {row[3] for row in pfc} == {"30000", "0"}  # XOFF with the quanta, XON
+    # Telemetry at teardown: totals and an occupancy series of the congested port.
+    stats = json.loads((tmp_path / "telemetry" / "stats.json").read_text())
+    assert stats["totals"]["drops"] == 0 and stats["totals"]["pfc_sent"] >= result.totals["pfc_sent"]
+    with open(tmp_path / "telemetry" / "occupancy.csv") as f:
+        rows = list(csv.DictReader(f))
+    egress = [int(r["egress_bytes"]) for r in rows if r["port"] == "s1-eth4" and r["priority"] == "3"]
+    assert max(egress) > 100_000
+    assert any(r["xoff"] == "1" for r in rows if r["port"] == "s1-eth1")
+
+
+def test_udp_incast_lossy_drops():
+    result = run_incast("lossy", "udp", seconds=SECONDS)
+    assert all(f.lost_packets > 0 for f in result.flows)
+    assert result.totals["drops"] > 0
+    assert result.totals["pfc_sent"] == 0
+
+
+@pytest.mark.parametrize("fabric", ["lossless", "lossy"])
+def test_tcp_incast_with_a_small_buffer(fabric):
+    result = run_incast(fabric, "tcp", seconds=SECONDS, switch={"buffer": "160KiB"})
+    retransmits = sum(f.retransmits for f in result.flows)
+    if fabric == "lossless":
+        assert retransmits == 0 and result.totals["drops"] == 0
+        assert result.totals["pfc_sent"] > 0
+    else:
+        assert retransmits > 0 and result.totals["drops"] > 0
+
+
+def test_congestion_spreads_hop_by_hop_on_a_dumbbell(tmp_path):
+    """h1, h2 (on s1) and h4 (on s2) all send to h3 (on s2).
+
+    s2's port to h3 congests; s2 pauses s1 over the inter-switch link and
+    h4; s1's queue to s2 then fills and s1 pauses h1 and h2.
+    """
+    with Fabric(DumbbellTopo(n=2), link={"bw": "30mbit"}, capture=str(tmp_path)) as net:
+        receiver = net["h3"]
+        run_flows([(net[h], receiver) for h in ("h1", "h2", "h4")], SECONDS, udp_bps=30_000_000,
+                  tos=TOS_PRIORITY_3)
+        stats = net.stats()
+    ports = {(sw, ifname): port for sw in ("s1", "s2") for ifname, port in stats["switches"][sw]["ports"].items()}
+
+    def xoff(sw: str, ifname: str) -> int:
+        return ports[(sw, ifname)]["priorities"][3]["pfc_sent"]["xoff"]
+
+    peer = {p.ifname: p.peer_node for p in net.plan.nodes["s2"].ports}
+    s2_to_s1 = next(i for i, n in peer.items() if n == "s1")
+    s1_to_s2 = next(p.ifname for p in net.plan.nodes["s1"].ports if p.peer_node == "s2")
+    assert stats["totals"]["drops"] == 0
+    assert xoff("s2", s2_to_s1) > 0, "s2 did not pause s1"
+    assert ports[("s1", s1_to_s2)]["priorities"][3]["pfc_received"] > 0
+    assert ports[("s1", s1_to_s2)]["priorities"][3]["paused_ns"] > 0
+    for host in ("h1", "h2", "h4"):
+        assert stats["hosts"][host]["pfc_received"][3] > 0, f"{host} was never paused"
+    # On the wire: pause frames on each hop.
+    for capture in (f"{s2_to_s1}.pcapng", "h1-eth0.pcapng", "h2-eth0.pcapng", "h4-eth0.pcapng"):
+        assert _tshark_fields(str(tmp_path / capture), "macc.cbfc.pause_time.c3 > 0", "frame.number"), capture
+
+
+def _ping_rtts(net, src: str, dst: str, count: int, interval: float = 0.05) -> list[float]:
+    out = net[src].run(["ping", "-c", str(count), "-i", str(interval), "-W", "1", net[dst].ip]).stdout
+    return [float(part.split("=")[1]) for line in out.splitlines() for part in line.split() if part.startswith("time=")]
+
+
+def test_link_delay_is_modelled_both_ways():
+    with Fabric(StarTopo(n=2), link={"delay": "2ms"}) as net:
+        rtts = _ping_rtts(net, "h1", "h2", 10)
+    # Two links each way, 2 ms each: 8 ms, plus processing and timer lateness.
+    assert len(rtts) == 10
+    assert 8.0 <= min(rtts) and max(rtts) < 10.0, rtts
+
+
+def test_deterministic_drops_hit_the_chosen_frames():
+    """drop=2 on both links loses the 2nd IPv4 frame of each of the 4 directions."""
+    with Fabric(StarTopo(n=2), link={"drop": "2"}) as net:
+        out = net["h1"].run(["ping", "-c", "5", "-i", "0.1", "-W", "1", net["h2"].ip]).stdout
+        stats = net.stats()
+    answered = sorted(int(part.split("=")[1]) for line in out.splitlines() for part in line.split()
+                      if part.startswith("icmp_seq="))
+    # h1 -> s1 drops request 2; s1 -> h2 carries requests 1, 3, 4, 5 and drops
+    # request 3; h2 -> s1 carries replies 1, 4, 5 and drops reply 4; s1 -> h1
+    # carries replies 1, 5 and drops reply 5.  Only echo 1 comes back.
+    assert answered == [1]
+    injected = sum(q["drops"]["injected"] for p in stats["switches"]["s1"]["ports"].values() for q in p["priorities"])
+    assert injected == 4
+
+
+def test_random_loss_is_seeded_and_reproducible():
+    def lost(seed: int) -> tuple[int, int]:
+        with Fabric(StarTopo(n=2), link={"loss": "0.2"}, seed=seed) as net:
+            rtts = _ping_rtts(net, "h1", "h2", 40, interval=0.01)
+            injected = net.stats()["totals"]["drops"]
+        return len(rtts), injected
+
+    first, again, other = lost(7), lost(7), lost(8)
+    assert first == again
+    assert 0 < first[1]
+    # Each echo crosses 4 lossy link directions: about 1 - 0.8**4 = 59% lost.
+    assert 5 <= first[0] <= 30
+    assert other != first or other[0] != first[0]
+
+
+def test_stats_json_from_the_command_line(tmp_path):
+    env = dict(os.environ)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    cli = [sys.executable, "-m", "emulator"]
+    up = subprocess.run([*cli, "up", "--topo", "star,2", "--name", "stats1", "--telemetry", str(tmp_path)],
+                        cwd=repo, capture_output=True, text=True, env=env)
+    assert up.returncode == 0, up.stderr
+    try:
+        subprocess.run([*cli, "exec", "h1", "--", "ping", "-c2", "-Q", "0x68", "10.0.0.2"], cwd=repo, check=True,
+                       capture_output=True)
+        time.sleep(0.1)
+        stats = json.loads(subprocess.run([*cli, "stats", "--json"], cwd=repo, capture_output=True, text=True,
+                                          check=True).stdout)
+    finally:
+        down = subprocess.run([*cli, "down", "--run", "stats1"], cwd=repo, capture_output=True, text=True)
+    assert down.returncode == 0, down.stderr
+    for key in ("drops", "pfc_sent", "pfc_received", "ecn_marked"):
+        assert key in stats["totals"]
+    s1 = stats["switches"]["s1"]["ports"]
+    assert s1["s1-eth1"]["priorities"][3]["rx_frames"] == 2  # the two requests, in priority 3
+    assert (tmp_path / "stats.json").exists() and (tmp_path / "occupancy.csv").exists()
