@@ -65,6 +65,7 @@ class HostAgent(AgentBase):
         now = self.now()
         return {
             "host": self.name,
+            "scheduling": self.scheduling,
             "pfc_received": list(self.pfc_received),
             "paused_ns": [self.state.paused_time(p, now) for p in range(PRIORITIES)],
             "paused_now": [self.state.is_paused(p) for p in range(PRIORITIES)],

@@ -340,7 +340,7 @@ class SwitchAgent(AgentBase):
                 "rx_drops": dict(port.drops),
                 "rx_control_frames": port.control_frames,
             }
-        return {"switch": self.name, "ports": ports, "totals": totals}
+        return {"switch": self.name, "scheduling": self.scheduling, "ports": ports, "totals": totals}
 
     def close(self) -> None:
         self._sample(self.now())
