@@ -1,9 +1,10 @@
 """The default experiment, until the collective experiments exist.
 
 On a leaf-spine fabric: all-pairs reachability, then iperf3 TCP and UDP
-(offered at twice the link rate) between hosts on different leaves.  It
-checks the two things everything else relies on: the switches forward, and
-the kernel shapes every link precisely.
+(offered at twice the link rate) between hosts on different leaves: the
+switches forward and the kernel shapes every link precisely.  Then incast
+on a star, three senders at full rate into one receiver in the lossless
+priority, on a lossless and on a lossy fabric: what PFC is for.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 from emulator.fabric import Fabric
+from emulator.incast import run_incast
 from emulator.iperf import iperf3
 from emulator.topospec import build_topo
 from emulator.units import format_rate, parse_rate
@@ -39,9 +41,20 @@ def run_demo(spec: str, bw: str, seconds: int, log: Callable[[str], None]) -> in
         rows.append((f"UDP {client.name}->{server.name} at 2x rate", f"{format_rate(int(udp.received_bps))} ({share:.1%}), {udp.lost_packets} lost",
                      f"{UDP_TARGET[0]:.0%}..{UDP_TARGET[1]:.0%} of rate", UDP_TARGET[0] <= share <= UDP_TARGET[1]))
         net.check_agents()
+    for fabric in ("lossless", "lossy"):
+        log(f"incast on star,4, {fabric}: 3 UDP senders at {format_rate(rate)} each into one receiver for {seconds} s")
+        incast = run_incast(fabric, "udp", bw=bw, seconds=seconds, log=log)
+        lost = sum(f.lost_packets for f in incast.flows)
+        share = incast.aggregate_bps / rate
+        result = (f"{lost} lost, {incast.totals['drops']} drops, {incast.totals['pfc_sent']} PFC, "
+                  f"{share:.0%} of rate")
+        if fabric == "lossless":
+            rows.append(("incast 3:1 lossless", result, "0 lost, PFC > 0", lost == 0 and incast.totals["pfc_sent"] > 0))
+        else:
+            rows.append(("incast 3:1 lossy", result, "loss > 0 (no PFC)", lost > 0))
     print(f"fabric-emu demo on {spec}, every link {format_rate(rate)} (run {net.run_name})")
-    print(f"{'CHECK':30} {'RESULT':36} {'TARGET':22} OK")
+    print(f"{'CHECK':26} {'RESULT':48} {'TARGET':22} OK")
     for name, result, target, ok in rows:
-        print(f"{name:30} {result:36} {target:22} {'yes' if ok else 'NO'}")
-    print(f"build {net.timings['build_s']:.2f} s, teardown {net.timings['teardown_s']:.2f} s")
+        print(f"{name:26} {result:48} {target:22} {'yes' if ok else 'NO'}")
+    print(f"{spec}: build {net.timings['build_s']:.2f} s, teardown {net.timings['teardown_s']:.2f} s")
     return 0 if all(ok for *_, ok in rows) else 1
