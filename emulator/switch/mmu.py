@@ -12,8 +12,8 @@ past it.  A lossless priority instead sends PFC XOFF out of its ingress
 port when it reaches the threshold and keeps admitting into that port's
 headroom (bytes still arriving while the pause travels and takes effect);
 only a full headroom drops, and that is a headroom violation.  XON goes out
-once the shared use is ``xon_delta`` below the threshold and the headroom
-is empty; while paused, XOFF is refreshed at half its pause time.
+once the shared use is ``xon_delta`` below the threshold (or zero, if the
+threshold is smaller) and the headroom is empty; while paused, XOFF is refreshed at half its pause time.
 
 Egress: per (port, priority) FIFO queues.  Priorities in ``strict`` go
 first, highest first; the rest share by deficit weighted round robin.  A
@@ -195,7 +195,8 @@ class Mmu:
 
     def _maybe_xon(self, port: int, priority: int) -> None:
         ing = self.ingress[port]
-        if ing.headroom[priority] or self._shared_part(port, priority) > self._threshold() - self.config.xon_delta:
+        xon_point = max(0, self._threshold() - self.config.xon_delta)
+        if ing.headroom[priority] or self._shared_part(port, priority) > xon_point:
             return
         ing.xoff[priority] = False
         ing.refresh_at[priority] = None
@@ -230,11 +231,10 @@ class Mmu:
             queue = queues[priority]
             if queue.frames and paused[priority] is None:
                 size = len(queue.frames[0][0])
-                if queue.deficit < size:
-                    queue.deficit += self._quantum[priority]
-                if queue.deficit >= size:
-                    self._drr_at[egress] = at
-                    return priority, queue.frames[0][0]
+                if queue.deficit < size:  # its turn: one quantum (more for an oversized frame)
+                    queue.deficit += self._quantum[priority] * -(-(size - queue.deficit) // self._quantum[priority])
+                self._drr_at[egress] = at
+                return priority, queue.frames[0][0]
             elif not queue.frames:
                 queue.deficit = 0
             at = (at + 1) % len(order)
