@@ -202,8 +202,10 @@ def _host_mac(frames: Sequence[Frame], priority: int) -> str | None:
 class Reaction:
     """What a host sent after a pause arrived, until its traffic stopped.
 
-    ``end_ns`` is the arrival of the next PFC frame for the priority (the
-    XON or a refresh), or None at the end of the capture.  ``stopped`` says
+    ``end_ns`` is the arrival of the XON that ends the pause (refreshes
+    keep it going), or None if none came before the end of the capture;
+    a pause left to expire is not cut short (the switch refreshes its XOFFs
+    until it sends XON).  ``stopped`` says
     whether a gap of more than the threshold came before it; if not, the
     host did not visibly stop while paused and ``leaked`` is every frame of
     the window (a lower bound).  ``sent_while_paused`` counts data frames
@@ -260,12 +262,12 @@ def reactions(frames: Sequence[Frame], priority: int = 3, gap_ns: int = 750_000,
     host = host_mac or _host_mac(frames, priority)
     if host is None:
         return []
-    pfc_times = [f.time_ns for f in pfc_frames(frames, priority)]
+    xon_times = [f.time_ns for f in pfc_frames(frames, priority) if f.quanta(priority) == 0]
     data = _Sent(frames, priority, host)
     result = []
     for xoff in xoff_frames(frames, priority):
-        k = bisect.bisect_right(pfc_times, xoff.time_ns)
-        end = pfc_times[k] if k < len(pfc_times) else None
+        k = bisect.bisect_right(xon_times, xoff.time_ns)
+        end = xon_times[k] if k < len(xon_times) else None
         sent = data.window(xoff.time_ns, end)
         leaked, after, gap = _split_at_gap(sent, xoff.time_ns, gap_ns)
         if not gap and end is not None:
