@@ -2,7 +2,8 @@
 
 Run as root from the repository root::
 
-    sudo .venv/bin/python bench/bench_fabric.py [--max-k 12] [--seconds 3]
+    sudo .venv/bin/python bench/bench_fabric.py [--max-k 12] [--seconds 3] [--rounds 3]
+        [--forwarding-only]
 
 It prints:
   * build and teardown time of fattree,4, then of fattree,k for growing k
@@ -13,6 +14,10 @@ It prints:
     1500-byte frames, offered by a raw-socket generator in a host that
     bypasses its qdisc (on the other core), links set to 10 Gbit/s so that
     only the switch limits the rate;
+  * the same with PFC and ECN on (lossless fabric, frames in priority 3
+    and ECT(0), so the ECN check and the lossless accounting run) against
+    plain forwarding (lossy fabric, ``--switch ecn=off``, priority 0),
+    alternating the two for ``--rounds`` rounds;
   * the cost of closing and opening a host pause gate, and the time from
     resume until the paused UDP flow reaches the switch again.
 """
@@ -71,10 +76,10 @@ def agent_memory() -> None:
           f"({rss / len(pids):.1f} MiB each), PSS total {pss:.0f} MiB ({pss / len(pids):.1f} MiB each)")
 
 
-def _udp_frame(size: int, dst_mac: bytes, src_mac: bytes, src_ip: str, dst_ip: str) -> bytes:
+def _udp_frame(size: int, dst_mac: bytes, src_mac: bytes, src_ip: str, dst_ip: str, tos: int = 0) -> bytes:
     """An Ethernet/IPv4/UDP frame of ``size`` bytes with a correct IP checksum."""
     payload = b"\0" * (size - 42)
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, size - 14, 0, 0, 64, 17, 0,
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, tos, size - 14, 0, 0, 64, 17, 0,
                      socket.inet_aton(src_ip), socket.inet_aton(dst_ip))
     words = sum(struct.unpack("!10H", ip))
     words = (words & 0xFFFF) + (words >> 16)
@@ -83,10 +88,12 @@ def _udp_frame(size: int, dst_mac: bytes, src_mac: bytes, src_ip: str, dst_ip: s
     return dst_mac + src_mac + b"\x08\x00" + ip + udp + payload
 
 
-def forwarding_rate(size: int, seconds: float) -> None:
-    with Fabric(StarTopo(n=2), link={"bw": "10gbit"}) as net:
+def _forward(size: int, seconds: float, fabric: str = "lossless", switch: dict[str, str] | None = None,
+             tos: int = 0) -> dict[str, float]:
+    """Offer frames to s1 from h1 as fast as possible; what s1 forwarded to h2."""
+    with Fabric(StarTopo(n=2), link={"bw": "10gbit"}, fabric=fabric, switch=switch) as net:
         port = net.plan.nodes["h1"].ports[0]
-        frame = _udp_frame(size, mac_bytes(port.peer_mac), mac_bytes(port.mac), net["h1"].ip, net["h2"].ip)
+        frame = _udp_frame(size, mac_bytes(port.peer_mac), mac_bytes(port.mac), net["h1"].ip, net["h2"].ip, tos)
         with entered(net["h1"].netns):
             tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         tx.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
@@ -115,12 +122,47 @@ def forwarding_rate(size: int, seconds: float) -> None:
                     break
         elapsed = time.monotonic() - start_time
         done = forwarded() - start_count
-        kernel_drops = net.switch_stats("s1")["ports"]["s1-eth1"]["rx_kernel_drops"]
+        stats = net.switch_stats("s1")
         tx.close()
-    rate = done / elapsed
+    ingress = stats["ports"]["s1-eth1"]
+    return {
+        "rate": done / elapsed, "offered": (offered - start_offered) / elapsed,
+        "kernel_drops": ingress["rx_kernel_drops"],
+        "mmu_drops": sum(sum(q["drops"].values()) for p in stats["ports"].values() for q in p["priorities"]),
+        "xoff": sum(q["pfc_sent"]["xoff"] for q in ingress["priorities"]),
+        "ecn_marked": stats["totals"]["ecn_marked"],
+    }
+
+
+def forwarding_rate(size: int, seconds: float) -> None:
+    result = _forward(size, seconds)
+    rate = result["rate"]
     print(f"{size}-byte frames: one switch process forwarded {rate:,.0f} frames/s "
-          f"({rate * size * 8 / 1e6:,.0f} Mbit/s of frames); offered {(offered - start_offered) / elapsed:,.0f}/s; "
-          f"{kernel_drops:,} dropped at its socket")
+          f"({rate * size * 8 / 1e6:,.0f} Mbit/s of frames); offered {result['offered']:,.0f}/s; "
+          f"{result['kernel_drops']:,} dropped at its socket")
+
+
+TOS_P3_ECT0 = 0x68 | 0x02  # DSCP 26 (priority 3), ECN ECT(0)
+FORWARDING_VARIANTS = {
+    "plain": dict(fabric="lossy", switch={"ecn": "off"}, tos=0),
+    "PFC+ECN": dict(fabric="lossless", switch=None, tos=TOS_P3_ECT0),
+}
+
+
+def pfc_ecn_cost(size: int, seconds: float, rounds: int) -> None:
+    """Frames/s with PFC and ECN on against plain forwarding, alternated."""
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in FORWARDING_VARIANTS}
+    for _ in range(rounds):
+        for name, variant in FORWARDING_VARIANTS.items():
+            runs[name].append(_forward(size, seconds, **variant))
+    medians = {name: statistics.median(r["rate"] for r in results) for name, results in runs.items()}
+    for name, results in runs.items():
+        rates = ", ".join(f"{r['rate']:,.0f}" for r in results)
+        print(f"{size}-byte frames, {name:7}: median {medians[name]:,.0f} frames/s over {rounds} runs ({rates}); "
+              f"PFC XOFF sent {sum(r['xoff'] for r in results):,.0f}, ECN marked {sum(r['ecn_marked'] for r in results):,.0f}, "
+              f"MMU drops {sum(r['mmu_drops'] for r in results):,.0f}")
+    print(f"{size}-byte frames: PFC+ECN forwards {medians['PFC+ECN'] / medians['plain']:.1%} of plain forwarding's frame rate "
+          f"({(medians['PFC+ECN'] - medians['plain']) / medians['plain']:+.1%})")
 
 
 def pause_gate_timing(cycles: int = 30) -> None:
@@ -162,8 +204,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-k", type=int, default=12, help="largest fat tree to try")
     parser.add_argument("--seconds", type=float, default=3.0, help="measurement time of each frame-rate test")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the PFC+ECN against plain comparison")
+    parser.add_argument("--forwarding-only", action="store_true",
+                        help="only the frame-rate tests (skip fat trees, memory, pause gates)")
     args = parser.parse_args()
     print(f"kernel {os.uname().release}, {os.cpu_count()} cores")
+    if args.forwarding_only:
+        for size in (64, 1500):
+            forwarding_rate(size, args.seconds)
+        for size in (64, 1500):
+            pfc_ecn_cost(size, args.seconds, args.rounds)
+        return 0
     for k in range(4, args.max_k + 1, 2):
         build, teardown, net = build_and_teardown(k)
         plan = net.plan
@@ -174,6 +225,8 @@ def main() -> int:
     agent_memory()
     for size in (64, 1500):
         forwarding_rate(size, args.seconds)
+    for size in (64, 1500):
+        pfc_ecn_cost(size, args.seconds, args.rounds)
     pause_gate_timing()
     return 0
 

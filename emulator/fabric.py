@@ -213,7 +213,7 @@ class Fabric:
         ipr.link("set", index=lo, state="up")
         for port in node.ports:
             index = ipr.link_lookup(ifname=port.ifname)[0]
-            shape_link(ipr, index, port.params.bw_bps, port.params.mtu)
+            shape_link(ipr, index, port.params.bw_bps, port.params.mtu, host=node.kind == "host")
             ipr.link("set", index=index, state="up")
             if node.kind == "host":
                 gates = PauseGates(node.netns, port.ifname, index, port.params.bw_bps, port.params.mtu,

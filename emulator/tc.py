@@ -7,6 +7,7 @@ frame leaves::
       class 1:1   rate = ceil = link rate
         class 1:10+p  (p = 0..7)  rate = link/8, ceil = link rate
           [hosts only] tbf (20+p):  the pause gate of priority p
+                         pfifo_fast (30+p):  its queue, gate frames first
 
 Priority p is the IPv4 DSCP class selector, DSCP >> 3 (the top three bits
 of the TOS byte): RoCE's DSCP 26 is priority 3, CNP's DSCP 48 priority 6.
@@ -16,10 +17,13 @@ A pause gate is a TBF.  Closing it changes the TBF to 1 byte/s; queued
 frames stay queued and a sender's socket blocks once its buffer is full,
 so nothing is dropped.  A change refills the TBF's bucket (one MTU-sized
 frame's worth), so closing also sends one MTU-sized *gate frame* into that
-priority: if the class is idle, the gate frame spends the bucket and the
-next real frame waits; if frames are queued, at most one MTU's worth of
-them leaves, like a NIC finishing the frame it was sending when a pause
-arrived.  Opening restores the rate and then sends one small *kick* frame,
+priority: a u32 filter on its EtherType and first byte puts it in the
+priority's class, and its skb priority (TC_PRIO_CONTROL) puts it in band 0
+of the gate's pfifo_fast, ahead of any queued data, so it spends the
+bucket and no data frame leaves after the gate closed.  (Only a frame that
+HTB had already taken from the gate while the close was on its way still
+goes, like a NIC finishing the frame it is sending.)  Opening restores the
+rate and then sends one small *kick* frame,
 because the kernel does not reschedule a qdisc on change (without the kick
 resumption stalled 0.2 to 0.9 s in our measurement).  Both are frames of
 the IEEE local experimental EtherType 0x88B5 that switches count and drop.
@@ -50,6 +54,7 @@ CLOSED_RATE = 1  # bytes/s
 # exactly the link rate loses throughput to timer jitter; HTB shapes instead.
 OPEN_RATE_FACTOR = 10
 
+TC_PRIO_CONTROL = 7
 _RTM_NEWQDISC = 36
 _NLM_F_REQUEST, _NLM_F_ACK = 0x1, 0x4
 _NLM_F_EXCL, _NLM_F_CREATE = 0x200, 0x400
@@ -93,6 +98,14 @@ def encode_tbf(ifindex: int, priority: int, rate_bytes: int, burst: int, create:
     return struct.pack("IHHII", 16 + len(body), _RTM_NEWQDISC, flags, 0, 0) + body
 
 
+def encode_gate_queue(ifindex: int, priority: int) -> bytes:
+    """``tc qdisc add ... parent (20+p):1 handle (30+p): pfifo_fast`` (with ACK)."""
+    body = struct.pack("BxxxiIII", socket.AF_UNSPEC, ifindex, (0x30 + priority) << 16, gate_handle(priority) | 1, 0)
+    body += _nla(_TCA_KIND, b"pfifo_fast\0")
+    flags = _NLM_F_REQUEST | _NLM_F_ACK | _NLM_F_CREATE | _NLM_F_EXCL
+    return struct.pack("IHHII", 16 + len(body), _RTM_NEWQDISC, flags, 0, 0) + body
+
+
 def _netlink_call(sock: socket.socket, message: bytes) -> None:
     """Send one request and raise OSError if the kernel's ACK says it failed."""
     sock.send(message)
@@ -112,8 +125,12 @@ def open_route_socket(netns: str) -> socket.socket:
     return sock
 
 
-def shape_link(ipr: Any, ifindex: int, rate_bps: int, mtu: int) -> None:
-    """Install the HTB tree and DSCP filters on one veth end (setup path)."""
+def shape_link(ipr: Any, ifindex: int, rate_bps: int, mtu: int, host: bool) -> None:
+    """Install the HTB tree and DSCP filters on one veth end (setup path).
+
+    On a host NIC also the filters that steer each gate frame (EtherType
+    0x88B5, first byte = its priority) into its priority's class.
+    """
     quantum = mtu + 14
     ipr.tc("add", "htb", ifindex, handle=ROOT, default=0x10)
     ipr.tc("add-class", "htb", ifindex, handle=PARENT_CLASS, parent=ROOT, rate=f"{rate_bps}bit", ceil=f"{rate_bps}bit", quantum=quantum)
@@ -128,6 +145,11 @@ def shape_link(ipr: Any, ifindex: int, rate_bps: int, mtu: int) -> None:
             "add-filter", "u32", ifindex, parent=ROOT, prio=10, protocol=ETH_P_IP,
             target=leaf_class(p), keys=[f"0x{p << 21:08x}/0x00e00000+0"],
         )
+        if host:
+            ipr.tc(
+                "add-filter", "u32", ifindex, parent=ROOT, prio=5, protocol=CONTROL_ETHERTYPE,
+                target=leaf_class(p), keys=[f"0x{p << 24:08x}/0xff000000+0"],
+            )
 
 
 class PauseGates:
@@ -149,19 +171,23 @@ class PauseGates:
         self._create = [encode_tbf(ifindex, p, rate, self.burst, create=True) for p in range(PRIORITIES)]
         header = mac_bytes(dst_mac) + mac_bytes(src_mac) + struct.pack("!H", CONTROL_ETHERTYPE)
         self._kick = header + b"fabric-emu kick".ljust(46, b"\0")
-        self._gate_frame = header + b"fabric-emu pause gate".ljust(self.burst - len(header), b"\0")
+        self._gate_frames = [header + bytes((p,)) + b"fabric-emu pause gate".ljust(self.burst - len(header) - 1, b"\0")
+                             for p in range(PRIORITIES)]
+        self._queues = [encode_gate_queue(ifindex, p) for p in range(PRIORITIES)]
         self._nl = open_route_socket(netns)
         with entered(netns):
             self._tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         self._tx.bind((ifname, 0))
+        self._tx.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, TC_PRIO_CONTROL)  # band 0 of a gate queue
         self._lock = threading.Lock()
         self._timers: dict[int, threading.Timer] = {}
         self.paused = [False] * PRIORITIES
 
     def install(self) -> None:
         """Add the open gates below the HTB leaves (once, at build time)."""
-        for message in self._create:
-            _netlink_call(self._nl, message)
+        for gate, queue in zip(self._create, self._queues):
+            _netlink_call(self._nl, gate)
+            _netlink_call(self._nl, queue)
 
     def _cancel_timer(self, priority: int) -> None:
         timer = self._timers.pop(priority, None)
@@ -174,9 +200,7 @@ class PauseGates:
             self._cancel_timer(priority)
             _netlink_call(self._nl, self._close[priority])
             self.paused[priority] = True
-            # HTB puts a frame whose skb priority is a leaf's class id there.
-            self._tx.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, leaf_class(priority))
-            self._tx.send(self._gate_frame)
+            self._tx.send(self._gate_frames[priority])
 
     def resume(self, priority: int) -> None:
         """Open the gate of ``priority`` and kick the device's qdisc."""
@@ -184,7 +208,6 @@ class PauseGates:
             self._cancel_timer(priority)
             _netlink_call(self._nl, self._open[priority])
             self.paused[priority] = False
-            self._tx.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, 0)
             self._tx.send(self._kick)
 
     def pause_for(self, priority: int, duration_ns: int) -> None:

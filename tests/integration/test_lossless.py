@@ -171,3 +171,37 @@ def test_stats_json_from_the_command_line(tmp_path):
     s1 = stats["switches"]["s1"]["ports"]
     assert s1["s1-eth1"]["priorities"][3]["rx_frames"] == 2  # the two requests, in priority 3
     assert (tmp_path / "stats.json").exists() and (tmp_path / "occupancy.csv").exists()
+
+
+def test_pause_without_xon_holds_the_host_for_its_quanta(tmp_path):
+    """One PFC frame of Q quanta holds the upstream Q x 512 bit times."""
+    rate, quanta = 20_000_000, 400  # 400 x 25.6 us = 10.24 ms
+    expected = quanta * 512 / rate
+    frame_time = 1514 * 8 / rate
+    with Fabric(StarTopo(n=2), link={"bw": "20mbit"}, capture=str(tmp_path)) as net:
+        server = net["h2"].popen(["iperf3", "-s", "-1"], stdout=subprocess.DEVNULL)
+        time.sleep(0.3)
+        client = net["h1"].popen(["iperf3", "-c", net["h2"].ip, "-u", "-b", "20M", "-t", "2", "-S", "0x68"],
+                                 stdout=subprocess.DEVNULL)
+        time.sleep(0.8)
+        for _ in range(3):
+            net.send_pfc("s1", "s1-eth1", 3, quanta)
+            time.sleep(0.2)
+        client.wait(timeout=10)
+        server.wait(timeout=10)
+    rows = _tshark_fields(str(tmp_path / "h1-eth0.pcapng"), "macc || (udp && ip.src == 10.0.0.1)",
+                          "frame.time_epoch", "macc.cbfc.pause_time.c3")
+    pauses = [float(t) for t, q in rows if q == str(quanta)]
+    data = [float(t) for t, q in rows if not q]
+    assert len(pauses) == 3
+    for pause in pauses:
+        after = [t for t in data if t > pause]
+        # At most one MTU's worth leaves after the pause arrives: the frame
+        # HTB had already taken from the gate, serialised within one frame
+        # time after the host's reaction (up to 1 ms); then nothing until
+        # the pause runs out.
+        leaked = [t for t in after if t - pause < frame_time + 0.001]
+        resumed = after[len(leaked)]
+        assert len(leaked) <= 1
+        held = resumed - pause
+        assert abs(held - expected) <= max(0.10 * expected, frame_time), (held, expected)
