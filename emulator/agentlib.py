@@ -56,7 +56,6 @@ class AgentBase:
         self.handlers[fd] = handler
 
     def run(self) -> None:
-        self.start_sampling(self.now())
         self.after_events(self.now())
         handlers = self.handlers
         while self.running:
@@ -98,9 +97,6 @@ class AgentBase:
                     pass
 
     # --- for subclasses -----------------------------------------------------------------
-
-    def start_sampling(self, now: int) -> None:
-        """Called once when the loop starts."""
 
     def after_events(self, now: int) -> None:
         """Called after each batch of events (re-arm the timer here)."""

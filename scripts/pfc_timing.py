@@ -71,6 +71,7 @@ class ResponseResult:
     totals: dict[str, Any] = field(default_factory=dict)
     headroom_drops: int = 0
     lost: list[int | None] = field(default_factory=list)
+    scheduling: str = "?"  # the agents' scheduling policy
 
     @property
     def frame_ns(self) -> int:
@@ -90,6 +91,12 @@ def headroom_drops(stats: dict[str, Any]) -> int:
     """Sum of drops.headroom over every switch port and priority."""
     return sum(q["drops"]["headroom"] for sw in stats["switches"].values()
                for port in sw["ports"].values() for q in port["priorities"])
+
+
+def agent_scheduling(stats: dict[str, Any]) -> str:
+    """The scheduling policies the agents report (e.g. SCHED_FIFO 10)."""
+    agents = list(stats["switches"].values()) + list(stats["hosts"].values())
+    return ", ".join(sorted({a.get("scheduling", "?") for a in agents}))
 
 
 def run_incast(bw: str, seconds: int, senders: int = 3, delay: str = "0us", mtu: int = 1500,
@@ -143,7 +150,8 @@ def measure_response(bw: str = "50mbit", seconds: int = 3, senders: int = 3, del
     try:
         stats, flows, ports = run_incast(bw, seconds, senders, delay, mtu, switch, directory, log)
         result = ResponseResult(rate, parse_time(delay), mtu, totals=stats["totals"],
-                                headroom_drops=headroom_drops(stats), lost=[f.lost_packets for f in flows])
+                                headroom_drops=headroom_drops(stats), lost=[f.lost_packets for f in flows],
+                                scheduling=agent_scheduling(stats))
         analyse_response(directory, ports, rate, int(gap_frames * pa.frame_time_ns(rate)), result)
     finally:
         if capture is None:
@@ -221,7 +229,8 @@ def summary_line(label: str, values: list[int], frame_ns: int) -> str:
 
 def print_response(result: ResponseResult) -> None:
     frame_ns = result.frame_ns
-    print(f"frame time: 1514 B at {format_rate(result.rate_bps)} = {frame_ns / 1000:.1f} us")
+    print(f"frame time: 1514 B at {format_rate(result.rate_bps)} = {frame_ns / 1000:.1f} us; "
+          f"agents run {result.scheduling}")
     print(f"incast: {result.totals.get('pfc_sent', 0)} PFC frames sent, headroom drops {result.headroom_drops}, "
           f"UDP lost {'/'.join(str(n) for n in result.lost)}")
     for port, events in sorted(result.generation.items()):

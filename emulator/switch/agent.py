@@ -197,6 +197,7 @@ class SwitchAgent(AgentBase):
                 port.drops["ttl"] += 1
                 return
             if self.mmu.enqueue(now, port.index, out.index, prio, forwarded):
+                self._activity(now)
                 self._drain(out, now)
         elif ethertype == ETH_MAC_CONTROL:
             quanta = decode_pfc(frame)
@@ -205,6 +206,7 @@ class SwitchAgent(AgentBase):
                 return
             for prio in quanta:
                 port.pfc_received[prio] += 1
+            self._activity(now)
             if self.mmu.pfc_received(now, port.index, quanta):
                 self._drain(port, now)
         elif ethertype == ETH_ARP:
@@ -275,7 +277,12 @@ class SwitchAgent(AgentBase):
     # --- telemetry ---------------------------------------------------------------------
 
     def _sample(self, now: int) -> None:
-        """Write the (port, priority) occupancies that changed since the last sample."""
+        """Write the (port, priority) occupancies that changed since the last sample.
+
+        Sampling runs every SAMPLE_NS while something changes and stops when
+        a sample finds nothing new; the next admitted frame or PFC frame
+        restarts it (an idle switch must not wake 1000 times a second).
+        """
         mmu, rows = self.mmu, []
         for port in self.ports:
             i = port.index
@@ -287,10 +294,11 @@ class SwitchAgent(AgentBase):
                     self.last_sample[(i, p)] = value
                     rows.append(f"{now},{self.name},{port.ifname},{p},{value[0]},{value[1]},{int(value[2])},{int(value[3])}\n")
         self.occupancy.writelines(rows)
-        self.next_sample = now + SAMPLE_NS
+        self.next_sample = now + SAMPLE_NS if rows else 0
 
-    def start_sampling(self, now: int) -> None:
-        self.next_sample = now
+    def _activity(self, now: int) -> None:
+        if not self.next_sample:
+            self.next_sample = now + SAMPLE_NS
 
     def command(self, request: list[str]) -> dict[str, Any]:
         """``pfc IFNAME PRIORITY QUANTA``: send one PFC frame out of a port."""
