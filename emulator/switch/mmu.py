@@ -114,6 +114,8 @@ class Mmu:
         self._pfc_out: list[tuple[int, dict[int, int]]] = []
         self._random = random.Random(seed)
         self._refresh_ns = [pause_ns(config.quanta, rate) // 2 for rate in port_rates]
+        self._deadline: int | None = None
+        self._deadline_stale = False  # set when a pause or XOFF timer changes
 
     # --- admission ---------------------------------------------------------------
 
@@ -190,6 +192,7 @@ class Mmu:
             return
         ing.xoff[priority] = True
         ing.refresh_at[priority] = now + self._refresh_ns[port]
+        self._deadline_stale = True
         self.counters[port][priority].pfc_xoff_sent += 1
         self._pfc_out.append((port, {priority: self.config.quanta}))
 
@@ -200,6 +203,7 @@ class Mmu:
             return
         ing.xoff[priority] = False
         ing.refresh_at[priority] = None
+        self._deadline_stale = True
         self.counters[port][priority].pfc_xon_sent += 1
         self._pfc_out.append((port, {priority: 0}))
 
@@ -272,16 +276,25 @@ class Mmu:
     def pfc_received(self, now: int, port: int, quanta: dict[int, int]) -> list[int]:
         """A PFC frame arrived on ``port``; returns priorities it resumed."""
         _, resumed = self.pause[port].on_pfc(now, quanta)
+        self._deadline_stale = True
         return resumed
 
     def next_deadline(self) -> int | None:
-        """When :meth:`on_timer` must run next: a pause expiry or XOFF refresh."""
-        times = [t for state in self.pause if (t := state.next_expiry()) is not None]
-        times += [t for ing in self.ingress for t in ing.refresh_at if t is not None]
-        return min(times) if times else None
+        """When :meth:`on_timer` must run next: a pause expiry or XOFF refresh.
+
+        Cached: the agent asks after every batch of frames, and only PFC
+        events move the answer.
+        """
+        if self._deadline_stale:
+            times = [t for state in self.pause if (t := state.next_expiry()) is not None]
+            times += [t for ing in self.ingress for t in ing.refresh_at if t is not None]
+            self._deadline = min(times) if times else None
+            self._deadline_stale = False
+        return self._deadline
 
     def on_timer(self, now: int) -> list[int]:
         """Expire pauses and refresh XOFFs due by ``now``; ports to drain."""
+        self._deadline_stale = True
         ready = [port for port, state in enumerate(self.pause) if state.expire(now)]
         for port, ing in enumerate(self.ingress):
             for priority, due in enumerate(ing.refresh_at):
