@@ -159,10 +159,11 @@ def pfc_ecn_cost(size: int, seconds: float, rounds: int) -> None:
     for name, results in runs.items():
         rates = ", ".join(f"{r['rate']:,.0f}" for r in results)
         print(f"{size}-byte frames, {name:7}: median {medians[name]:,.0f} frames/s over {rounds} runs ({rates}); "
-              f"PFC XOFF sent {sum(r['xoff'] for r in results):,.0f}, ECN marked {sum(r['ecn_marked'] for r in results):,.0f}, "
+              f"PFC XOFF sent {sum(r['xoff'] for r in results):,.0f}, "
+              f"ECN marked {sum(r['ecn_marked'] for r in results):,.0f}, "
               f"MMU drops {sum(r['mmu_drops'] for r in results):,.0f}")
-    print(f"{size}-byte frames: PFC+ECN forwards {medians['PFC+ECN'] / medians['plain']:.1%} of plain forwarding's frame rate "
-          f"({(medians['PFC+ECN'] - medians['plain']) / medians['plain']:+.1%})")
+    ratio = medians["PFC+ECN"] / medians["plain"]
+    print(f"{size}-byte frames: PFC+ECN forwards {ratio:.1%} of plain forwarding's frame rate ({ratio - 1:+.1%})")
 
 
 def pause_gate_timing(cycles: int = 30) -> None:

@@ -151,7 +151,8 @@ def main() -> int:
     parser.add_argument("--mtu", type=int, default=1500, help="link MTU (default 1500)")
     parser.add_argument("--headrooms", type=lambda t: [parse_size(x) for x in t.split(",")],
                         help="fixed list of headrooms (sizes: 1514, 6KiB, ...) instead of the search")
-    parser.add_argument("--repeat", type=int, default=2, help="runs per headroom that must all be drop-free (default 2)")
+    parser.add_argument("--repeat", type=int, default=2,
+                        help="runs per headroom that must all be drop-free (default 2)")
     parser.add_argument("--switch", default="", help="other --switch overrides, e.g. alpha=0.5 or threshold=30000")
     parser.add_argument("--response-us", type=float, help="response time to put in the formula (skip measuring it)")
     args = parser.parse_args()
@@ -159,8 +160,9 @@ def main() -> int:
     delay = parse_time(args.delay)
     frame = args.mtu + 14
     switch = parse_switch(args.switch)
-    print(f"lossless incast star,4: 3 UDP senders at {format_rate(rate)} into h4, priority 3, {args.seconds} s per run, "
-          f"delay {args.delay}, MTU {args.mtu} (frame {frame} B, {pa.frame_time_ns(rate, frame) / 1000:.1f} us)"
+    print(f"lossless incast star,4: 3 UDP senders at {format_rate(rate)} into h4, priority 3, "
+          f"{args.seconds} s per run, delay {args.delay}, MTU {args.mtu} "
+          f"(frame {frame} B, {pa.frame_time_ns(rate, frame) / 1000:.1f} us)"
           + (f", --switch {args.switch}" if args.switch else ""), flush=True)
 
     if args.response_us is not None:

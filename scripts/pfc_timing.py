@@ -254,7 +254,8 @@ def print_response(result: ResponseResult) -> None:
     short = [r for r in every if not r.stopped]
     print(f"{'(b) XOFFs without a visible stop':34} {len(short)} of {len(every)} (XON arrived before a silence "
           f"of the gap; the host sent {sum(r.leaked_frames for r in short)} frames in those windows)")
-    print(f"{'(b) frames sent while paused':34} {sum(r.sent_while_paused for r in every)} (after the stop, before the XON)")
+    print(f"{'(b) frames sent while paused':34} {sum(r.sent_while_paused for r in every)} "
+          f"(after the stop, before the XON)")
     print(summary_line("(a)+(b) response, per XOFF", result.combined_ns, frame_ns))
 
 
@@ -281,8 +282,9 @@ def print_holds(holds: list[pa.Hold], sent: int, own_xoff: int, rate_bps: int) -
             by_quanta.setdefault(h.quanta, []).append(h)
     for q, group in sorted(by_quanta.items()):
         errors = [h.error_ns for h in group]
-        print(f"Q={q}: expected {group[0].expected_ns / 1000:.0f} us, error median {pa.percentile(errors, 50) / 1000:.0f} us "
-              f"({100 * pa.percentile(errors, 50) / group[0].expected_ns:.1f}%), max {max(errors) / 1000:.0f} us "
+        median = pa.percentile(errors, 50)
+        print(f"Q={q}: expected {group[0].expected_ns / 1000:.0f} us, error median {median / 1000:.0f} us "
+              f"({100 * median / group[0].expected_ns:.1f}%), max {max(errors) / 1000:.0f} us "
               f"({max(errors) / frame_ns:.2f} frame times)")
     leaky = [h for h in holds if h.leaked_bytes > pa.FULL_FRAME]
     if leaky:
@@ -299,7 +301,8 @@ def main() -> int:
     parser.add_argument("--senders", type=int, default=3, help="incast senders (default 3: star,4)")
     parser.add_argument("--gap", type=float, default=DEFAULT_GAP_FRAMES,
                         help="silence, in frame times, that counts as a sender stopped (default 3)")
-    parser.add_argument("--pauses", default="2ms,5ms,20ms", help="pause lengths of the hold test (default 2ms,5ms,20ms)")
+    parser.add_argument("--pauses", default="2ms,5ms,20ms",
+                        help="pause lengths of the hold test (default 2ms,5ms,20ms)")
     parser.add_argument("--repeat", type=int, default=3, help="PFC frames per pause length (default 3)")
     parser.add_argument("--capture", metavar="DIR", help="keep the pcapng files in DIR/response and DIR/hold")
     parser.add_argument("--only", choices=("response", "hold"), help="run one of the two measurements")
