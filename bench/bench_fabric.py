@@ -72,7 +72,7 @@ def agent_memory() -> None:
         totals = [_memory_kib(pid) for pid in pids]
     rss = sum(r for r, _ in totals) / 1024
     pss = sum(p for _, p in totals) / 1024
-    print(f"fattree,4 switch agents: {len(pids)} processes, RSS total {rss:.0f} MiB "
+    print(f"fattree,4 agents (switches and hosts): {len(pids)} processes, RSS total {rss:.0f} MiB "
           f"({rss / len(pids):.1f} MiB each), PSS total {pss:.0f} MiB ({pss / len(pids):.1f} MiB each)")
 
 
