@@ -3,9 +3,10 @@
 The defaults follow from a switch's fastest port rate C, the longest
 one-way delay d of its links and the frame size F = MTU + 14:
 
-* headroom per (port, lossless priority) = 2 F + 2 C d + C r
+* headroom per (port, lossless priority) = 5 F + 2 C d + C r
   (the frame being sent when XOFF is decided and the one being sent when
-  it arrives, the cable both ways, and r = the response time of both ends:
+  it arrives, three more already in an upstream switch's kernel queue, the
+  cable both ways, and r = the response time of both ends:
   ``RESPONSE_NS``, set from the headroom sweep, scripts/headroom_sweep.py);
 * reserve per (port, priority) = F;
 * shared pool = 64 F per port; buffer = pool + reserves + headrooms;
@@ -33,6 +34,10 @@ from emulator.units import parse_size
 FABRICS = ("lossless", "lossy")
 DEFAULT_LOSSLESS = (3,)
 RESPONSE_NS = 3_000_000
+# An upstream switch has up to about three frames in its port's kernel queue
+# that a pause cannot recall (its send buffer); a dumbbell test without them
+# overflowed the inter-switch headroom.
+UPSTREAM_KERNEL_FRAMES = 3
 SHARED_FRAMES_PER_PORT = 64
 SWITCH_OPTIONS = (
     "buffer", "reserve", "headroom", "alpha", "threshold", "xon_delta", "quanta",
@@ -44,7 +49,7 @@ def default_headroom(rate_bps: int, delay_ns: int, mtu: int, response_ns: int = 
     """Bytes that still arrive after XOFF is decided (formula in the module doc)."""
     frame = mtu + 14
     in_flight = rate_bps * (2 * delay_ns + response_ns) // 8 // 1_000_000_000
-    return 2 * frame + in_flight
+    return (2 + UPSTREAM_KERNEL_FRAMES) * frame + in_flight
 
 
 def derive_config(fabric: str, rate_bps: int, delay_ns: int, mtu: int, ports: int,

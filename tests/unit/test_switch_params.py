@@ -20,7 +20,7 @@ def expected_headroom(rate_bps: int, delay_ns: int, mtu: int) -> Fraction:
     frame = mtu + 14
     cable_both_ways = Fraction(rate_bps * 2 * delay_ns, 8 * 10**9)
     response = Fraction(rate_bps * params.RESPONSE_NS, 8 * 10**9)
-    return 2 * frame + cable_both_ways + response
+    return (2 + params.UPSTREAM_KERNEL_FRAMES) * frame + cable_both_ways + response
 
 
 @pytest.mark.parametrize("rate, delay, mtu", [
@@ -38,9 +38,9 @@ def test_default_headroom_formula(rate, delay, mtu):
 
 
 def test_default_headroom_worked_example():
-    # 10 Gbit/s, 1 us cable, MTU 1500: 2 x 1514 + 10e9 x (2 us + RESPONSE_NS) / 8e9
+    # 10 Gbit/s, 1 us cable, MTU 1500: 5 x 1514 + 10e9 x (2 us + RESPONSE_NS) / 8e9
     response_s = Fraction(params.RESPONSE_NS, 10**9)
-    want = 3028 + 10 * GBIT * (Fraction(2, 10**6) + response_s) / 8
+    want = 7570 + 10 * GBIT * (Fraction(2, 10**6) + response_s) / 8
     assert want.denominator == 1
     assert derive_config("lossless", 10 * GBIT, 1_000, 1500, ports=2).headroom == want
 
