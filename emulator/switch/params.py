@@ -7,7 +7,10 @@ one-way delay d of its links and the frame size F = MTU + 14:
   (the frame being sent when XOFF is decided and the one being sent when
   it arrives, three more already in an upstream switch's kernel queue, the
   cable both ways, and r = the response time of both ends:
-  ``RESPONSE_NS``, set from the headroom sweep, scripts/headroom_sweep.py);
+  ``RESPONSE_NS`` = 10 ms.  The headroom sweep (scripts/headroom_sweep.py)
+  found 5 to 6 frames enough on an idle star, but a dumbbell with three
+  senders overflowed 12 frames now and then (an agent stall of a few ms),
+  so the default is generous; lower it with ``--switch headroom=...``);
 * reserve per (port, priority) = F;
 * shared pool = 64 F per port; buffer = pool + reserves + headrooms;
 * dynamic threshold alpha = 1 (an ingress may hold as much of the pool as
@@ -33,7 +36,7 @@ from emulator.units import parse_size
 
 FABRICS = ("lossless", "lossy")
 DEFAULT_LOSSLESS = (3,)
-RESPONSE_NS = 3_000_000
+RESPONSE_NS = 10_000_000
 # An upstream switch has up to about three frames in its port's kernel queue
 # that a pause cannot recall (its send buffer); a dumbbell test without them
 # overflowed the inter-switch headroom.
