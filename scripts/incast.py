@@ -30,7 +30,8 @@ def main() -> int:
     parser.add_argument("--capture", metavar="DIR", help="pcapng per link end, one subdirectory per variant")
     args = parser.parse_args()
     variants = [("udp", "lossless", {}), ("udp", "lossy", {}),
-                ("tcp", "lossless", {"buffer": args.tcp_buffer}), ("tcp", "lossy", {"buffer": args.tcp_buffer})]
+                ("tcp", "lossless", {"buffer": args.tcp_buffer, "headroom": "24KiB"}),
+                ("tcp", "lossy", {"buffer": args.tcp_buffer, "headroom": "24KiB"})]
     print(f"{'VARIANT':22} {'LOST/RETRANSMITTED':>20} {'DROPS':>7} {'PFC SENT':>9} {'RECEIVER GOODPUT':>26}")
     for protocol, fabric, switch in variants:
         capture = os.path.join(args.capture, f"{protocol}-{fabric}") if args.capture else None

@@ -68,7 +68,7 @@ def test_udp_incast_lossy_drops():
 
 @pytest.mark.parametrize("fabric", ["lossless", "lossy"])
 def test_tcp_incast_with_a_small_buffer(fabric):
-    result = run_incast(fabric, "tcp", seconds=SECONDS, switch={"buffer": "160KiB"})
+    result = run_incast(fabric, "tcp", seconds=SECONDS, switch={"buffer": "160KiB", "headroom": "24KiB"})
     retransmits = sum(f.retransmits for f in result.flows)
     if fabric == "lossless":
         assert retransmits == 0 and result.totals["drops"] == 0
@@ -202,7 +202,9 @@ def test_pause_without_xon_holds_the_host_for_its_quanta(tmp_path):
         # the pause runs out.
         leaked = [t for t in after if t - pause < frame_time + 0.001]
         resumed = after[len(leaked)]
-        assert len(leaked) <= 1
+        # What HTB takes from the gate during the host's reaction (up to
+        # about 1 ms here, 1.7 frame times at 20 Mbit/s) still leaves.
+        assert len(leaked) <= 2
         held = resumed - pause
         assert abs(held - expected) <= max(0.10 * expected, frame_time), (held, expected)
 
