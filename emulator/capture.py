@@ -37,6 +37,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING
 
+from emulator import runstate
 from emulator.errors import FabricError
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ def stop_detached(pids: dict[str, int], directory: str) -> list[str]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGINT)
     deadline = time.monotonic() + STOP_TIMEOUT
-    while any(os.path.exists(f"/proc/{pid}") and not _exited(pid) for pid in pids.values()):
+    while any(runstate.alive(pid) and not runstate.is_zombie(pid) for pid in pids.values()):
         if time.monotonic() > deadline:
             for pid in pids.values():
                 with contextlib.suppress(ProcessLookupError):
@@ -167,14 +168,6 @@ def stop_detached(pids: dict[str, int], directory: str) -> list[str]:
             break
         time.sleep(0.02)
     return convert_to_pcapng([os.path.join(directory, f"{ifname}.pcap") for ifname in pids])
-
-
-def _exited(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
 
 
 def convert_to_pcapng(pcaps: list[str]) -> list[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -110,7 +109,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     print(f"{'RUN':10} {'TOPOLOGY':20} {'HOSTS':>5} {'SWITCHES':>8}  STATUS")
     for s in existing:
         kinds = [n["kind"] for n in s.nodes.values()]
-        alive = sum(1 for pid in s.agents.values() if _alive(pid))
+        alive = sum(1 for pid in s.agents.values() if runstate.alive(pid))
         if s.detached:
             status = f"up ({alive}/{len(s.agents)} agents running)"
         elif s.owner_alive():
@@ -119,14 +118,6 @@ def cmd_list(args: argparse.Namespace) -> int:
             status = "stale: its runner died; fabric-emu clean removes it"
         print(f"{s.run:10} {s.topo:20} {kinds.count('host'):>5} {kinds.count('switch'):>8}  {status}")
     return 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
 
 
 def cmd_exec(args: argparse.Namespace) -> int:

@@ -61,7 +61,7 @@ class RunState:
         os.replace(tmp, os.path.join(self.directory, STATE_FILE))
 
     def owner_alive(self) -> bool:
-        return _alive(self.owner_pid)
+        return alive(self.owner_pid)
 
 
 def run_dir(run: str) -> str:
@@ -114,7 +114,8 @@ def orphan_dirs() -> list[str]:
     return [d for d in _run_dirs() if _load_or_none(d) is None]
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is in the process table (a zombie counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -155,7 +156,7 @@ def kill_processes(pids: list[int], grace: float = 2.0) -> list[int]:
             pass
     _wait_gone(pids, grace, count_zombies=False)
     for pid in pids:
-        if _alive(pid) and not _is_zombie(pid):
+        if alive(pid) and not is_zombie(pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -173,7 +174,7 @@ def _wait_gone(pids: list[int], seconds: float, count_zombies: bool) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if not any(
-            _alive(p) and not (_is_zombie(p) and (not count_zombies or _parent(p) == me)) for p in pids
+            alive(p) and not (is_zombie(p) and (not count_zombies or _parent(p) == me)) for p in pids
         ):
             return
         time.sleep(0.02)
@@ -187,7 +188,7 @@ def _parent(pid: int) -> int:
         return 0
 
 
-def _is_zombie(pid: int) -> bool:
+def is_zombie(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
