@@ -55,6 +55,13 @@ class AgentBase:
         self.epoll.register(fd, mask)
         self.handlers[fd] = handler
 
+    def modify(self, fd: int, mask: int) -> None:
+        self.epoll.modify(fd, mask)
+
+    def unwatch(self, fd: int) -> None:
+        self.epoll.unregister(fd)
+        del self.handlers[fd]
+
     def run(self) -> None:
         self.after_events(self.now())
         handlers = self.handlers
@@ -65,7 +72,9 @@ class AgentBase:
                 continue
             now = time.monotonic_ns()
             for fd, mask in events:
-                handlers[fd](fd, mask, now)
+                handler = handlers.get(fd)
+                if handler is not None:  # None: an earlier handler of this batch closed it
+                    handler(fd, mask, now)
             self.after_events(now)
 
     def _on_timer(self, _fd: int, _mask: int, now: int) -> None:

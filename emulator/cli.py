@@ -23,6 +23,7 @@ from emulator.fabric import Fabric, Node, collect_stats, finish_run, require_roo
 from emulator.plan import DEFAULT_LINK, link_params
 from emulator.switch.params import FABRICS, SWITCH_OPTIONS, parse_overrides
 from emulator.topospec import build_topo, topo_parameters
+from emulator.units import parse_size
 from topologies import topos as builtin_topos
 
 
@@ -210,6 +211,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(spec=args.topo, bw=args.bw, seconds=args.seconds, log=progress)
 
 
+def cmd_perf(args: argparse.Namespace) -> int:
+    from emulator.rdma import perf
+
+    if args.peer is None:
+        result = perf.serve(args.test, port=args.port, log=progress)
+        if args.json:
+            print(json.dumps(result, indent=1))
+        else:
+            verdict = "verified" if result["verified"] else f"NOT verified: {result['detail']}"
+            print(f"perf {args.test} server: {result['bytes']} bytes from {result['peer']}, {verdict}, "
+                  f"CPU {result['server_cpu_s']:.3f} s during the transfer")
+        return 0 if result["verified"] else 1
+    request = perf.PerfRequest(args.test, parse_size(args.size), args.iters, args.mtu, args.seed)
+    result = perf.run_client(request, args.peer, port=args.port, log=progress)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        perf.print_table(result)
+    return 0 if result["verified"] else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fabric-emu", description="Packet-level emulator of lossless AI/HPC fabrics.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -258,6 +280,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", help="which run (default: the only one)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("perf", help="perftest-style RDMA bandwidth test, run inside hosts: server without PEER, client with it")
+    p.add_argument("test", choices=("write", "read", "send", "tcp"), help="RDMA WRITE, READ, SEND, or a TCP stream to compare")
+    p.add_argument("peer", nargs="?", help="the server's host name (e.g. h2) or address; omit to be the server")
+    p.add_argument("--size", default="64KiB", help="bytes per message (default 64KiB, at most 1GiB)")
+    p.add_argument("--iters", type=int, default=100, help="messages (default 100)")
+    p.add_argument("--mtu", type=int, default=1024, choices=(256, 512, 1024, 2048, 4096), help="path MTU (default 1024)")
+    p.add_argument("--port", type=int, default=18515, help="out-of-band TCP port (default 18515, as perftest)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the data pattern")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_perf)
 
     p = sub.add_parser("topos", help="list the built-in topologies")
     p.set_defaults(func=cmd_topos)

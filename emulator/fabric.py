@@ -33,6 +33,7 @@ from emulator.ethtool import disable_offloads
 from emulator.features import Features, probe_features, probe_namespace
 from emulator.netns import create_namespace, enter_for_exec, entered, existing_namespaces
 from emulator.plan import GATEWAY_IP, FabricPlan, NodePlan, make_plan
+from emulator.rdma.verbs import verbs_socket
 from emulator.switch.mmu import MmuConfig
 from emulator.switch.params import derive_config
 from emulator.tc import PauseGates, shape_link
@@ -233,7 +234,8 @@ class Fabric:
         if node.kind == "host":
             port = node.ports[0]
             return {**common, "ifname": port.ifname, "rate_bps": port.params.bw_bps, "mtu": port.params.mtu,
-                    "mac": port.mac, "peer_mac": port.peer_mac}
+                    "mac": port.mac, "peer_mac": port.peer_mac, "ip": node.ip, "seed": self.seed * 1000 + index,
+                    "verbs": verbs_socket(self.run_name, node.name)}
         mmu = dataclasses.asdict(self.mmu_configs[node.name])
         for key in ("lossless", "strict"):
             mmu[key] = sorted(mmu[key])

@@ -1,12 +1,14 @@
-"""The host agent: answers PFC on the host NIC by closing its pause gates.
+"""The host agent: the emulated RNIC, and PFC reaction by pause gates.
 
-One process per host namespace.  It listens for MAC control frames
+One process per host namespace.  It runs the host's RNIC
+(:mod:`emulator.rdma.rnic`: verbs for applications, RC transport on the
+wire) and listens for MAC control frames
 (EtherType 0x8808) on the host's NIC, feeds them to a sans-I/O
 :class:`~emulator.pfc.PauseState`, closes the tc pause gate of each paused
 priority and opens it again at XON or when the quanta run out (a timerfd,
 not a poll timeout: quanta are microseconds).  Because the gate is in the
 kernel, every application on the host, iperf3 or a kernel UDP socket, is
-held back and never dropped.  The RDMA work adds the emulated RNIC here.
+held back and never dropped, the RNIC's own frames included.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from typing import Any
 
 from emulator.agentlib import AgentBase, run_agent
 from emulator.pfc import PRIORITIES, PauseState, decode_pfc
+from emulator.rdma.rnic import Rnic
 from emulator.tc import PauseGates
 
 ETH_P_MAC_CONTROL = 0x8808
 
 
 class HostAgent(AgentBase):
-    """PFC reaction of one host NIC."""
+    """The RNIC and the PFC reaction of one host NIC."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
@@ -36,6 +39,7 @@ class HostAgent(AgentBase):
         self.sock.bind((ifname, ETH_P_MAC_CONTROL))
         self.sock.setblocking(False)
         self.watch(self.sock.fileno(), select.EPOLLIN, self._on_frame)
+        self.rnic = Rnic(config, self.watch, self.modify, self.unwatch)
 
     def _on_frame(self, _fd: int, _mask: int, now: int) -> None:
         while True:
@@ -55,11 +59,14 @@ class HostAgent(AgentBase):
                 self.gates.resume(priority)
 
     def after_events(self, now: int) -> None:
-        self.timer.set(self.state.next_expiry())
+        self.rnic.pump(now)
+        deadlines = [d for d in (self.state.next_expiry(), self.rnic.next_deadline()) if d is not None]
+        self.timer.set(min(deadlines) if deadlines else None)
 
     def on_timer(self, now: int) -> None:
         for priority in self.state.expire(now):
             self.gates.resume(priority)
+        self.rnic.on_timer(now)
 
     def stats(self) -> dict[str, Any]:
         now = self.now()
@@ -69,9 +76,11 @@ class HostAgent(AgentBase):
             "pfc_received": list(self.pfc_received),
             "paused_ns": [self.state.paused_time(p, now) for p in range(PRIORITIES)],
             "paused_now": [self.state.is_paused(p) for p in range(PRIORITIES)],
+            "rnic": self.rnic.stats(),
         }
 
     def close(self) -> None:
+        self.rnic.close()
         self.gates.close()
 
 

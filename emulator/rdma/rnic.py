@@ -1,0 +1,415 @@
+"""The emulated RNIC: RC queue pairs on the wire, verbs for applications.
+
+It lives in the host agent's event loop.  Applications in the host's
+namespace talk to it over a Unix SEQPACKET socket (the *verbs socket*, one
+JSON message per request, memory regions passed as memfd descriptors); see
+:mod:`emulator.rdma.verbs` for the client side.  Frames go out on a raw
+AF_PACKET socket through the host's tc tree, so the kernel paces them at the
+link rate and the PFC pause gates hold them back like any other traffic; the
+socket's small send buffer is the RNIC's transmit queue.
+
+Each application connection is a protection domain: its regions and QPs
+live and die with it.  A QP's errors end up as completions, as in verbs;
+bad requests (unknown QP, wrong state, bad sizes) get an error reply naming
+the problem, and the RNIC goes on serving everyone else.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import random
+import select
+import socket
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from emulator.rdma.memory import MAX_MR_BYTES, RegionTable
+from emulator.rdma.packet import PSN_MASK
+from emulator.rdma.rc import Completion, RcConfig, RcQueuePair, RecvWR, SendWR, WcOpcode, WrOpcode
+from emulator.rdma.wire import ROCE_PORT, Framer, decode
+
+ETH_P_IP = 0x0800
+SOL_PACKET = 263
+PACKET_IGNORE_OUTGOING = 23
+SO_ATTACH_FILTER = 26
+SEND_BUFFER = 48 * 1024  # the kernel doubles it: about 40 frames of 1 KiB queued in tc
+MESSAGE_MAX = 1 << 20
+PATHS_MTU = (256, 512, 1024, 2048, 4096)
+# IPv4 + UDP + BTH + RETH + ImmDt + ICRC: what a path-MTU payload needs on top in a link's MTU.
+ROCE_OVERHEAD = 20 + 8 + 12 + 16 + 4 + 4
+SOURCE_PORT_BASE = 49152  # RoCEv2 source ports carry the QP's ECMP entropy (and stay clear of well-known dissectors)
+RECV_OPCODES = (WcOpcode.RECV, WcOpcode.RECV_RDMA_WITH_IMM)
+
+# Classic BPF: accept IPv4 (no options) / UDP / destination port 4791, drop the rest.
+_ROCE_FILTER = [
+    (0x28, 0, 0, 12), (0x15, 0, 7, ETH_P_IP),   # ldh [12]; jeq IPv4 else drop
+    (0x30, 0, 0, 14), (0x15, 0, 5, 0x45),       # ldb [14]; jeq version 4, IHL 5 else drop
+    (0x30, 0, 0, 23), (0x15, 0, 3, 17),         # ldb [23]; jeq UDP else drop
+    (0x28, 0, 0, 36), (0x15, 0, 1, ROCE_PORT),  # ldh [36]; jeq 4791 else drop
+    (0x06, 0, 0, 0xFFFF), (0x06, 0, 0, 0),      # accept; drop
+]
+_DROP_ALL = [(0x06, 0, 0, 0)]
+
+
+def attach_filter(sock: socket.socket, program: list[tuple[int, int, int, int]]) -> None:
+    """SO_ATTACH_FILTER with a classic BPF program (the kernel copies it)."""
+    code = b"".join(struct.pack("HBBI", *insn) for insn in program)
+    buffer = ctypes.create_string_buffer(code)
+    fprog = struct.pack("HL", len(program), ctypes.addressof(buffer))
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+
+
+def source_port(qpn: int, remote_qpn: int) -> int:
+    """The UDP source port of a QP: 49152 and up, a hash of both QPNs."""
+    return SOURCE_PORT_BASE + (((qpn * 0x9E3779B1) ^ (remote_qpn * 0x85EBCA6B)) >> 7 & 0x3FFF)
+
+
+@dataclass
+class QpEntry:
+    """A QP of an application: the model once connected, where its completions go."""
+
+    qpn: int
+    owner: int
+    send_cq: int
+    recv_cq: int
+    initial_psn: int
+    qp: RcQueuePair | None = None
+    framer: Framer | None = None
+    remote_ip: str = ""
+    early_recvs: list[RecvWR] = field(default_factory=list)
+
+
+class Client:
+    """One application connection: a protection domain and its CQs."""
+
+    def __init__(self, conn: socket.socket, pd: int) -> None:
+        self.conn = conn
+        self.pd = pd
+        self.cqs: set[int] = set()
+        self.outbox: deque[bytes] = deque()
+
+
+class Rnic:
+    """The RNIC of one host: the verbs server, the RoCE socket and the QPs.
+
+    ``watch(fd, mask, handler)``, ``modify(fd, mask)`` and ``unwatch(fd)``
+    are the host agent's epoll registration; the agent calls :meth:`pump`
+    after every batch of events and :meth:`on_timer` when
+    :meth:`next_deadline` passes.
+    """
+
+    def __init__(self, config: dict[str, Any], watch: Callable, modify: Callable, unwatch: Callable) -> None:
+        self.ifname = config["ifname"]
+        self.mac, self.gateway_mac, self.ip = config["mac"], config["peer_mac"], config["ip"]
+        self.link_mtu = config["mtu"]
+        self._watch, self._modify, self._unwatch = watch, modify, unwatch
+        self.random = random.Random(config.get("seed", 0))
+        self.regions = RegionTable(self.random.randrange(1 << 30))
+        self.qps: dict[int, QpEntry] = {}
+        self.clients: dict[int, Client] = {}
+        self._next_qpn = 0x11
+        self._next_pd = 1
+        self._next_cq = 1
+        self._blocked: bytes | None = None
+        self.counters = {"frames_sent": 0, "frames_received": 0, "bytes_sent": 0, "icrc_errors": 0,
+                         "unknown_qp": 0, "send_blocked": 0}
+        self.closed_qp_counters: dict[str, int] = {}
+
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IP))
+        attach_filter(self.sock, _ROCE_FILTER)
+        self.sock.bind((self.ifname, ETH_P_IP))
+        self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+        self.sock.setblocking(False)
+        self._rx = bytearray(self.link_mtu + 64)
+        watch(self.sock.fileno(), select.EPOLLIN, self._on_socket)
+        # The kernel would answer every RoCE frame with ICMP port unreachable; a
+        # bound UDP socket that filters everything away keeps it quiet.
+        self.sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        attach_filter(self.sink, _DROP_ALL)
+        self.sink.bind(("0.0.0.0", ROCE_PORT))
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.server.bind(config["verbs"])
+        self.server.listen(16)
+        self.server.setblocking(False)
+        watch(self.server.fileno(), select.EPOLLIN, self._on_accept)
+
+    # --- the wire ------------------------------------------------------------------
+
+    def _on_socket(self, _fd: int, mask: int, now: int) -> None:
+        if mask & select.EPOLLIN:
+            self._receive(now)
+        if mask & select.EPOLLOUT:
+            self._on_writable(now)
+
+    def _receive(self, now: int) -> None:
+        rx = self._rx
+        view = memoryview(rx)
+        for _ in range(256):  # then let other sockets and timers have a turn
+            try:
+                size = self.sock.recv_into(rx)
+            except BlockingIOError:
+                return
+            decoded = decode(view[:size])
+            if decoded is None:
+                continue
+            self.counters["frames_received"] += 1
+            if not decoded.icrc_ok:
+                self.counters["icrc_errors"] += 1
+                continue
+            entry = self.qps.get(decoded.packet.dest_qp)
+            if entry is None or entry.qp is None or decoded.src_ip != entry.remote_ip:
+                self.counters["unknown_qp"] += 1
+                continue
+            entry.qp.receive(now, decoded.packet)
+
+    def _on_writable(self, now: int) -> None:
+        self._modify(self.sock.fileno(), select.EPOLLIN)
+        frame, self._blocked = self._blocked, None
+        if frame is not None and not self._send(frame):
+            return
+        self.transmit(now)
+
+    def _send(self, frame: bytes) -> bool:
+        """Hand one frame to the kernel; False (and keep it) when the queue is full."""
+        try:
+            self.sock.send(frame)
+        except OSError as err:
+            if err.errno not in (errno.EAGAIN, errno.ENOBUFS):
+                raise
+            self._blocked = frame
+            self.counters["send_blocked"] += 1
+            self._modify(self.sock.fileno(), select.EPOLLIN | select.EPOLLOUT)
+            return False
+        self.counters["frames_sent"] += 1
+        self.counters["bytes_sent"] += len(frame)
+        return True
+
+    def transmit(self, now: int) -> None:
+        """Pull packets from the QPs, one each in turn, until the kernel queue is full."""
+        if self._blocked is not None:
+            return
+        entries = [e for e in self.qps.values() if e.qp is not None]
+        while entries:
+            ready = []
+            for entry in entries:
+                packet = entry.qp.next_packet(now)
+                if packet is None:
+                    continue
+                if not self._send(entry.framer.encode(packet)):
+                    return
+                ready.append(entry)
+            entries = ready
+
+    def next_deadline(self) -> int | None:
+        deadlines = [d for e in self.qps.values() if e.qp is not None and (d := e.qp.next_deadline()) is not None]
+        return min(deadlines) if deadlines else None
+
+    def on_timer(self, now: int) -> None:
+        for entry in list(self.qps.values()):
+            if entry.qp is not None and (deadline := entry.qp.next_deadline()) is not None and deadline <= now:
+                entry.qp.on_timer(now)
+
+    def pump(self, now: int) -> None:
+        """After every batch of events: send what can go, deliver completions."""
+        self.transmit(now)
+        for entry in self.qps.values():
+            if entry.qp is None:
+                continue
+            completions = entry.qp.poll_completions()
+            if completions:
+                self._deliver(entry, completions)
+
+    def _deliver(self, entry: QpEntry, completions: list[Completion]) -> None:
+        client = self.clients.get(entry.owner)
+        if client is None:
+            return
+        by_cq: dict[int, list[list[Any]]] = {}
+        for c in completions:
+            cq = entry.recv_cq if c.opcode in RECV_OPCODES else entry.send_cq
+            by_cq.setdefault(cq, []).append([c.wr_id, int(c.status), int(c.opcode), c.qp_num, c.byte_len, c.imm])
+        for cq, wcs in by_cq.items():
+            self._post_message(client, {"cq": cq, "wc": wcs})
+
+    # --- the verbs socket ------------------------------------------------------------
+
+    def _on_accept(self, _fd: int, _mask: int, _now: int) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except BlockingIOError:
+                return
+            conn.setblocking(False)
+            client = Client(conn, self._next_pd)
+            self._next_pd += 1
+            self.clients[client.pd] = client
+            self._watch(conn.fileno(), select.EPOLLIN, lambda fd, mask, now, c=client: self._on_client(c, mask, now))
+
+    def _on_client(self, client: Client, mask: int, now: int) -> None:
+        if mask & select.EPOLLOUT:
+            self._flush(client)
+        if not mask & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+            return
+        while client.pd in self.clients:
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(client.conn, MESSAGE_MAX, 1)
+            except BlockingIOError:
+                return
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                self._drop_client(client)
+                return
+            try:
+                request = json.loads(data)
+                reply = self._handle(client, request, fds, now)
+            except (ValueError, KeyError, TypeError) as err:
+                reply = {"error": str(err) if not isinstance(err, KeyError) else f"missing field {err}"}
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            self._post_message(client, reply)
+
+    def _post_message(self, client: Client, message: dict[str, Any]) -> None:
+        client.outbox.append(json.dumps(message, separators=(",", ":")).encode())
+        self._flush(client)
+
+    def _flush(self, client: Client) -> None:
+        while client.outbox:
+            try:
+                client.conn.send(client.outbox[0])
+            except BlockingIOError:
+                self._modify(client.conn.fileno(), select.EPOLLIN | select.EPOLLOUT)
+                return
+            except OSError:
+                self._drop_client(client)
+                return
+            client.outbox.popleft()
+        if client.pd in self.clients:
+            self._modify(client.conn.fileno(), select.EPOLLIN)
+
+    def _drop_client(self, client: Client) -> None:
+        """The application closed or died: its QPs and regions go with it."""
+        if self.clients.pop(client.pd, None) is None:
+            return
+        for qpn in [q for q, e in self.qps.items() if e.owner == client.pd]:
+            self._destroy_qp(qpn)
+        self.regions.release_owner(client.pd)
+        self._unwatch(client.conn.fileno())
+        client.conn.close()
+
+    def _destroy_qp(self, qpn: int) -> None:
+        entry = self.qps.pop(qpn)
+        if entry.qp is not None:
+            for key, value in entry.qp.counters.items():
+                self.closed_qp_counters[key] = self.closed_qp_counters.get(key, 0) + value
+
+    def _entry(self, client: Client, request: dict[str, Any]) -> QpEntry:
+        entry = self.qps.get(int(request["qpn"]))
+        if entry is None or entry.owner != client.pd:
+            raise ValueError(f"no QP {request['qpn']} in this protection domain")
+        return entry
+
+    def _handle(self, client: Client, request: dict[str, Any], fds: list[int], now: int) -> dict[str, Any]:
+        op = request["op"]
+        if op == "query_device":
+            return {"gid": self.ip, "mac": self.mac, "link_mtu": self.link_mtu,
+                    "max_mr_size": MAX_MR_BYTES, "max_mtu": max(m for m in PATHS_MTU if m + ROCE_OVERHEAD <= self.link_mtu)}
+        if op == "reg_mr":
+            if len(fds) != 1:
+                raise ValueError("reg_mr needs the region's memfd")
+            region = self.regions.register(client.pd, int(request["addr"]), int(request["length"]),
+                                           int(request["access"]), fd=fds[0])
+            return {"lkey": region.key, "rkey": region.key}
+        if op == "dereg_mr":
+            self.regions.deregister(int(request["key"]), client.pd)
+            return {}
+        if op == "create_cq":
+            cq = self._next_cq
+            self._next_cq += 1
+            client.cqs.add(cq)
+            return {"cq": cq}
+        if op == "create_qp":
+            for key in ("send_cq", "recv_cq"):
+                if int(request[key]) not in client.cqs:
+                    raise ValueError(f"{key} {request[key]} is not a CQ of this context")
+            qpn = self._next_qpn
+            self._next_qpn += 1
+            entry = QpEntry(qpn, client.pd, int(request["send_cq"]), int(request["recv_cq"]),
+                            self.random.randrange(PSN_MASK + 1))
+            self.qps[qpn] = entry
+            return {"qpn": qpn, "psn": entry.initial_psn}
+        if op == "connect":
+            return self._connect(self._entry(client, request), request)
+        if op == "post_send":
+            entry = self._entry(client, request)
+            if entry.qp is None:
+                raise ValueError(f"QP {entry.qpn} is not connected (post_send needs RTS)")
+            for wr in request["wrs"]:
+                entry.qp.post_send(SendWR(int(wr[0]), WrOpcode(wr[1]), *map(int, wr[2:8]), bool(wr[8])))
+            return {}
+        if op == "post_recv":
+            entry = self._entry(client, request)
+            wrs = [RecvWR(*map(int, wr)) for wr in request["wrs"]]
+            if entry.qp is None:
+                entry.early_recvs.extend(wrs)
+            else:
+                for wr in wrs:
+                    entry.qp.post_recv(wr)
+            return {}
+        if op == "query_qp":
+            entry = self._entry(client, request)
+            if entry.qp is None:
+                return {"state": "INIT", "counters": {}}
+            return {"state": entry.qp.state, "counters": dict(entry.qp.counters)}
+        if op == "destroy_qp":
+            self._destroy_qp(self._entry(client, request).qpn)
+            return {}
+        raise ValueError(f"unknown verbs request {op!r}")
+
+    def _connect(self, entry: QpEntry, request: dict[str, Any]) -> dict[str, Any]:
+        if entry.qp is not None:
+            raise ValueError(f"QP {entry.qpn} is already connected")
+        mtu = int(request.get("mtu", 1024))
+        if mtu not in PATHS_MTU:
+            raise ValueError(f"path MTU {mtu}: choose one of {', '.join(map(str, PATHS_MTU))}")
+        if mtu + ROCE_OVERHEAD > self.link_mtu:
+            raise ValueError(f"path MTU {mtu} does not fit the link MTU {self.link_mtu} (needs {mtu + ROCE_OVERHEAD}); "
+                             f"build the fabric with --link mtu={mtu + ROCE_OVERHEAD} or more")
+        remote_qpn = int(request["remote_qpn"])
+        if not 0 < remote_qpn <= PSN_MASK:
+            raise ValueError(f"remote QPN {remote_qpn} is out of range")
+        remote_ip = socket.inet_ntoa(socket.inet_aton(str(request["remote_gid"])))
+        options = {k: int(request[k]) for k in ("timeout_ns", "retry_cnt", "rnr_retry", "max_inflight") if k in request}
+        config = RcConfig(mtu=mtu, max_msg=MAX_MR_BYTES, **options)
+        qp = RcQueuePair(entry.qpn, self.regions.domain(entry.owner), config, entry.initial_psn)
+        qp.connect(remote_qpn, int(request["remote_psn"]) & PSN_MASK)
+        entry.qp, entry.remote_ip = qp, remote_ip
+        entry.framer = Framer(self.mac, self.gateway_mac, self.ip, remote_ip, source_port(entry.qpn, remote_qpn))
+        for wr in entry.early_recvs:
+            qp.post_recv(wr)
+        entry.early_recvs.clear()
+        return {"source_port": source_port(entry.qpn, remote_qpn)}
+
+    # --- counters and exit -------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        totals = dict(self.closed_qp_counters)
+        for entry in self.qps.values():
+            if entry.qp is not None:
+                for key, value in entry.qp.counters.items():
+                    totals[key] = totals.get(key, 0) + value
+        return {**self.counters, "qps": len(self.qps), "regions": len(self.regions.regions),
+                "applications": len(self.clients), "transport": totals}
+
+    def close(self) -> None:
+        for client in list(self.clients.values()):
+            self._drop_client(client)
+        self.server.close()
+        self.sink.close()
+        self.sock.close()
