@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from emulator.netns import netns_path, setns
+from emulator.netns import enter_for_exec
 from emulator.timerfd import TimerFd
 
 Handler = Callable[[int, int, int], None]  # (fd, event mask, now_ns)
@@ -149,9 +149,7 @@ def run_agent(agent_class: type[AgentBase]) -> None:
     config_path, ready_fd = sys.argv[1], int(sys.argv[2])
     with open(config_path) as f:
         config = json.load(f)
-    fd = os.open(netns_path(config["netns"]), os.O_RDONLY)
-    setns(fd)
-    os.close(fd)
+    enter_for_exec(config["netns"])  # the node's namespace, and a sysfs that shows its interfaces
     policy = _run_before_applications()
     agent = agent_class(config)
     agent.scheduling = policy

@@ -20,6 +20,7 @@ from typing import Any
 from emulator.agentlib import AgentBase, run_agent
 from emulator.pfc import PRIORITIES, PauseState, decode_pfc
 from emulator.rdma.rnic import Rnic
+from emulator.rps import keep_flows_in_order
 from emulator.tc import PauseGates
 
 ETH_P_MAC_CONTROL = 0x8808
@@ -40,6 +41,7 @@ class HostAgent(AgentBase):
         self.sock.setblocking(False)
         self.watch(self.sock.fileno(), select.EPOLLIN, self._on_frame)
         self.rnic = Rnic(config, self.watch, self.modify, self.unwatch)
+        self.unordered = keep_flows_in_order([ifname])
 
     def _on_frame(self, _fd: int, _mask: int, now: int) -> None:
         while True:
@@ -77,6 +79,7 @@ class HostAgent(AgentBase):
             "paused_ns": [self.state.paused_time(p, now) for p in range(PRIORITIES)],
             "paused_now": [self.state.is_paused(p) for p in range(PRIORITIES)],
             "rnic": self.rnic.stats(),
+            "rps_failed": self.unordered,
         }
 
     def close(self) -> None:

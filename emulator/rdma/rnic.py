@@ -35,9 +35,11 @@ from emulator.rdma.wire import ROCE_PORT, Framer, decode
 
 ETH_P_IP = 0x0800
 SOL_PACKET = 263
+PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
 SO_ATTACH_FILTER = 26
 SEND_BUFFER = 48 * 1024  # the kernel doubles it: about 40 frames of 1 KiB queued in tc
+RECV_BUFFER = 4 << 20  # a NIC's receive ring: the agent may be scheduled out for a few ms
 MESSAGE_MAX = 1 << 20
 PATHS_MTU = (256, 512, 1024, 2048, 4096)
 # IPv4 + UDP + BTH + RETH + ImmDt + ICRC: what a path-MTU payload needs on top in a link's MTU.
@@ -117,7 +119,7 @@ class Rnic:
         self._next_cq = 1
         self._blocked: bytes | None = None
         self.counters = {"frames_sent": 0, "frames_received": 0, "bytes_sent": 0, "icrc_errors": 0,
-                         "unknown_qp": 0, "send_blocked": 0}
+                         "unknown_qp": 0, "send_blocked": 0, "rx_kernel_drops": 0}
         self.closed_qp_counters: dict[str, int] = {}
 
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IP))
@@ -125,6 +127,7 @@ class Rnic:
         self.sock.bind((self.ifname, ETH_P_IP))
         self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER)
         self.sock.setblocking(False)
         self._rx = bytearray(self.link_mtu + 64)
         watch(self.sock.fileno(), select.EPOLLIN, self._on_socket)
@@ -399,6 +402,8 @@ class Rnic:
     # --- counters and exit -------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
+        _, drops = struct.unpack("II", self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+        self.counters["rx_kernel_drops"] += drops  # reading the statistics resets them
         totals = dict(self.closed_qp_counters)
         for entry in self.qps.values():
             if entry.qp is not None:

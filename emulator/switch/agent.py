@@ -33,6 +33,7 @@ from typing import Any
 from emulator.agentlib import AgentBase, run_agent
 from emulator.mac import mac_bytes
 from emulator.pfc import PRIORITIES, decode_pfc, encode_pfc
+from emulator.rps import keep_flows_in_order
 from emulator.switch.forwarding import ETH_ARP, ETH_CONTROL, ETH_IPV4, arp_reply, ecmp_index, priority, routed
 from emulator.switch.mmu import Mmu, MmuConfig
 from emulator.tc import leaf_class
@@ -105,6 +106,7 @@ class SwitchAgent(AgentBase):
         super().__init__(config)
         self.seed = config["seed"]
         self.ports = [Port(i, spec, self.seed) for i, spec in enumerate(config["ports"])]
+        self.unordered = keep_flows_in_order([port.ifname for port in self.ports])
         by_name = {p.ifname: p for p in self.ports}
         self.by_fd = {p.fd: p for p in self.ports}
         self.routes = {
@@ -348,7 +350,8 @@ class SwitchAgent(AgentBase):
                 "rx_drops": dict(port.drops),
                 "rx_control_frames": port.control_frames,
             }
-        return {"switch": self.name, "scheduling": self.scheduling, "ports": ports, "totals": totals}
+        return {"switch": self.name, "scheduling": self.scheduling, "ports": ports, "totals": totals,
+                "rps_failed": self.unordered}
 
     def close(self) -> None:
         self._sample(self.now())

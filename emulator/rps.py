@@ -1,0 +1,42 @@
+"""Keep each flow's frames in order across a veth (Receive Packet Steering).
+
+A veth hands every frame to the receive backlog of the CPU that transmitted
+it.  The CPU that transmits changes from frame to frame (whichever runs the
+sender's qdisc: the sending process, or the HTB timer's softirq), and two
+backlogs drain independently, so frames of one flow were overtaken: an RC
+responder saw out-of-order PSNs (8 in a 64 MiB WRITE) with no frame lost.
+Real links never reorder.  RPS with every CPU in the mask sends all frames
+of one flow (by the flow hash of the 5-tuple) through one CPU's backlog, so
+a flow stays in order and different flows still spread over the CPUs.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+
+def all_cpus_mask() -> str:
+    """The rps_cpus value that names every CPU, e.g. ``3`` on two."""
+    return format((1 << (os.cpu_count() or 1)) - 1, "x")
+
+
+def keep_flows_in_order(ifnames: list[str]) -> list[str]:
+    """Enable RPS on the receive queues of ``ifnames``; returns what could not be set.
+
+    Needs a sysfs of the caller's network namespace on /sys (agents get one
+    from :func:`emulator.netns.enter_for_exec`).
+    """
+    mask = all_cpus_mask()
+    failed = []
+    for ifname in ifnames:
+        queues = glob.glob(f"/sys/class/net/{ifname}/queues/rx-*/rps_cpus")
+        if not queues:
+            failed.append(ifname)
+        for path in queues:
+            try:
+                with open(path, "w") as f:
+                    f.write(mask)
+            except OSError:
+                failed.append(ifname)
+    return failed
