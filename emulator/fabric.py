@@ -386,6 +386,10 @@ class Fabric:
         if self.captures is not None:
             self.captures.stop()
             self.state.captures = {}
+            lost = {ifname: n for ifname, n in self.captures.dropped.items() if n}
+            if lost:
+                self._log(f"captures incomplete: tcpdump dropped {sum(lost.values())} frames "
+                          f"({', '.join(f'{k} {v}' for k, v in sorted(lost.items()))}); the CPU was busy")
         self._close_handles()
         finish_run(self.state, self._agents)
         self.state = None
