@@ -73,11 +73,16 @@ def test_go_back_n_under_random_loss_seen_in_the_capture(tmp_path):
         write, server = run_pair(net["h4"], net["h1"], "write", 8 << 20)
         assert write["verified"] and server["verified"]
         assert write["retransmissions"] > 0 and write["naks_received"] > 0, write
+        read, _ = run_pair(net["h4"], net["h1"], "read", 1 << 20)
+        send, server_send = run_pair(net["h4"], net["h1"], "send", 64 << 10, iters=16)
+        assert read["verified"] and send["verified"] and server_send["verified"]
+    assert not any(net.captures.dropped.values()), net.captures.dropped  # the captures are complete
     capture = str(pcap_dir / "h4-eth0.pcapng")
     assert malformed_count(capture) == 0
     naks = _tshark(capture, "infiniband.aeth.syndrome == 0x60", "infiniband.bth.psn", "infiniband.aeth.syndrome")
     assert naks, "no PSN sequence error NAK in the capture"
-    psns = [int(row[0]) for row in _tshark(str(pcap_dir / "h1-eth0.pcapng"), "infiniband.bth.opcode <= 0x0b",
+    writes = "infiniband.bth.opcode >= 6 && infiniband.bth.opcode <= 0x0b && infiniband.bth.destqp == %d"
+    psns = [int(row[0]) for row in _tshark(str(pcap_dir / "h1-eth0.pcapng"), writes % write["remote_qpn"],
                                            "infiniband.bth.psn")]
     repeated = len(psns) - len(set(psns))
     assert repeated == write["retransmissions"] > 0  # the capture holds every frame sent again
