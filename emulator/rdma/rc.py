@@ -124,7 +124,7 @@ class RcConfig:
     rnr_retry: int = 7
     rnr_timer_ns: int = 1_000_000
     ack_every: int = 16
-    max_inflight: int = 64
+    max_inflight: int = 128
     max_rd_atomic: int = 16
     max_msg: int = 1 << 30
 
@@ -319,7 +319,8 @@ class RcQueuePair:
         packet = self._request_packet(op, psn_diff(self.tx_psn, op.first_psn))
         if self.tx_psn == self.una and self.rto_deadline is None:
             self.rto_deadline = now + self.config.timeout_ns
-        advance = op.npkts - psn_diff(self.tx_psn, op.first_psn) if op.wr.opcode == WrOpcode.RDMA_READ else 1
+        index = psn_diff(self.tx_psn, op.first_psn)
+        advance = self._read_chunk(op, index) if op.wr.opcode == WrOpcode.RDMA_READ else 1
         if psn_diff(self.tx_psn, self.high_psn) < 0:
             self.counters["retransmitted_packets"] += 1
         self.tx_psn = psn_add(self.tx_psn, advance)
@@ -356,6 +357,17 @@ class RcQueuePair:
                 return op
         return None
 
+    def _read_chunk(self, op: _SendOp, index: int) -> int:
+        """Responses one READ request asks for: the rest of the WR, at most a window.
+
+        A large READ goes out as several requests, each for at most
+        ``max_inflight`` responses, so that responses are clocked by the
+        requester's progress as WRITE data is by ACKs: an emulated RNIC
+        that receives slower than its peer sends would otherwise lose most
+        of a 64 MiB READ in its socket buffer.
+        """
+        return min(op.npkts - index, self.config.max_inflight)
+
     def _reads_outstanding(self, besides: _SendOp) -> int:
         return sum(1 for op in self.sq if op is not besides and op.wr.opcode == WrOpcode.RDMA_READ
                    and psn_diff(self.tx_psn, op.first_psn) > 0 and op.read_received < op.npkts)
@@ -365,7 +377,7 @@ class RcQueuePair:
         if wr.opcode == WrOpcode.RDMA_READ:
             offset = index * mtu
             return Packet(Opcode.READ_REQUEST, self.remote_qpn, psn, va=wr.remote_addr + offset, rkey=wr.rkey,
-                          dma_len=max(0, wr.length - offset))
+                          dma_len=min(max(0, wr.length - offset), self._read_chunk(op, index) * mtu))
         first, middle, last, only = _SEQUENCES[wr.opcode]
         if op.npkts == 1:
             opcode = only
