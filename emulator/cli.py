@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -131,8 +132,10 @@ def cmd_exec(args: argparse.Namespace) -> int:
         raise FabricError(f"no node named {args.node!r} in run {state.run}; nodes: {' '.join(sorted(state.nodes, key=_natural))}")
     node = Node(args.node, info["kind"], info["netns"], info["ip"])
     cmd = args.cmd[1:] if args.cmd[0] == "--" else args.cmd
+    # The same installation inside the node: `fabric-emu exec h1 -- fabric-emu perf ...` under sudo.
+    env = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
     try:
-        proc = node.popen(cmd)
+        proc = node.popen(cmd, env=env)
     except FileNotFoundError:
         error = FabricError(f"command not found in {args.node}: {cmd[0]}")
         error.exit_code = 127

@@ -181,6 +181,7 @@ class _SendOp:
     first_psn: int
     npkts: int
     local: memoryview
+    error: WcStatus | None = None  # a local error found at post time, reported in turn
     read_received: int = 0  # READ: responses that arrived in order
     rerequested_at: int = -1  # READ: the PSN of the last re-request after a gap
 
@@ -260,17 +261,20 @@ class RcQueuePair:
         if self.state == "ERROR":
             self._complete(wr.wr_id, WcStatus.WR_FLUSH_ERR, _WC_OF[wr.opcode], 0)
             return
-        op = _SendOp(wr, self.end_psn, 1, memoryview(b""))
+        op = _SendOp(wr, self.end_psn, 1, memoryview(bytearray()))
         if not 0 <= wr.length <= self.config.max_msg:
-            self._fail(op, WcStatus.LOC_LEN_ERR)
-            return
-        if wr.length:
+            op.error = WcStatus.LOC_LEN_ERR
+        elif wr.length:
             try:
                 op.local = self.memory.local(wr.lkey, wr.addr, wr.length, write=wr.opcode == WrOpcode.RDMA_READ)
             except AccessError:
-                self._fail(op, WcStatus.LOC_PROT_ERR)
-                return
-        op.npkts = _packets(wr.length, self.config.mtu)
+                op.error = WcStatus.LOC_PROT_ERR
+        if op.error is not None and not self.sq:
+            self._fail(op, op.error)
+            return
+        # A bad WR behind others takes one PSN that is never sent: transmission
+        # stops there, and it fails once everything before it completed.
+        op.npkts = 1 if op.error is not None else _packets(wr.length, self.config.mtu)
         self.sq.append(op)
         self.end_psn = psn_add(self.end_psn, op.npkts)
 
@@ -314,6 +318,8 @@ class RcQueuePair:
             return None
         op = self._op_at(self.tx_psn)
         assert op is not None, "tx_psn must lie in a posted request"
+        if op.error is not None:
+            return None
         if op.wr.opcode == WrOpcode.RDMA_READ and self._reads_outstanding(op) >= self.config.max_rd_atomic:
             return None
         packet = self._request_packet(op, psn_diff(self.tx_psn, op.first_psn))
@@ -366,7 +372,7 @@ class RcQueuePair:
         that receives slower than its peer sends would otherwise lose most
         of a 64 MiB READ in its socket buffer.
         """
-        return min(op.npkts - index, self.config.max_inflight)
+        return min(op.npkts - index, self.config.max_inflight - psn_diff(self.tx_psn, self.una))
 
     def _reads_outstanding(self, besides: _SendOp) -> int:
         return sum(1 for op in self.sq if op is not besides and op.wr.opcode == WrOpcode.RDMA_READ
@@ -396,9 +402,9 @@ class RcQueuePair:
         return packet
 
     def _on_ack(self, now: int, packet: Packet) -> None:
-        self.counters["acks_received"] += 1
         kind, psn = packet.syndrome >> 5, packet.psn
         if kind == 0:
+            self.counters["acks_received"] += 1
             if -1 <= psn_diff(psn, self.una) and psn_diff(psn, self.high_psn) < 0:
                 self._acknowledge(now, psn_add(psn, 1))
             return
@@ -441,12 +447,29 @@ class RcQueuePair:
         self.retries_left = self.config.retry_cnt
         self.rnr_left = self.config.rnr_retry
         while self.sq and self._done(self.sq[0]):
+            if self.sq[0].error is not None:
+                self._fail(self.sq[0], self.sq[0].error)
+                return
             op = self._pop(self.sq[0])
+            end = psn_add(op.first_psn, op.npkts)
+            if psn_diff(end, self.una) > 0:
+                self.una = end
             if op.wr.signaled:
                 self._complete(op.wr.wr_id, WcStatus.SUCCESS, _WC_OF[op.wr.opcode], op.wr.length)
+        if psn_diff(self.tx_psn, self.una) < 0:
+            self.tx_psn = self.una
         self.rto_deadline = now + self.config.timeout_ns if self.una != self.tx_psn else None
 
+    def _rerequest(self, op: _SendOp) -> None:
+        """Ask again for a READ's responses from the first missing one (once per gap)."""
+        missing = psn_add(op.first_psn, op.read_received)
+        if op.rerequested_at != missing and psn_diff(self.tx_psn, missing) > 0:
+            op.rerequested_at = missing  # later strays of the old stream are ignored
+            self.tx_psn = missing
+
     def _done(self, op: _SendOp) -> bool:
+        if op.error is not None:
+            return True  # its turn has come: it fails
         if op.wr.opcode == WrOpcode.RDMA_READ:
             return op.read_received == op.npkts
         return psn_diff(self.una, op.first_psn) >= op.npkts
@@ -460,11 +483,15 @@ class RcQueuePair:
         if index < op.read_received:
             self.counters["duplicate_packets"] += 1
             return
+        # Responses come in PSN order: one that skips an earlier READ's response is a gap there.
+        for earlier in self.sq:
+            if earlier is op:
+                break
+            if earlier.wr.opcode == WrOpcode.RDMA_READ and earlier.read_received < earlier.npkts:
+                self._rerequest(earlier)
+                return
         if index > op.read_received:
-            missing = psn_add(op.first_psn, op.read_received)
-            if op.rerequested_at != missing and psn_diff(self.tx_psn, missing) > 0:
-                op.rerequested_at = missing  # one re-request per gap; later strays of the old stream are ignored
-                self.tx_psn = missing
+            self._rerequest(op)
             return
         mtu = self.config.mtu
         payload = packet.payload
@@ -488,7 +515,9 @@ class RcQueuePair:
         head = self.out[0]
         if isinstance(head, _Reply):
             self.out.popleft()
-            self.counters["acks_sent" if head.syndrome == SYNDROME_ACK else "packets_sent"] += 1
+            self.counters["packets_sent"] += 1
+            if head.syndrome == SYNDROME_ACK:
+                self.counters["acks_sent"] += 1
             return Packet(Opcode.ACK, self.remote_qpn, head.psn, syndrome=head.syndrome, msn=head.msn)
         index, mtu = head.next_index, self.config.mtu
         head.next_index += 1
@@ -539,9 +568,13 @@ class RcQueuePair:
             self._reply(SYNDROME_ACK, packet.psn)
 
     def _responder_error(self, syndrome: int, psn: int) -> None:
-        """NAK the request, then the QP is in error (as IB's responder goes)."""
+        """NAK the request, then the QP is in error (as IB's responder goes).
+
+        What it owed for earlier requests (READ responses, ACKs) still goes
+        out first: the requester completes those before it sees the NAK.
+        """
         self._reply(syndrome, psn)
-        self._enter_error()
+        self._enter_error(keep_output=True)
 
     def _rnr(self, psn: int) -> None:
         self.counters["rnr_naks_sent"] += 1
@@ -560,7 +593,7 @@ class RcQueuePair:
                 return
             try:
                 view = self.memory.remote(packet.rkey, packet.va, packet.dma_len, write=True) if packet.dma_len \
-                    else memoryview(b"")
+                    else memoryview(bytearray())
             except AccessError:
                 self._responder_error(NAK_REMOTE_ACCESS_ERROR, packet.psn)
                 return
@@ -652,13 +685,17 @@ class RcQueuePair:
                 continue
             kept.append(entry)
         self.out = kept
+        # Never answer PSNs this responder has not accepted as new: a re-request
+        # may reach over a later request that was lost.
+        npkts = min(_packets(packet.dma_len, self.config.mtu), psn_diff(self.epsn, packet.psn))
+        length = min(packet.dma_len, npkts * self.config.mtu)
         try:
-            view = self.memory.remote(packet.rkey, packet.va, packet.dma_len, write=False) if packet.dma_len \
+            view = self.memory.remote(packet.rkey, packet.va, length, write=False) if length \
                 else memoryview(b"")
         except AccessError:
             self._responder_error(NAK_REMOTE_ACCESS_ERROR, packet.psn)
             return
-        self.out.append(_ReadJob(packet.psn, 0, _packets(packet.dma_len, self.config.mtu), view))
+        self.out.append(_ReadJob(packet.psn, 0, npkts, view))
 
     # --- completions and errors -------------------------------------------------------------
 
@@ -673,13 +710,19 @@ class RcQueuePair:
         return op
 
     def _fail(self, op: _SendOp, status: WcStatus) -> None:
-        """``op`` failed with ``status``: complete it, then flush everything else."""
-        if op in self.sq:
+        """``op`` failed with ``status``: flush what is before it, complete it, flush the rest.
+
+        Completions stay in posting order, as verbs promises.
+        """
+        while self.sq and self.sq[0] is not op:
+            earlier = self._pop(self.sq[0])
+            self._complete(earlier.wr.wr_id, WcStatus.WR_FLUSH_ERR, _WC_OF[earlier.wr.opcode], 0)
+        if self.sq:
             self._pop(op)
         self._complete(op.wr.wr_id, status, _WC_OF[op.wr.opcode], 0)
         self._enter_error()
 
-    def _enter_error(self) -> None:
+    def _enter_error(self, keep_output: bool = False) -> None:
         self.state = "ERROR"
         self.rto_deadline = self.rnr_until = None
         while self.sq:
@@ -690,5 +733,5 @@ class RcQueuePair:
         self.inbound = None
         while self.rq:
             self._complete(self.rq.popleft().wr_id, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0)
-        # Replies already queued (the NAK that explains the error) still go out.
-        self.out = deque(entry for entry in self.out if isinstance(entry, _Reply))
+        if not keep_output:  # replies already queued (the NAK that explains the error) still go out
+            self.out = deque(entry for entry in self.out if isinstance(entry, _Reply))
