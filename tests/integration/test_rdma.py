@@ -86,6 +86,13 @@ def test_go_back_n_under_random_loss_seen_in_the_capture(tmp_path):
                                            "infiniband.bth.psn")]
     repeated = len(psns) - len(set(psns))
     assert repeated == write["retransmissions"] > 0  # the capture holds every frame sent again
+    # RETH on the WRITE's first packet: the server's region, its rkey, the whole length.
+    firsts = _tshark(str(pcap_dir / "h1-eth0.pcapng"), "infiniband.bth.opcode == 6",
+                     "infiniband.bth.destqp", "infiniband.reth.va", "infiniband.reth.r_key", "infiniband.reth.dmalen")
+    assert {int(row[3]) for row in firsts} >= {8 << 20}
+    assert all(int(row[1], 16) and int(row[2], 16) for row in firsts)
+    acks = _tshark(capture, "infiniband.bth.opcode == 17 && infiniband.aeth.syndrome == 0x1f", "infiniband.aeth.msn")
+    assert len(acks) > 100
     nak_psns = {int(row[0]) for row in naks}
     assert nak_psns <= set(psns)  # every NAK names a PSN the requester then sent again
     # Every RoCE frame in every capture: our decoder checks the ICRC, and icrc() agrees with the trailer.

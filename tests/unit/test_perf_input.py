@@ -1,0 +1,33 @@
+"""perf: bad input ends in one line before anything is set up."""
+
+from __future__ import annotations
+
+import pytest
+
+from emulator.cli import main
+from emulator.errors import FabricError
+from emulator.rdma.perf import PerfRequest, pattern
+
+
+@pytest.mark.parametrize("request_,message", [
+    (PerfRequest("write", 0, 1), "messages are 1 B to 1 GiB"),
+    (PerfRequest("write", (1 << 30) + 1, 1), "messages are 1 B to 1 GiB"),
+    (PerfRequest("read", 4096, 0), "at least one iteration"),
+    (PerfRequest("send", 1 << 20, 2048), "the receiver keeps all of it"),
+    (PerfRequest("atomic", 8, 1), "unknown perf test"),
+])
+def test_requests_outside_the_limits_are_refused(request_, message):
+    with pytest.raises(FabricError, match=message):
+        request_.check()
+
+
+def test_the_pattern_is_reproducible_and_not_trivial():
+    assert pattern(3, 4096) == pattern(3, 4096)
+    assert pattern(3, 4096) != pattern(4, 4096)
+    assert len(set(pattern(3, 4096))) > 200
+
+
+def test_cli_rejects_a_bad_size_in_one_line(capsys):
+    assert main(["perf", "write", "h2", "--size", "64XB"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fabric-emu: bad size '64XB'") and "\n" not in err
