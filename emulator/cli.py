@@ -224,7 +224,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
         else:
             verdict = "verified" if result["verified"] else f"NOT verified: {result['detail']}"
             print(f"perf {args.test} server: {result['bytes']} bytes from {result['peer']}, {verdict}, "
-                  f"CPU {result['server_cpu_s']:.3f} s during the transfer")
+                  f"CPU {result['server_cpu_s'] * 1e3:.2f} ms during the transfer")
         return 0 if result["verified"] else 1
     request = perf.PerfRequest(args.test, parse_size(args.size), args.iters, args.mtu, args.seed)
     result = perf.run_client(request, args.peer, port=args.port, log=progress)

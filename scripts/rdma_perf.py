@@ -28,7 +28,7 @@ def row(label: str, result: dict, server: dict) -> None:
     cpu = server.get("server_cpu_s")
     print(f"{label:34} {format_size(result['bytes']):>9} {result['goodput_bps'] / 1e6:9.2f} "
           f"{result['retransmissions']:>8} {result.get('naks_received', 0):>5} {result.get('timeouts', 0):>8} "
-          f"{'' if cpu is None else f'{cpu:.3f}':>13} {str(result['verified']):>9}", flush=True)
+          f"{'' if cpu is None else f'{cpu * 1e3:.2f} ms':>13} {str(result['verified']):>9}", flush=True)
 
 
 def main() -> int:

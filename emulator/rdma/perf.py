@@ -347,11 +347,11 @@ def print_table(result: dict[str, Any], out: TextIO = sys.stdout) -> None:
         print(f" local QPN {result['local_qpn']:#08x}   remote QPN {result['remote_qpn']:#08x}", file=out)
     print(line, file=out)
     print(f" {'#bytes':>10} {'#iterations':>12} {'BW average[Mb/sec]':>19} {'MsgRate[Mpps]':>14} "
-          f"{'Retrans':>8} {'ServerCPU[s]':>12} {'Verified':>9}", file=out)
+          f"{'Retrans':>8} {'ServerCPU[ms]':>13} {'Verified':>9}", file=out)
     cpu = result.get("server_cpu_s")
     print(f" {result['size']:>10} {result['iters']:>12} {result['goodput_bps'] / 1e6:>19.2f} "
           f"{result['msg_rate'] / 1e6:>14.6f} {result['retransmissions']:>8} "
-          f"{'' if cpu is None else f'{cpu:.3f}':>12} {'yes' if result['verified'] else 'NO':>9}", file=out)
+          f"{'' if cpu is None else f'{cpu * 1e3:.2f}':>13} {'yes' if result['verified'] else 'NO':>9}", file=out)
     print(line, file=out)
 
 
