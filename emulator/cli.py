@@ -311,7 +311,14 @@ def _terminate(signum: int, _frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # argparse fills an optional positional before the options that follow it:
+    # `perf write --json h2` would leave h2 over.  Take it as the peer.
+    if extra and args.command == "perf" and args.peer is None and len(extra) == 1 and not extra[0].startswith("-"):
+        args.peer, extra = extra[0], []
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGHUP, _terminate)
     try:

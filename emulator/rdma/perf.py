@@ -361,26 +361,52 @@ def print_table(result: dict[str, Any], out: TextIO = sys.stdout) -> None:
 def run_pair(server: "Node", client: "Node", test: str, size: int, iters: int = 1, mtu: int = 1024,
              port: int = PERF_PORT, timeout: float = 300.0) -> tuple[dict[str, Any], dict[str, Any]]:
     """Start ``fabric-emu perf TEST`` on ``server``, run the client on ``client``; both JSON results."""
-    command = [sys.executable, "-m", "emulator", "perf", test, "--json", "--port", str(port)]
-    proc = server.popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    [pair] = run_concurrent(server, [client], test, size, iters, mtu, port, timeout)
+    return pair
+
+
+def run_concurrent(server: "Node", clients: list["Node"], test: str, size: int, iters: int = 1, mtu: int = 1024,
+                   port: int = PERF_PORT, timeout: float = 300.0) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """One server per client on ``server`` (ports ``port``, ``port + 1``, ...), all clients at once.
+
+    Returns (client result, server result) per client.  With several
+    clients this is an incast of RDMA transfers into one host.
+    """
+    base = [sys.executable, "-m", "emulator", "perf", test]
+    servers = [server.popen(base + ["--json", "--port", str(port + i)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True) for i in range(len(clients))]
+    running: list[subprocess.Popen] = []
     try:
-        deadline = time.monotonic() + 20
-        banner = ""
-        while "waiting" not in banner:
-            ready, _, _ = select.select([proc.stderr], [], [], max(0.0, deadline - time.monotonic()))
-            line = proc.stderr.readline() if ready else ""
-            if not line:
-                raise FabricError(f"perf server on {server.name} did not start: {banner}{proc.stderr.read() if ready else ''}")
-            banner += line
-        done = client.run(command[:5] + [server.name, "--size", str(size), "--iters", str(iters),
-                                          "--mtu", str(mtu)] + command[5:], timeout=timeout)
-        out, err = proc.communicate(timeout=30)
+        for proc in servers:
+            _wait_for_banner(proc, server.name)
+        running = [client.popen(base + [server.name, "--size", str(size), "--iters", str(iters), "--mtu", str(mtu),
+                                         "--port", str(port + i), "--json"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE,
+                                text=True) for i, client in enumerate(clients)]
+        client_out = [proc.communicate(timeout=timeout) for proc in running]
+        server_out = [proc.communicate(timeout=30) for proc in servers]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    if done.returncode != 0 and not done.stdout.strip():
-        raise FabricError(f"perf {test} client on {client.name} failed: {done.stderr.strip()}")
-    if not out.strip():
-        raise FabricError(f"perf {test} server on {server.name} failed: {err.strip()}")
-    return json.loads(done.stdout), json.loads(out)
+        for proc in servers + running:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    results = []
+    for client, (out, err), (server_json, server_err) in zip(clients, client_out, server_out):
+        if not out.strip():
+            raise FabricError(f"perf {test} client on {client.name} failed: {err.strip()}")
+        if not server_json.strip():
+            raise FabricError(f"perf {test} server on {server.name} failed: {server_err.strip()}")
+        results.append((json.loads(out), json.loads(server_json)))
+    return results
+
+
+def _wait_for_banner(proc: subprocess.Popen, node: str, seconds: float = 20.0) -> None:
+    """Until the server says it is listening (it prints that on stderr)."""
+    deadline = time.monotonic() + seconds
+    banner = ""
+    while "waiting" not in banner:
+        ready, _, _ = select.select([proc.stderr], [], [], max(0.0, deadline - time.monotonic()))
+        line = proc.stderr.readline() if ready else ""
+        if not line:
+            raise FabricError(f"perf server on {node} did not start: {banner}{proc.stderr.read() if ready else ''}")
+        banner += line

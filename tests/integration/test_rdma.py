@@ -15,7 +15,7 @@ import pytest
 
 from emulator.capture import malformed_count
 from emulator.fabric import Fabric
-from emulator.rdma.perf import run_pair
+from emulator.rdma.perf import run_concurrent, run_pair
 from emulator.rdma.verbs import CQ, MR, PD, QP, Context, SendWR, VerbsError, WcStatus, WrOpcode
 from emulator.rdma.wire import decode, icrc
 from topologies import LeafSpineTopo, StarTopo
@@ -160,3 +160,27 @@ def test_perf_errors_are_one_line():
         assert done.returncode == 1 and "messages are 1 B to 1 GiB" in done.stderr
         done = net["h1"].run(perf + ["h9"], timeout=20)
         assert done.returncode == 1 and "no host named 'h9'" in done.stderr
+
+
+@pytest.mark.parametrize("fabric", ["lossless", "lossy"])
+def test_rdma_incast_is_paused_by_pfc_not_dropped(fabric):
+    """Three RNICs WRITE into h4 at once: on the lossless fabric PFC pauses the RNICs
+    (their frames wait in the host's pause gate) and nothing is lost or resent; on the
+    lossy one the switch drops and go-back-N recovers."""
+    # 30 Mbit/s links: three senders offer three times the receiver's link, with CPU to spare (at
+    # 100 Mbit/s four RNICs and the switch share two cores, and the offered load depends on scheduling).
+    # 4 MiB each is 1.1 s alone: the three overlap although each client takes a while to start.
+    size = 4 << 20
+    # The same buffer on both fabrics, small enough that three windows overflow it when nothing pauses.
+    with Fabric(StarTopo(4), link={"bw": "30mbit"}, fabric=fabric,
+                switch={"buffer": "512KiB", "headroom": "64KiB", "alpha": "0.5"}) as net:
+        pairs = run_concurrent(net["h4"], [net["h1"], net["h2"], net["h3"]], "write", size)
+        totals = net.stats()["totals"]
+    results = [client for client, _ in pairs]
+    assert all(client["verified"] and server["verified"] for client, server in pairs)
+    retransmissions = sum(r["retransmissions"] for r in results)
+    if fabric == "lossless":
+        assert totals["drops"] == 0 and retransmissions == 0, (totals, results)
+        assert totals["pfc_sent"] > 0 and totals["host_paused_ns"] > 0
+    else:
+        assert totals["drops"] > 0 and retransmissions > 0, (totals, results)

@@ -31,3 +31,16 @@ def test_cli_rejects_a_bad_size_in_one_line(capsys):
     assert main(["perf", "write", "h2", "--size", "64XB"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("fabric-emu: bad size '64XB'") and "\n" not in err
+
+
+def test_the_peer_may_follow_the_options(capsys):
+    """`perf write --size 64XB h2`: h2 is still the peer (argparse alone would reject it)."""
+    assert main(["perf", "write", "--size", "64XB", "h2"]) == 1
+    assert "bad size '64XB'" in capsys.readouterr().err
+
+
+def test_other_stray_arguments_are_still_refused(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["topos", "extra"])
+    assert exit_.value.code == 2
+    assert "unrecognized arguments: extra" in capsys.readouterr().err
