@@ -112,6 +112,7 @@ class Completion:
     qp_num: int
     byte_len: int = 0
     imm: int | None = None
+    timestamp: int = 0  # CLOCK_MONOTONIC ns when the RNIC reported it (the model leaves 0)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import random
 import select
 import socket
 import struct
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -66,6 +67,25 @@ def attach_filter(sock: socket.socket, program: list[tuple[int, int, int, int]])
     sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
 
 
+def default_timeout_ns(rate_bps: int, mtu: int, max_inflight: int = RcConfig.max_inflight) -> int:
+    """The local ACK timeout a QP gets unless the application sets one.
+
+    IB's timeout 14 (67 ms, perftest's default) is thousands of windows at
+    100 Gbit/s.  On an emulated link of tens of Mbit/s one window of 128
+    frames takes tens of milliseconds, and a sender that PFC holds back in an
+    8-to-1 incast waits longer than 67 ms between ACKs without losing
+    anything: timeouts would fire on paused packets, not lost ones.  So the
+    timeout scales with the link: the smallest IB value (4.096 us x 2^t,
+    t >= 14) that covers 8 windows of path-MTU frames at the link rate
+    (20 Mbit/s: 537 ms; 100 Mbit/s: 134 ms; 1 Gbit/s and up: 67 ms).
+    """
+    needed = 8 * max_inflight * (mtu + ROCE_OVERHEAD + 14) * 8 * 1_000_000_000 // max(rate_bps, 1)
+    exponent = 14
+    while 4096 * 2**exponent < needed and exponent < 31:
+        exponent += 1
+    return 4096 * 2**exponent
+
+
 def source_port(qpn: int, remote_qpn: int) -> int:
     """The UDP source port of a QP: 49152 and up, a hash of both QPNs."""
     return SOURCE_PORT_BASE + (((qpn * 0x9E3779B1) ^ (remote_qpn * 0x85EBCA6B)) >> 7 & 0x3FFF)
@@ -84,6 +104,7 @@ class QpEntry:
     framer: Framer | None = None
     remote_ip: str = ""
     early_recvs: list[RecvWR] = field(default_factory=list)
+    released_ns: int = 0  # when the last post with a start time was handed to the transport
 
 
 class Client:
@@ -109,6 +130,7 @@ class Rnic:
         self.ifname = config["ifname"]
         self.mac, self.gateway_mac, self.ip = config["mac"], config["peer_mac"], config["ip"]
         self.link_mtu = config["mtu"]
+        self.rate_bps = config["rate_bps"]
         self._watch, self._modify, self._unwatch = watch, modify, unwatch
         self.random = random.Random(config.get("seed", 0))
         self.regions = RegionTable(self.random.randrange(1 << 30))
@@ -118,6 +140,7 @@ class Rnic:
         self._next_pd = 1
         self._next_cq = 1
         self._blocked: bytes | None = None
+        self._deferred: list[tuple[int, int, list[SendWR]]] = []  # (start ns, qpn, WRs), by start
         self.counters = {"frames_sent": 0, "frames_received": 0, "bytes_sent": 0, "icrc_errors": 0,
                          "unknown_qp": 0, "send_blocked": 0, "rx_kernel_drops": 0}
         self.closed_qp_counters: dict[str, int] = {}
@@ -211,9 +234,33 @@ class Rnic:
 
     def next_deadline(self) -> int | None:
         deadlines = [d for e in self.qps.values() if e.qp is not None and (d := e.qp.next_deadline()) is not None]
+        if self._deferred:
+            deadlines.append(self._deferred[0][0])
         return min(deadlines) if deadlines else None
 
+    def _release(self, now: int) -> None:
+        """Hand posts whose start time has come to their QPs.
+
+        Then yield the CPU once: every host's RNIC wakes at the same instant,
+        and at equal real-time priority the first one would otherwise fill
+        its send queue (about half a millisecond) before the next one on
+        that core even starts.
+        """
+        released = False
+        while self._deferred and self._deferred[0][0] <= now:
+            _, qpn, wrs = self._deferred.pop(0)
+            entry = self.qps.get(qpn)
+            if entry is None or entry.qp is None:
+                continue  # destroyed meanwhile
+            entry.released_ns = time.monotonic_ns()
+            for wr in wrs:
+                entry.qp.post_send(wr)
+            released = True
+        if released:
+            os.sched_yield()
+
     def on_timer(self, now: int) -> None:
+        self._release(now)
         for entry in list(self.qps.values()):
             if entry.qp is not None and (deadline := entry.qp.next_deadline()) is not None and deadline <= now:
                 entry.qp.on_timer(now)
@@ -233,9 +280,11 @@ class Rnic:
         if client is None:
             return
         by_cq: dict[int, list[list[Any]]] = {}
+        stamp = time.monotonic_ns()  # the completion's time stamp, as a NIC's CQE carries one
         for c in completions:
             cq = entry.recv_cq if c.opcode in RECV_OPCODES else entry.send_cq
-            by_cq.setdefault(cq, []).append([c.wr_id, int(c.status), int(c.opcode), c.qp_num, c.byte_len, c.imm])
+            by_cq.setdefault(cq, []).append([c.wr_id, int(c.status), int(c.opcode), c.qp_num, c.byte_len, c.imm,
+                                             stamp])
         for cq, wcs in by_cq.items():
             self._post_message(client, {"cq": cq, "wc": wcs})
 
@@ -353,8 +402,14 @@ class Rnic:
             entry = self._entry(client, request)
             if entry.qp is None:
                 raise ValueError(f"QP {entry.qpn} is not connected (post_send needs RTS)")
-            for wr in request["wrs"]:
-                entry.qp.post_send(SendWR(int(wr[0]), WrOpcode(wr[1]), *map(int, wr[2:8]), bool(wr[8])))
+            wrs = [SendWR(int(wr[0]), WrOpcode(wr[1]), *map(int, wr[2:8]), bool(wr[8])) for wr in request["wrs"]]
+            if "at" in request:  # a synchronized start: released by our timer (at once if already past)
+                self._deferred.append((int(request["at"]), entry.qpn, wrs))
+                self._deferred.sort(key=lambda item: item[0])
+                self._release(now)
+            else:
+                for wr in wrs:
+                    entry.qp.post_send(wr)
             return {}
         if op == "post_recv":
             entry = self._entry(client, request)
@@ -369,7 +424,7 @@ class Rnic:
             entry = self._entry(client, request)
             if entry.qp is None:
                 return {"state": "INIT", "counters": {}}
-            return {"state": entry.qp.state, "counters": dict(entry.qp.counters)}
+            return {"state": entry.qp.state, "counters": dict(entry.qp.counters), "released_ns": entry.released_ns}
         if op == "destroy_qp":
             self._destroy_qp(self._entry(client, request).qpn)
             return {}
@@ -389,6 +444,8 @@ class Rnic:
             raise ValueError(f"remote QPN {remote_qpn} is out of range")
         remote_ip = socket.inet_ntoa(socket.inet_aton(str(request["remote_gid"])))
         options = {k: int(request[k]) for k in ("timeout_ns", "retry_cnt", "rnr_retry", "max_inflight") if k in request}
+        options.setdefault("timeout_ns", default_timeout_ns(self.rate_bps, mtu, options.get("max_inflight",
+                                                                                          RcConfig.max_inflight)))
         config = RcConfig(mtu=mtu, max_msg=MAX_MR_BYTES, **options)
         qp = RcQueuePair(entry.qpn, self.regions.domain(entry.owner), config, entry.initial_psn)
         qp.connect(remote_qpn, int(request["remote_psn"]) & PSN_MASK)

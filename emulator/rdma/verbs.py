@@ -115,8 +115,8 @@ class Context:
         if "wc" not in message:
             return message
         queue = self._pending.setdefault(message["cq"], deque())
-        for wr_id, status, opcode, qp_num, byte_len, imm in message["wc"]:
-            queue.append(Completion(wr_id, WcStatus(status), WcOpcode(opcode), qp_num, byte_len, imm))
+        for wr_id, status, opcode, qp_num, byte_len, imm, stamp in message["wc"]:
+            queue.append(Completion(wr_id, WcStatus(status), WcOpcode(opcode), qp_num, byte_len, imm, stamp))
         return None
 
     def _completions(self, cq: int, num: int, timeout: float | None) -> list[Completion]:
@@ -215,11 +215,20 @@ class QP:
         self.ctx.request({"op": "connect", "qpn": self.qp_num, "remote_qpn": remote_qpn, "remote_psn": remote_psn,
                           "remote_gid": remote_gid, "mtu": mtu, **options})
 
-    def post_send(self, wrs: SendWR | list[SendWR]) -> None:
+    def post_send(self, wrs: SendWR | list[SendWR], at: int | None = None) -> None:
+        """Post work requests; with ``at`` (CLOCK_MONOTONIC ns) the RNIC starts them at that instant.
+
+        ``at`` is the emulator's synchronized start: the RNIC's own timer
+        releases the requests, so hosts start together whatever their
+        applications' scheduling; ``query()["released_ns"]`` tells when.
+        """
         items = [wrs] if isinstance(wrs, SendWR) else wrs
-        self.ctx.request({"op": "post_send", "qpn": self.qp_num, "wrs": [
+        request = {"op": "post_send", "qpn": self.qp_num, "wrs": [
             [w.wr_id, int(w.opcode), w.addr, w.length, w.lkey, w.remote_addr, w.rkey, w.imm, w.signaled]
-            for w in items]})
+            for w in items]}
+        if at is not None:
+            request["at"] = int(at)
+        self.ctx.request(request)
 
     def post_recv(self, wrs: RecvWR | list[RecvWR]) -> None:
         items = [wrs] if isinstance(wrs, RecvWR) else wrs

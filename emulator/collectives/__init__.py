@@ -1,0 +1,1 @@
+"""Collective operations on the emulated RNICs: plans, rank processes, the coordinator."""

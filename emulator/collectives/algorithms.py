@@ -1,0 +1,135 @@
+"""Who sends what to whom, step by step, in each collective (pure plans).
+
+A plan gives every rank its memory layout and a list of steps.  In a step
+a rank posts its sends (RDMA WRITE with immediate: the data lands in the
+peer's memory and the immediate tells the peer which step arrived), then
+waits for the receives it expects; a ring step may then reduce what came in.
+The rank process (:mod:`emulator.collectives.rank`) executes plans on the
+verbs API; unit tests execute them on plain byte arrays to check that the
+data ends where the collective says.
+
+Collectives (N ranks, ``size`` bytes as nccl-tests counts them):
+
+- ``incast``: ``senders`` ranks (1..S) each write ``size`` bytes into rank 0.
+- ``alltoall``: every rank sends ``size / N`` bytes to every other rank.
+- ``allgather``: ring, N-1 steps; each rank contributes ``size / N``.
+- ``allreduce``: ring reduce-scatter (N-1 steps, float32 sums) then ring
+  all-gather (N-1 steps): 2(N-1) dependent steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from emulator.errors import FabricError
+
+COLLECTIVES = ("incast", "alltoall", "allreduce", "allgather")
+ELEMENT = 4  # float32: all-reduce chunks are whole elements
+
+
+@dataclass(frozen=True)
+class Send:
+    """WRITE ``length`` bytes at ``offset`` of my data region into ``dst``'s ``region`` at ``dst_offset``."""
+
+    dst: int
+    offset: int
+    length: int
+    region: str  # "data" or "staging"
+    dst_offset: int
+
+
+@dataclass(frozen=True)
+class Step:
+    sends: tuple[Send, ...]
+    receives: tuple[int, ...]  # ranks a WRITE with immediate is expected from
+    reduce: tuple[int, int, int] | None = None  # (staging offset, data offset, length): data += staging
+
+
+@dataclass
+class RankPlan:
+    rank: int
+    data_bytes: int
+    staging_bytes: int
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def peers(self) -> set[int]:
+        return {s.dst for step in self.steps for s in step.sends} | {r for step in self.steps for r in step.receives}
+
+    @property
+    def receive_count(self) -> int:
+        return sum(len(step.receives) for step in self.steps)
+
+
+def chunk_bytes(collective: str, size: int, ranks: int) -> int:
+    """Bytes each step moves per rank."""
+    if collective == "incast":
+        return size
+    chunk = size // ranks
+    if collective == "allreduce":
+        chunk -= chunk % ELEMENT
+    if chunk < 1:
+        raise FabricError(f"{collective} of {size} bytes over {ranks} ranks leaves no data per rank; "
+                          f"use a size of at least {ranks * (ELEMENT if collective == 'allreduce' else 1)} bytes")
+    return chunk
+
+
+def plan(collective: str, ranks: int, size: int, senders: int | None = None) -> list[RankPlan]:
+    """The plan of every rank."""
+    if collective not in COLLECTIVES:
+        raise FabricError(f"unknown collective {collective!r}; choose {', '.join(COLLECTIVES)}")
+    if ranks < 2:
+        raise FabricError(f"{collective} needs at least 2 hosts, the topology has {ranks}")
+    chunk = chunk_bytes(collective, size, ranks)
+    if collective == "incast":
+        return _incast(ranks, chunk, ranks - 1 if senders is None else senders)
+    if collective == "alltoall":
+        return _alltoall(ranks, chunk)
+    return _ring(ranks, chunk, reduce=collective == "allreduce")
+
+
+def _incast(ranks: int, size: int, senders: int) -> list[RankPlan]:
+    if not 1 <= senders <= ranks - 1:
+        raise FabricError(f"incast with {senders} senders: choose 1 to {ranks - 1} on {ranks} hosts")
+    plans = [RankPlan(0, senders * size, 0, [Step((), tuple(range(1, senders + 1)))])]
+    for r in range(1, ranks):
+        steps = [Step((Send(0, 0, size, "data", (r - 1) * size),), ())] if r <= senders else []
+        plans.append(RankPlan(r, size, 0, steps))
+    return plans
+
+
+def _alltoall(ranks: int, chunk: int) -> list[RankPlan]:
+    # data region: [send chunks for ranks 0..N-1][receive chunks from ranks 0..N-1]
+    plans = []
+    for r in range(ranks):
+        others = [j for j in range(ranks) if j != r]
+        sends = tuple(Send(j, j * chunk, chunk, "data", (ranks + r) * chunk) for j in others)
+        plans.append(RankPlan(r, 2 * ranks * chunk, 0, [Step(sends, tuple(others))]))
+    return plans
+
+
+def _ring(ranks: int, chunk: int, reduce: bool) -> list[RankPlan]:
+    plans = []
+    for r in range(ranks):
+        nxt, prev = (r + 1) % ranks, (r - 1) % ranks
+        steps = []
+        if reduce:  # reduce-scatter: send my partial sum of chunk (r-k), add what prev sent of chunk (r-1-k)
+            for k in range(ranks - 1):
+                send = Send(nxt, ((r - k) % ranks) * chunk, chunk, "staging", k * chunk)
+                steps.append(Step((send,), (prev,), (k * chunk, ((r - 1 - k) % ranks) * chunk, chunk)))
+        # all-gather: pass on the chunk that is complete here, (r+1-k) after a reduce-scatter, else (r-k)
+        first = r + 1 if reduce else r
+        for k in range(ranks - 1):
+            offset = ((first - k) % ranks) * chunk
+            steps.append(Step((Send(nxt, offset, chunk, "data", offset),), (prev,)))
+        plans.append(RankPlan(r, ranks * chunk, (ranks - 1) * chunk if reduce else 0, steps))
+    return plans
+
+
+def bus_factor(collective: str, ranks: int) -> float:
+    """nccl-tests' busbw / algbw: what each link carries relative to the algorithm's bandwidth."""
+    if collective == "allreduce":
+        return 2 * (ranks - 1) / ranks
+    if collective in ("allgather", "alltoall"):
+        return (ranks - 1) / ranks
+    return 1.0

@@ -1,0 +1,218 @@
+"""Run a collective on a fabric: start the ranks, synchronize, measure.
+
+The coordinator lives in the runner's process (root namespace) and starts
+one rank process per host (:mod:`emulator.collectives.rank`).  Per
+iteration it waits until every rank has posted its receives, picks the
+start instant T a few milliseconds ahead on the shared CLOCK_MONOTONIC,
+and collects what each rank saw: the RNIC's time stamp of every arrival,
+when the RNIC released the rank's first sends (the achieved start), and its
+QPs' retransmission counters.  It also reads each host agent's pause time
+before and after, to say why the last flow was last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from emulator.collectives.algorithms import plan
+from emulator.errors import FabricError
+from emulator.fabric import query_agent
+
+if TYPE_CHECKING:
+    from emulator.fabric import Fabric
+
+START_MARGIN_NS = 10_000_000  # T is this far ahead of the moment every rank is ready
+REPLY_TIMEOUT_S = 120.0
+
+
+@dataclass
+class Flow:
+    src: str
+    dst: str
+    bytes: int
+    fct_us: float
+    retransmissions: int
+    timeouts: int
+
+
+@dataclass
+class Iteration:
+    """One measured iteration of a collective."""
+
+    iteration: int
+    start_ns: int
+    cct_us: float
+    start_skew_us: float  # spread of the hosts' achieved starts (latest minus earliest)
+    start_late_us: float  # how long after T the latest host started
+    last_src: str
+    last_dst: str
+    cause: str  # why the last flow was last: retransmission, pause or queueing
+    retransmissions: int
+    paused_us: float
+    verified: bool
+    flows: list[Flow] = field(default_factory=list)
+
+
+@dataclass
+class CollectiveRun:
+    hosts: list[str]
+    iterations: list[Iteration]
+    warmup: list[Iteration]
+
+
+class _RankLink:
+    """JSON lines with one rank process."""
+
+    def __init__(self, conn: socket.socket, node: str) -> None:
+        self.conn = conn
+        self.node = node
+        self.file = conn.makefile("rwb")
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.file.write(json.dumps(message).encode() + b"\n")
+        self.file.flush()
+
+    def receive(self, what: str) -> dict[str, Any]:
+        try:
+            line = self.file.readline()
+        except socket.timeout:
+            raise FabricError(f"{self.node} did not send {what} within {REPLY_TIMEOUT_S:.0f} s") from None
+        if not line:
+            raise FabricError(f"the rank on {self.node} exited before {what}")
+        message = json.loads(line)
+        if "error" in message:
+            raise FabricError(f"collective failed: {message['error']}")
+        return message
+
+
+def run_collective(net: "Fabric", collective: str, size: int, iterations: int, warmup: int = 0,
+                   senders: int | None = None, mtu: int = 1024,
+                   progress: Callable[[int, int, Iteration], None] | None = None) -> CollectiveRun:
+    """Run ``warmup + iterations`` iterations of ``collective`` over every host of ``net``."""
+    hosts = [node.name for node in net.hosts]
+    plans = plan(collective, len(hosts), size, senders)  # bad parameters fail before any process starts
+    path = os.path.join(net.directory, "collective.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(len(hosts))
+    listener.settimeout(30)
+    procs = []
+    try:
+        for host in hosts:
+            with open(os.path.join(net.directory, f"rank-{host}.log"), "w") as log:
+                procs.append(net[host].popen([sys.executable, "-m", "emulator.collectives.rank", path, net.run_name,
+                                              host], stdin=subprocess.DEVNULL, stdout=log, stderr=log))
+        links = _accept(listener, len(hosts), procs, hosts)
+        setup = {"collective": collective, "ranks": len(hosts), "size": size, "senders": senders, "mtu": mtu,
+                 "iterations": warmup + iterations}
+        infos = {}
+        for rank, host in enumerate(hosts):
+            links[host].send({**setup, "rank": rank})
+        for rank, host in enumerate(hosts):
+            infos[rank] = links[host].receive("its QPs")
+        for rank, host in enumerate(hosts):
+            peers = {str(peer): infos[peer] for peer in plans[rank].peers}
+            links[host].send({"peers": peers})
+        measured, warm = [], []
+        previous = {host: {} for host in hosts}
+        for i in range(warmup + iterations):
+            record = _iteration(net, links, hosts, plans, i, previous)
+            (warm if i < warmup else measured).append(record)
+            if progress is not None:
+                progress(i, warmup + iterations, record)
+        for host in hosts:
+            links[host].receive("its goodbye")
+        return CollectiveRun(hosts, measured, warm)
+    finally:
+        listener.close()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def _accept(listener: socket.socket, count: int, procs: list[subprocess.Popen], hosts: list[str]) -> dict[str, _RankLink]:
+    links = {}
+    while len(links) < count:
+        try:
+            conn, _ = listener.accept()
+        except socket.timeout:
+            dead = [h for h, p in zip(hosts, procs) if p.poll() is not None]
+            raise FabricError(f"ranks did not start within 30 s{': ' + ', '.join(dead) + ' exited' if dead else ''}"
+                              " (see rank-<host>.log in the run directory)") from None
+        conn.settimeout(REPLY_TIMEOUT_S)
+        link = _RankLink(conn, "a rank")
+        hello = link.receive("hello")
+        link.node = hello["hello"]
+        links[link.node] = link
+    return links
+
+
+def _paused_ns(net: "Fabric", hosts: list[str]) -> dict[str, int]:
+    """Each host's total pause time so far (all priorities), from its agent."""
+    return {host: sum(query_agent(net.control_path(host), "stats")["paused_ns"]) for host in hosts}
+
+
+def _iteration(net: "Fabric", links: dict[str, _RankLink], hosts: list[str], plans: list, i: int,
+               previous: dict[str, dict[str, list[int]]]) -> Iteration:
+    for host in hosts:
+        links[host].receive(f"ready for iteration {i}")
+    paused_before = _paused_ns(net, hosts)
+    start = time.monotonic_ns() + START_MARGIN_NS
+    for host in hosts:
+        links[host].send({"start_ns": start})
+    reports = {host: links[host].receive(f"iteration {i}") for host in hosts}
+    paused_after = _paused_ns(net, hosts)
+    return summarize(i, start, hosts, plans, reports, previous,
+                     {h: paused_after[h] - paused_before[h] for h in hosts})
+
+
+def summarize(i: int, start: int, hosts: list[str], plans: list, reports: dict[str, dict[str, Any]],
+              previous: dict[str, dict[str, list[int]]], paused: dict[str, int]) -> Iteration:
+    """One iteration's metrics from the ranks' reports (pure: unit-tested)."""
+    delta: dict[tuple[int, int], tuple[int, int]] = {}  # (src rank, dst rank) -> (retransmissions, timeouts)
+    for rank, host in enumerate(hosts):
+        for peer, (retrans, timeouts) in reports[host]["counters"].items():
+            before = previous[host].get(peer, [0, 0])
+            delta[(rank, int(peer))] = (retrans - before[0], timeouts - before[1])
+        previous[host] = dict(reports[host]["counters"])
+    sizes: dict[tuple[int, int], int] = {}
+    for rank, rank_plan in enumerate(plans):
+        for step in rank_plan.steps:
+            for send in step.sends:
+                sizes[(rank, send.dst)] = sizes.get((rank, send.dst), 0) + send.length
+    last_arrival: dict[tuple[int, int], int] = {}
+    for rank, host in enumerate(hosts):
+        for src, _step, stamp in reports[host]["arrivals"]:
+            key = (src, rank)
+            last_arrival[key] = max(last_arrival.get(key, 0), stamp)
+    if not last_arrival:
+        raise FabricError(f"iteration {i}: no data arrived anywhere")
+    flows = [Flow(hosts[s], hosts[d], sizes.get((s, d), 0), (stamp - start) / 1e3, *delta.get((s, d), (0, 0)))
+             for (s, d), stamp in sorted(last_arrival.items())]
+    (last_src, last_dst), last_stamp = max(last_arrival.items(), key=lambda item: item[1])
+    retrans, timeouts = delta.get((last_src, last_dst), (0, 0))
+    if retrans or timeouts:
+        cause = "retransmission"
+    elif paused.get(hosts[last_src], 0) > 0:
+        cause = "pause"
+    else:
+        cause = "queueing"
+    released = [r["released_ns"] for r in reports.values() if r.get("released_ns")]
+    skew = max(released) - min(released) if released else 0
+    late = max(released) - start if released else 0
+    return Iteration(
+        iteration=i, start_ns=start, cct_us=(last_stamp - start) / 1e3, start_skew_us=skew / 1e3,
+        start_late_us=max(late, 0) / 1e3,
+        last_src=hosts[last_src], last_dst=hosts[last_dst], cause=cause,
+        retransmissions=sum(r for r, _ in delta.values()), paused_us=sum(paused.values()) / 1e3,
+        verified=all(r["verified"] for r in reports.values()), flows=flows)
