@@ -235,6 +235,23 @@ def cmd_perf(args: argparse.Namespace) -> int:
     return 0 if result["verified"] else 1
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from emulator.experiment import load_experiment
+    from emulator.report import main_report
+    from emulator.runner import run_experiment
+
+    experiment = load_experiment(args.experiment)
+    require_root()
+    directory = run_experiment(experiment, args.out, progress)
+    return main_report(directory)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from emulator.report import main_report
+
+    return main_report(args.directory)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fabric-emu", description="Packet-level emulator of lossless AI/HPC fabrics.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -294,6 +311,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1, help="seed of the data pattern")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_perf)
+
+    p = sub.add_parser("run", help="run an experiment: a built-in (headline, straggler, incast-scaling) or a TOML file")
+    p.add_argument("experiment", metavar="EXPERIMENT", help="built-in name or path of a TOML file")
+    p.add_argument("--out", default="results", metavar="DIR",
+                   help="results root (default results/): results go to DIR/<name>/<UTC time>/")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("report", help="print the table and draw the plots of a results directory (no root)")
+    p.add_argument("directory", metavar="DIR")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("topos", help="list the built-in topologies")
     p.set_defaults(func=cmd_topos)
