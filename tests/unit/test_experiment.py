@@ -1,0 +1,332 @@
+"""Experiment files: the built-ins, defaults and layering, sweeps, and one
+clear line for every mistake a user can make in a file."""
+
+import dataclasses
+import json
+import os
+import re
+import textwrap
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from emulator import experiment
+from emulator.errors import FabricError
+from emulator.experiment import (Variant, builtin_names, host_count, load_experiment, results_directory,
+                                 run_config)
+
+MINIMAL = """
+name = "mini"
+topo = "star,4"
+collective = "incast"
+size = "64KiB"
+
+[[variants]]
+name = "a"
+"""
+
+
+def load_text(tmp_path, text: str, filename: str = "exp.toml"):
+    path = tmp_path / filename
+    path.write_text(textwrap.dedent(text))
+    return load_experiment(str(path))
+
+
+def load_error(tmp_path, text: str) -> str:
+    with pytest.raises(FabricError) as info:
+        load_text(tmp_path, text)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("exp.toml: "), message
+    return message
+
+
+def by_name(exp) -> dict[str, Variant]:
+    return {v.name: v for v in exp.variants}
+
+
+# --- the built-ins ---------------------------------------------------------
+
+def test_builtin_names():
+    assert builtin_names() == ["headline", "incast-scaling", "straggler"]
+
+
+def test_headline():
+    exp = load_experiment("headline")
+    assert exp.name == "headline" and exp.source == "built-in:headline" and exp.description
+    variants = by_name(exp)
+    assert list(variants) == ["incast-lossless", "incast-lossy", "allreduce-lossless", "allreduce-lossy"]
+    for name, v in variants.items():
+        collective, fabric = name.split("-")
+        assert (v.collective, v.fabric, v.topo) == (collective, fabric, "star,8")
+        assert v.size == (256 * 1024 if collective == "incast" else 1024 * 1024)
+        assert (v.iterations, v.warmup, v.seed, v.params) == (20, 2, 1, {})
+        assert v.link["bw"] == "20mbit"
+        assert v.switch == {"buffer": "1MiB", "headroom": "48KiB"}
+        assert v.senders == (7 if collective == "incast" else None)
+
+
+def test_straggler():
+    exp = load_experiment("straggler")
+    assert [v.name for v in exp.variants] == [
+        "allreduce-loss0", "allreduce-loss0.0001", "allreduce-loss0.0003", "allreduce-loss0.001"]
+    assert [v.params for v in exp.variants] == [{"loss": 0}, {"loss": 1e-4}, {"loss": 3e-4}, {"loss": 1e-3}]
+    assert [float(v.link["loss"]) for v in exp.variants] == [0, 1e-4, 3e-4, 1e-3]
+    for v in exp.variants:
+        assert (v.fabric, v.collective, v.topo, v.size) == ("lossless", "allreduce", "star,8", 1 << 20)
+        assert (v.iterations, v.warmup, v.link["bw"]) == (10, 1, "20mbit")
+
+
+def test_incast_scaling():
+    exp = load_experiment("incast-scaling")
+    names = [f"incast-{fabric}-senders{n}" for fabric in ("lossless", "lossy") for n in (1, 2, 4, 7)]
+    assert [v.name for v in exp.variants] == names
+    assert [v.senders for v in exp.variants] == [1, 2, 4, 7] * 2
+    assert [v.params for v in exp.variants] == [{"senders": n} for n in (1, 2, 4, 7)] * 2
+    headline_switch = load_experiment("headline").variants[0].switch
+    for v in exp.variants:
+        assert (v.collective, v.size, v.iterations, v.warmup) == ("incast", 256 * 1024, 10, 1)
+        assert v.switch == headline_switch
+
+
+# --- defaults, layering, shorthands, sweeps ---------------------------------
+
+def test_defaults_apply(tmp_path):
+    [v] = load_text(tmp_path, MINIMAL).variants
+    assert (v.fabric, v.iterations, v.warmup, v.seed, v.mtu, v.capture) == ("lossless", 10, 1, 1, 1024, False)
+    assert v.senders == 3  # all hosts of star,4 but the receiver
+    assert v.link == {"bw": "100mbit", "delay": "0us", "mtu": "1500", "loss": "0", "drop": ""}
+    assert (v.switch, v.params, v.size) == ({}, {}, 64 * 1024)
+
+
+def test_file_source_and_description(tmp_path):
+    exp = load_text(tmp_path, MINIMAL)
+    assert exp.source == str(tmp_path / "exp.toml") and os.path.isabs(exp.source)
+    assert (exp.name, exp.description) == ("mini", "")
+
+
+def test_variant_overrides_top_level_and_tables_merge(tmp_path):
+    exp = load_text(tmp_path, """
+        name = "layers"
+        topo = "star,4"
+        collective = "incast"
+        size = 1000
+        link = { bw = "20mbit", delay = "1ms" }
+        switch = { alpha = 2 }
+
+        [[variants]]
+        name = "plain"
+
+        [[variants]]
+        name = "tuned"
+        size = "2KiB"
+        fabric = "lossy"
+        link = { delay = "5us", drop = [100, 250] }
+        switch = { ecn = false }
+        capture = true
+        """)
+    plain, tuned = exp.variants
+    assert (plain.size, plain.link["delay"], plain.switch) == (1000, "1ms", {"alpha": "2"})
+    assert (tuned.size, tuned.fabric, tuned.capture) == (2048, "lossy", True)
+    assert tuned.link == {"bw": "20mbit", "delay": "5us", "mtu": "1500", "loss": "0", "drop": "100:250"}
+    assert tuned.switch == {"alpha": "2", "ecn": "off"}
+
+
+def test_shorthands_map_into_link_and_switch(tmp_path):
+    [v] = load_text(tmp_path, MINIMAL + 'loss = 1e-3\nbw = "50mbit"\nbuffer = "1MiB"\nheadroom = "40KiB"\n').variants
+    assert (v.link["loss"], v.link["bw"]) == ("0.001", "50mbit")
+    assert v.switch == {"buffer": "1MiB", "headroom": "40KiB"}
+
+
+def test_sweep_is_a_cartesian_product_in_file_order(tmp_path):
+    exp = load_text(tmp_path, MINIMAL + """
+        [sweep]
+        bw = ["10mbit", "20mbit"]
+        buffer = ["256KiB", "1MiB"]
+        fabric = ["lossless", "lossy"]
+        """)
+    assert len(exp.variants) == 8
+    first, last = exp.variants[0], exp.variants[-1]
+    assert first.name == "a-bw10mbit-buffer256KiB-fabriclossless"
+    assert first.params == {"bw": "10mbit", "buffer": "256KiB", "fabric": "lossless"}
+    assert (first.link["bw"], first.switch["buffer"], first.fabric) == ("10mbit", "256KiB", "lossless")
+    assert last.name == "a-bw20mbit-buffer1MiB-fabriclossy"
+    assert (last.link["bw"], last.switch["buffer"], last.fabric) == ("20mbit", "1MiB", "lossy")
+
+
+def test_sweep_names_stay_usable_as_directory_names(tmp_path):
+    exp = load_text(tmp_path, MINIMAL + '[sweep]\ntopo = ["star,4", "leafspine,2,spines=1"]\n')
+    assert [v.name for v in exp.variants] == ["a-topostar-4", "a-topoleafspine-2-spines-1"]
+    assert [v.topo for v in exp.variants] == ["star,4", "leafspine,2,spines=1"]
+    assert [v.senders for v in exp.variants] == [3, 3]  # per topology
+
+
+def test_sweep_overrides_top_level(tmp_path):
+    exp = load_text(tmp_path, MINIMAL + '[sweep]\nsize = [1024, "1MiB"]\n')
+    assert [v.size for v in exp.variants] == [1024, 1 << 20]
+
+
+def test_to_json_is_complete_and_serialisable():
+    v = load_experiment("straggler").variants[1]
+    data = v.to_json()
+    assert set(data) == {f.name for f in dataclasses.fields(Variant)}
+    assert json.loads(json.dumps(data)) == data
+    assert data["params"] == {"loss": 1e-4} and data["senders"] is None
+
+
+def test_host_count():
+    assert host_count("star,8") == 8
+    assert host_count("fattree,4") == 16
+    with pytest.raises(FabricError):
+        host_count("nosuch,1")
+
+
+# --- mistakes: one line naming the file, the variant and the key ------------
+
+def test_unknown_variant_key_message_in_full(tmp_path):
+    message = load_error(tmp_path, MINIMAL + 'fabrc = "lossy"\n')
+    assert message.startswith('exp.toml: variant "a": unknown key "fabrc" (known: name, fabric, collective,')
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ('fabric = "lossey"', 'variant "a": key "fabric": \'lossey\' is not one of lossless, lossy'),
+    ('collective = "broadcast"', 'variant "a": key "collective": \'broadcast\' is not one of incast'),
+    ('size = "12 parsecs"', 'variant "a": key "size": bad size'),
+    ('size = 0', 'variant "a": key "size": 0 B: messages are 1 B to'),
+    ('size = 1.5', 'variant "a": key "size": bad size'),
+    ('senders = 4', 'variant "a": key "senders": 4 senders and a receiver need 5 hosts, \'star,4\' has 4'),
+    ('senders = 0', 'variant "a": key "senders": must be at least 1'),
+    ('topo = "nosuch,3"', 'variant "a": key "topo": unknown topology \'nosuch\''),
+    ('topo = "star,x"', 'variant "a": key "topo": topology \'star,x\': n must be an integer'),
+    ('topo = "star,1"', 'variant "a": key "topo": incast needs at least 2 hosts'),
+    ('topo = 8', 'variant "a": key "topo": expected a spec such as "star,8"'),
+    ('iterations = 0', 'variant "a": key "iterations": must be at least 1, got 0'),
+    ('warmup = -1', 'variant "a": key "warmup": must be at least 0, got -1'),
+    ('seed = "one"', 'variant "a": key "seed": expected a whole number'),
+    ('mtu = 1000', 'variant "a": key "mtu": RDMA path MTU 1000: choose one of 256, 512, 1024, 2048, 4096'),
+    ('mtu = 2048', 'variant "a": key "mtu": path MTU 2048 needs a link MTU of 2112, the links have 1500'),
+    ('capture = "yes"', 'variant "a": key "capture": expected true or false'),
+    ('link = { bww = "1gbit" }', 'variant "a": unknown key "link.bww" (known link options: bw, delay, mtu'),
+    ('link = { bw = "fast" }', 'variant "a": key "link.bw": bad rate \'fast\''),
+    ('link = "bw=1gbit"', 'variant "a": key "link": expected a table'),
+    ('loss = 2', 'variant "a": key "loss": bad loss \'2\': a probability is 0 to 1'),
+    ('link = { mtu = 100 }', 'variant "a": key "link.mtu": bad mtu 100'),
+    ('link = { delay = {} }', 'variant "a": key "link.delay": expected text, a number or a list'),
+    ('switch = { bufer = "1MiB" }', 'variant "a": unknown key "switch.bufer" (known switch options: buffer,'),
+    ('buffer = "huge"', 'variant "a": key "buffer": bad size \'huge\''),
+    ('switch = { pmax = 2 }', 'variant "a": key "switch.pmax": bad --switch pmax=\'2\': must be 0 to 1'),
+    ('switch = { lossless = [3] }\nfabric = "lossy"', 'variant "a": key "switch": --switch lossless=... contradicts'),
+    ('loss = 0.1\nlink = { loss = 0.2 }', 'variant "a": key "loss" is also set as link.loss; set it once'),
+])
+def test_variant_mistakes(tmp_path, extra, expected):
+    assert expected in load_error(tmp_path, MINIMAL + extra + "\n")
+
+
+def test_senders_only_for_incast(tmp_path):
+    message = load_error(tmp_path, MINIMAL.replace('"incast"', '"allreduce"') + "senders = 2\n")
+    assert 'variant "a": key "senders": only incast has senders, this variant runs allreduce' in message
+
+
+def test_switch_settings_are_checked_on_the_topology(tmp_path):
+    """512 KiB cannot hold 8 ports x 64 KiB of lossless headroom plus reserves."""
+    message = load_error(tmp_path, MINIMAL.replace("star,4", "star,8") + 'buffer = "512KiB"\nheadroom = "64KiB"\n')
+    assert 'variant "a": key "switch": --switch buffer=524288 leaves no shared buffer' in message
+
+
+def test_top_level_value_is_reported_for_the_variant_using_it(tmp_path):
+    message = load_error(tmp_path, MINIMAL.replace('size = "64KiB"', 'size = "64 furlongs"'))
+    assert 'exp.toml: variant "a": key "size": bad size' in message
+
+
+def test_allreduce_too_small_for_the_ranks(tmp_path):
+    message = load_error(tmp_path, MINIMAL.replace('"incast"', '"allreduce"').replace('"64KiB"', "8"))
+    assert 'variant "a": key "size": allreduce of 8 bytes over 4 ranks leaves no data per rank' in message
+
+
+@pytest.mark.parametrize("text, expected", [
+    (MINIMAL + 'color = "blue"\n', 'exp.toml: variant "a": unknown key "color"'),
+    ('fabrc = "lossy"\n' + MINIMAL, 'exp.toml: unknown key "fabrc" (known: name, description, variants, sweep,'),
+    (MINIMAL.replace('name = "mini"', 'name = "Mini Exp"'), 'exp.toml: key "name": expected lowercase letters'),
+    (MINIMAL.replace('name = "mini"\n', ""), 'exp.toml: missing key "name"'),
+    (MINIMAL.replace('name = "a"', 'name = "../a"'), 'exp.toml: variant 1: key "name": expected letters'),
+    (MINIMAL.replace('name = "a"', 'fabric = "lossy"'), 'exp.toml: variant 1: missing key "name"'),
+    (MINIMAL.replace('collective = "incast"\n', ""), 'exp.toml: variant "a": missing key "collective"'),
+    (MINIMAL.split("[[variants]]")[0], "exp.toml: expected one or more [[variants]] tables"),
+    ('description = 3\n' + MINIMAL, 'exp.toml: key "description": expected text'),
+    (MINIMAL + '[[variants]]\nname = "a"\n', 'exp.toml: variant "a": name used twice'),
+    (MINIMAL + '[sweep]\nloss = [1e-3, 0.001]\n', 'exp.toml: variant "a-loss0.001": name used twice'),
+    (MINIMAL + '[sweep]\ndelay = ["1ms"]\n', 'exp.toml: sweep: unknown key "delay" (known: loss, bw, buffer,'),
+    (MINIMAL + '[sweep]\nloss = 0.1\n', 'exp.toml: sweep: key "loss": expected a list of values'),
+    (MINIMAL + '[sweep]\nloss = []\n', 'exp.toml: sweep: key "loss": expected a list of values'),
+    (MINIMAL + '[sweep]\nloss = [2]\n', 'exp.toml: variant "a-loss2": key "loss": bad loss'),
+    (MINIMAL + 'loss = 0.1\n[sweep]\nloss = [0]\n', 'exp.toml: variant "a": key "loss" is also swept'),
+    (MINIMAL + 'link = { bw = "1gbit" }\n[sweep]\nbw = ["2gbit"]\n', 'variant "a": key "bw" is also swept'),
+    (MINIMAL + '[sweep]\nsenders = [1, 4]\n', 'exp.toml: variant "a-senders4": key "senders": 4 senders'),
+    (MINIMAL + "name = [\n", "exp.toml: bad TOML: "),
+    ("sweep = 3\n" + MINIMAL, "exp.toml: sweep: expected a [sweep] table"),
+])
+def test_file_mistakes(tmp_path, text, expected):
+    assert expected in load_error(tmp_path, text)
+
+
+def test_not_utf8(tmp_path):
+    path = tmp_path / "exp.toml"
+    path.write_bytes(b'name = "\xff"\n')
+    with pytest.raises(FabricError, match=r"^exp.toml: bad TOML: not UTF-8 text$"):
+        load_experiment(str(path))
+
+
+def test_missing_file_names_it_and_the_builtins(tmp_path):
+    missing = str(tmp_path / "nope.toml")
+    with pytest.raises(FabricError) as info:
+        load_experiment(missing)
+    message = str(info.value)
+    assert message.startswith(f"{missing}: no such experiment file") and "\n" not in message
+    assert "headline, incast-scaling, straggler" in message
+
+
+def test_a_directory_is_not_an_experiment(tmp_path):
+    with pytest.raises(FabricError, match="no such experiment file"):
+        load_experiment(str(tmp_path))
+
+
+# --- results directory and config.json --------------------------------------
+
+def test_results_directory():
+    now = datetime(2026, 12, 3, 8, 30, 0, 123456, tzinfo=timezone.utc)
+    assert results_directory("results", "headline", now) == os.path.join("results", "headline", "20261203T083000Z")
+
+
+def test_results_directory_converts_to_utc_and_refuses_naive_times():
+    paris = timezone(timedelta(hours=1))
+    assert results_directory("r", "x", datetime(2026, 12, 3, 9, 30, tzinfo=paris)).endswith("20261203T083000Z")
+    with pytest.raises(ValueError):
+        results_directory("r", "x", datetime(2026, 12, 3, 8, 30))
+
+
+def test_run_config():
+    exp = load_experiment("headline")
+    now = datetime(2026, 12, 3, 8, 30, tzinfo=timezone.utc)
+    config = run_config(exp, {"htb": True, "tbf": True, "netem": False}, now=now)
+    assert json.loads(json.dumps(config)) == config
+    assert (config["experiment"], config["source"]) == ("headline", "built-in:headline")
+    assert config["description"] == exp.description
+    assert config["created_utc"] == "2026-12-03T08:30:00Z"
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?|unknown", config["git_commit"])
+    assert config["kernel"] == os.uname().release and isinstance(config["kernel"], str)
+    assert re.fullmatch(r"3\.\d+\.\d+.*", config["python"])
+    assert config["cpus"] == os.cpu_count()
+    assert config["features"] == {"htb": True, "tbf": True, "netem": False}
+    assert config["seeds"] == [1]
+    assert config["variants"] == [v.to_json() for v in exp.variants]
+
+
+def test_run_config_without_features_or_time():
+    config = run_config(load_experiment("straggler"), None)
+    assert config["features"] is None
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", config["created_utc"])
+
+
+def test_git_commit_outside_a_checkout(tmp_path):
+    assert experiment.git_commit(str(tmp_path)) == "unknown"
+    assert experiment.git_commit(str(tmp_path / "missing")) == "unknown"
