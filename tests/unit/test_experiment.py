@@ -69,12 +69,14 @@ def test_headline():
 def test_straggler():
     exp = load_experiment("straggler")
     assert [v.name for v in exp.variants] == [
-        "allreduce-loss0", "allreduce-loss0.0001", "allreduce-loss0.0003", "allreduce-loss0.001"]
-    assert [v.params for v in exp.variants] == [{"loss": 0}, {"loss": 1e-4}, {"loss": 3e-4}, {"loss": 1e-3}]
-    assert [float(v.link["loss"]) for v in exp.variants] == [0, 1e-4, 3e-4, 1e-3]
+        "allreduce-loss0", "allreduce-loss3e-05", "allreduce-loss0.0001", "allreduce-loss0.0003",
+        "allreduce-loss0.001"]
+    assert [v.params for v in exp.variants] == [{"loss": 0}, {"loss": 3e-5}, {"loss": 1e-4}, {"loss": 3e-4},
+                                                {"loss": 1e-3}]
+    assert [float(v.link["loss"]) for v in exp.variants] == [0, 3e-5, 1e-4, 3e-4, 1e-3]
     for v in exp.variants:
-        assert (v.fabric, v.collective, v.topo, v.size) == ("lossless", "allreduce", "star,8", 1 << 20)
-        assert (v.iterations, v.warmup, v.link["bw"]) == (10, 1, "20mbit")
+        assert (v.fabric, v.collective, v.topo, v.size) == ("lossless", "allreduce", "star,8", 256 << 10)
+        assert (v.iterations, v.warmup, v.link["bw"]) == (20, 1, "20mbit")
 
 
 def test_incast_scaling():
@@ -167,7 +169,7 @@ def test_sweep_overrides_top_level(tmp_path):
 
 
 def test_to_json_is_complete_and_serialisable():
-    v = load_experiment("straggler").variants[1]
+    v = load_experiment("straggler").variants[2]
     data = v.to_json()
     assert set(data) == {f.name for f in dataclasses.fields(Variant)}
     assert json.loads(json.dumps(data)) == data

@@ -1,0 +1,537 @@
+"""Tables and plots from a results directory (``fabric-emu report DIR``).
+
+``fabric-emu run`` writes a results directory (layout in docs/results.md);
+this module reads it back and needs nothing else: no root, no fabric, no
+agents, so a directory copied off the test machine reports the same.  It
+prints one comparison table (with lossy/lossless ratios and, for the
+straggler experiment, measured against predicted CCT) and writes PNG plots
+into ``DIR/plots``.
+
+Everything but :func:`make_plots` and :func:`main_report` is pure and works
+on what :func:`load_results` returns, so the unit tests feed it synthetic
+directories.
+
+Occupancy telemetry is *change-only*: a switch writes a row for a (port,
+priority) when one of its values changed since its last sample, so a value
+holds until the next row for the same (switch, port, priority).  The queue
+and pause computations here carry values forward accordingly.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass
+from itertools import groupby
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, TextIO, TypeVar
+
+from emulator.errors import FabricError
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+OCCUPANCY_COLUMNS = ("time_ns", "switch", "port", "priority", "ingress_bytes", "egress_bytes", "egress_paused", "xoff")
+ITERATION_COLUMNS = ("variant", "iteration", "cct_us")
+# Two variants that agree on these (and on ``params`` but for a swept fabric) differ only in
+# the fabric: the ratio lines compare such pairs.  Keys a variant lacks count as equal.
+SETUP_KEYS = ("collective", "topo", "hosts", "size", "senders", "link", "switch", "mtu")
+MISSING = "-"
+PLOT_DPI = 120
+
+Row = TypeVar("Row")
+
+
+class Sample(NamedTuple):
+    """One occupancy row: the values of a (switch, port, priority) from ``time_ns`` on."""
+
+    time_ns: int
+    switch: str
+    port: str
+    priority: int
+    ingress_bytes: int
+    egress_bytes: int
+    egress_paused: bool
+    xoff: bool
+
+
+class Iteration(NamedTuple):
+    """The columns of iterations.csv that the report uses."""
+
+    variant: str
+    iteration: int
+    cct_us: float
+
+
+@dataclass(frozen=True)
+class Results:
+    """A loaded results directory; occupancy is read per variant on demand because it can be large."""
+
+    directory: str
+    config: dict[str, Any]
+    results: dict[str, Any]
+    iterations: list[Iteration]
+
+    @property
+    def variants(self) -> list[dict[str, Any]]:
+        return self.results["variants"]
+
+    def occupancy(self, variant: str) -> list[Sample] | None:
+        """The variant's occupancy rows, or None when it has no telemetry."""
+        path = os.path.join(self.directory, "telemetry", variant, "occupancy.csv")
+        if not os.path.exists(path):
+            return None
+        return _read_csv(path, OCCUPANCY_COLUMNS, _sample)
+
+
+# --- loading -------------------------------------------------------------------------------------
+
+
+def load_results(directory: str) -> Results:
+    """Read DIR's results.json, config.json and iterations.csv.
+
+    results.json is what makes a directory a results directory; config.json
+    and iterations.csv may be missing (a run interrupted early), and the
+    report then shows what there is.
+    """
+    if not os.path.isdir(directory):
+        raise FabricError(f"no such directory: {directory}")
+    results_path = os.path.join(directory, "results.json")
+    if not os.path.exists(results_path):
+        raise FabricError(f"no results.json in {directory}: not a results directory")
+    results = _read_json(results_path)
+    variants = results.get("variants")
+    if not isinstance(variants, list) or not all(isinstance(v, dict) and "name" in v for v in variants):
+        raise FabricError(f"{results_path}: \"variants\" must be a list of objects with a \"name\"")
+    config_path = os.path.join(directory, "config.json")
+    config = _read_json(config_path) if os.path.exists(config_path) else {}
+    iterations_path = os.path.join(directory, "iterations.csv")
+    iterations: list[Iteration] = []
+    if os.path.exists(iterations_path):
+        iterations = _read_csv(iterations_path, ITERATION_COLUMNS, _iteration)
+    return Results(directory, config, results, iterations)
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except ValueError as err:
+        raise FabricError(f"{path} is not valid JSON: {err}") from None
+    except OSError as err:
+        raise FabricError(f"cannot read {path}: {err.strerror}") from None
+    if not isinstance(data, dict):
+        raise FabricError(f"{path}: expected a JSON object")
+    return data
+
+
+def _read_csv(path: str, columns: tuple[str, ...], convert: Callable[[list[str]], Row]) -> list[Row]:
+    """``convert`` applied to the named columns of every row; columns found by name so extra ones do no harm."""
+    try:
+        with open(path, newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, [])
+            missing = [c for c in columns if c not in header]
+            if missing:
+                raise FabricError(f"{path}: no column {', '.join(missing)} in the header")
+            index = [header.index(c) for c in columns]
+            rows = []
+            for line, row in enumerate(reader, start=2):
+                try:
+                    rows.append(convert([row[i] for i in index]))
+                except (ValueError, IndexError):
+                    raise FabricError(f"{path} line {line}: malformed row {','.join(row)!r}") from None
+            return rows
+    except OSError as err:
+        raise FabricError(f"cannot read {path}: {err.strerror}") from None
+
+
+def _flag(text: str) -> bool:
+    if text not in ("0", "1"):
+        raise ValueError(text)
+    return text == "1"
+
+
+def _sample(f: list[str]) -> Sample:
+    return Sample(int(f[0]), f[1], f[2], int(f[3]), int(f[4]), int(f[5]), _flag(f[6]), _flag(f[7]))
+
+
+def _iteration(f: list[str]) -> Iteration:
+    return Iteration(f[0], int(f[1]), float(f[2]))
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+
+def table(results: Results) -> str:
+    """The comparison table, the lossy/lossless ratios and, for a straggler sweep, the prediction table."""
+    lines = _heading(results)
+    if not results.results.get("complete", True):
+        lines.append("incomplete run: it was interrupted; results for the finished variants only")
+    lines += _render(
+        ["VARIANT", "FABRIC", "COLLECTIVE", "ITERS", "CCT p50 ms", "CCT p99 ms", "CCT max ms", "CCT mean ms",
+         "DROPS", "RETRANS", "PFC", "ECN", "SKEW max us"],
+        [_variant_row(v) for v in results.variants], text_columns=3)
+    ratios = ratio_lines(results.variants)
+    if ratios:
+        lines += ["", *ratios]
+    predictions = prediction_lines(results.variants)
+    if predictions:
+        lines += ["", *predictions]
+    return "\n".join(lines)
+
+
+def _heading(results: Results) -> list[str]:
+    """What ran, when and on what, so a pasted table says where it came from."""
+    config = results.config
+    name = results.results.get("experiment") or config.get("experiment") or "experiment"
+    title = f"{name}: {len(results.variants)} variants"
+    if config.get("description"):
+        title += f" ({config['description']})"
+    facts = [f"{label} {_listed(config[key])}" for key, label in
+             (("created_utc", "created"), ("git_commit", "git"), ("kernel", "kernel"), ("seeds", "seeds"),
+              ("seed", "seed")) if config.get(key) is not None]
+    return [title, ", ".join(facts)] if facts else [title]
+
+
+def _listed(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _variant_row(variant: dict[str, Any]) -> list[str]:
+    return [str(variant["name"]), str(variant.get("fabric", MISSING)), str(variant.get("collective", MISSING)),
+            _fmt(variant.get("iterations")),
+            *(_fmt(_cct(variant, stat), 2, 1e3) for stat in ("p50", "p99", "max", "mean")),
+            *(_fmt(variant.get(key)) for key in ("drops", "retransmissions", "pfc_sent", "ecn_marked")),
+            _fmt(variant.get("start_skew_us"), 1)]
+
+
+def ratio_lines(variants: list[dict[str, Any]]) -> list[str]:
+    """"incast: lossy p99 / lossless p99 = 2.71x" for each lossy variant whose setup a lossless one shares."""
+    lines = []
+    for lossy in (v for v in variants if v.get("fabric") == "lossy"):
+        for lossless in (v for v in variants if v.get("fabric") == "lossless" and _setup(v) == _setup(lossy)):
+            for stat in ("p99", "mean"):
+                num, den = _cct(lossy, stat), _cct(lossless, stat)
+                if num is not None and den:
+                    lines.append(f"{lossy.get('collective', MISSING)}: lossy {stat} / lossless {stat} = "
+                                 f"{num / den:.2f}x ({lossy['name']} / {lossless['name']})")
+    return lines
+
+
+def prediction_lines(variants: list[dict[str, Any]]) -> list[str]:
+    """Measured mean CCT against the two loss-recovery predictions, one row per swept loss rate p."""
+    swept = [v for v in variants if isinstance(v.get("prediction"), dict)]
+    if not swept:
+        return []
+    swept.sort(key=lambda v: _number(v["prediction"].get("p")) or 0.0)
+    return ["straggler: loss p, packets n, P(hit)=1-(1-p)^n, measured mean CCT, predicted (go-back-N round), "
+            "predicted (RTO), measured - baseline",
+            "(times in ms; vs GBN, vs RTO: measured minus predicted, in percent of the prediction)",
+            *_render(["VARIANT", "LOSS p", "PACKETS n", "P(hit)", "MEASURED ms", "GBN ms", "vs GBN", "RTO ms",
+                      "vs RTO", "MEAS-BASE ms"], [_prediction_row(v) for v in swept], text_columns=1)]
+
+
+def _prediction_row(variant: dict[str, Any]) -> list[str]:
+    pred = variant["prediction"]
+    p, measured = _number(pred.get("p")), _cct(variant, "mean")
+    gbn, rto = _number(pred.get("predicted_gbn_us")), _number(pred.get("predicted_rto_us"))
+    baseline = _number(pred.get("baseline_mean_us"))
+    above_baseline = None if measured is None or baseline is None else measured - baseline
+    return [str(variant["name"]), MISSING if p is None else f"{p:g}", _fmt(pred.get("packets")),
+            _fmt(pred.get("hit_probability"), 3), _fmt(measured, 2, 1e3),
+            _fmt(gbn, 2, 1e3), _percent(measured, gbn), _fmt(rto, 2, 1e3), _percent(measured, rto),
+            _fmt(above_baseline, 2, 1e3)]
+
+
+def _render(headers: list[str], rows: list[list[str]], text_columns: int) -> list[str]:
+    """Aligned columns: the first ``text_columns`` left-aligned, numbers right-aligned."""
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(cell.ljust(width) if i < text_columns else cell.rjust(width)
+                         for i, (cell, width) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(headers), *(line(row) for row in rows)]
+
+
+def _setup(variant: dict[str, Any]) -> tuple[Any, ...]:
+    """What must match for a lossy/lossless pair; ``params`` holds the swept values, the fabric among them
+    when the experiment sweeps it."""
+    params = variant.get("params")
+    swept = {k: v for k, v in params.items() if k != "fabric"} if isinstance(params, dict) else params
+    return (*(variant.get(key) for key in SETUP_KEYS), swept)
+
+
+def _cct(variant: dict[str, Any], stat: str) -> float | None:
+    cct = variant.get("cct_us")
+    return _number(cct.get(stat)) if isinstance(cct, dict) else None
+
+
+def _number(value: Any) -> float | None:
+    """A JSON number as float; None for anything else (missing keys, null, text, booleans)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _fmt(value: Any, digits: int = 0, scale: float = 1.0) -> str:
+    number = _number(value)
+    return MISSING if number is None else f"{number / scale:.{digits}f}"
+
+
+def _percent(measured: float | None, predicted: float | None) -> str:
+    if measured is None or not predicted:
+        return MISSING
+    return f"{(measured - predicted) / predicted * 100:+.1f}%"
+
+
+# --- queue occupancy -----------------------------------------------------------------------------
+
+
+def busiest_port(rows: list[Sample]) -> tuple[str, str] | None:
+    """The (switch, port) whose egress queue, all priorities together, reaches the highest maximum.
+
+    One link's queue tells the story of a run (the incast bottleneck, the
+    congested uplink); this picks it without the user naming it.  Ties go
+    to the first (switch, port) in name order; None when there are no rows.
+    """
+    peaks = {key: max(total for _, total in _held_totals(series)) for key, series in _by_port(rows).items()}
+    return max(sorted(peaks), key=peaks.__getitem__) if peaks else None
+
+
+def port_series(rows: list[Sample], switch: str, port: str) -> dict[int, tuple[list[float], list[float]]]:
+    """Per priority with a nonzero egress queue: (ms from the first sample, KiB) points of a step plot.
+
+    Each series ends at the last sample of ``rows`` with its last value:
+    change-only rows mean the value held until then.
+    """
+    first, last = _span(rows)
+    series: dict[int, tuple[list[float], list[float]]] = {}
+    mine = sorted((r for r in rows if r.switch == switch and r.port == port), key=lambda r: r.time_ns)
+    for priority in sorted({r.priority for r in mine if r.egress_bytes}):
+        points = [(r.time_ns, r.egress_bytes) for r in mine if r.priority == priority]
+        points.append((last, points[-1][1]))
+        series[priority] = ([(t - first) / 1e6 for t, _ in points], [b / 1024 for _, b in points])
+    return series
+
+
+def xoff_intervals(rows: list[Sample], switch: str) -> list[tuple[float, float]]:
+    """When ``switch`` asserts PFC XOFF upstream on any port and priority, in ms from the first sample."""
+    return _flag_intervals(rows, lambda r: r.switch == switch, lambda r: r.xoff)
+
+
+def egress_paused_intervals(rows: list[Sample], switch: str, port: str) -> list[tuple[float, float]]:
+    """When the port's egress is paused by PFC from downstream (any priority), in ms from the first sample."""
+    return _flag_intervals(rows, lambda r: r.switch == switch and r.port == port, lambda r: r.egress_paused)
+
+
+def _flag_intervals(rows: list[Sample], select: Callable[[Sample], bool],
+                    flag: Callable[[Sample], bool]) -> list[tuple[float, float]]:
+    """Union of the times a flag is set on any selected (port, priority); one still set ends at the last sample."""
+    if not rows:
+        return []
+    first, last = _span(rows)
+    active: set[tuple[str, int]] = set()
+    intervals, start = [], None
+    for time_ns, group in groupby(sorted(filter(select, rows), key=lambda r: r.time_ns), key=lambda r: r.time_ns):
+        for r in group:
+            (active.add if flag(r) else active.discard)((r.port, r.priority))
+        if active and start is None:
+            start = time_ns
+        elif not active and start is not None:
+            intervals.append(((start - first) / 1e6, (time_ns - first) / 1e6))
+            start = None
+    if start is not None:
+        intervals.append(((start - first) / 1e6, (last - first) / 1e6))
+    return intervals
+
+
+def _by_port(rows: Iterable[Sample]) -> dict[tuple[str, str], list[Sample]]:
+    ports: dict[tuple[str, str], list[Sample]] = {}
+    for r in rows:
+        ports.setdefault((r.switch, r.port), []).append(r)
+    for series in ports.values():
+        series.sort(key=lambda r: r.time_ns)
+    return ports
+
+
+def _held_totals(series: list[Sample]) -> list[tuple[int, int]]:
+    """(time, egress bytes of all priorities) after each sample time of one port, values carried forward."""
+    held: dict[int, int] = {}
+    totals = []
+    for time_ns, group in groupby(series, key=lambda r: r.time_ns):
+        for r in group:
+            held[r.priority] = r.egress_bytes
+        totals.append((time_ns, sum(held.values())))
+    return totals
+
+
+def _span(rows: list[Sample]) -> tuple[int, int]:
+    return min(r.time_ns for r in rows), max(r.time_ns for r in rows)
+
+
+# --- plots ---------------------------------------------------------------------------------------
+
+
+def make_plots(results: Results, plots_dir: str) -> list[str]:
+    """Write the PNG plots into ``plots_dir``; the paths written, in order.
+
+    Figures are drawn on the Agg canvas directly (no pyplot): nothing global
+    changes for a caller with its own matplotlib backend, and no display
+    is needed.  matplotlib is imported here, not at module level, so the
+    rest of the command line does not pay for it.
+    """
+    try:
+        os.makedirs(plots_dir, exist_ok=True)
+    except OSError as err:
+        raise FabricError(f"cannot create {plots_dir}: {err.strerror}") from None
+    name = results.results.get("experiment", "experiment")
+    written: list[str] = []
+
+    def save(filename: str, fig: Figure | None) -> None:
+        if fig is None:
+            return
+        path = os.path.join(plots_dir, filename)
+        try:  # saved at once: a sweep's queue figures need not all be in memory together
+            fig.savefig(path, dpi=PLOT_DPI)
+        except OSError as err:
+            raise FabricError(f"cannot write {path}: {err.strerror}") from None
+        written.append(path)
+
+    cct = cct_by_variant(results.iterations)
+    if cct:
+        save("cct_cdf.png", _cct_cdf(cct, name))
+        save("cct_per_iteration.png", _cct_per_iteration(cct, name))
+    for variant in results.variants:
+        rows = results.occupancy(variant["name"]) or []
+        busiest = busiest_port(rows)
+        if busiest:
+            save(f"queue_{variant['name']}.png", _queue(variant["name"], rows, *busiest))
+    save("straggler.png", _straggler(results.variants))
+    return written
+
+
+def cct_by_variant(iterations: list[Iteration]) -> dict[str, tuple[list[int], list[float]]]:
+    """Per variant (in file order): iteration numbers and their CCT in ms, by iteration."""
+    series: dict[str, list[Iteration]] = {}
+    for it in iterations:
+        series.setdefault(it.variant, []).append(it)
+    cct = {}
+    for name, its in series.items():
+        its.sort(key=lambda it: it.iteration)
+        cct[name] = ([it.iteration for it in its], [it.cct_us / 1e3 for it in its])
+    return cct
+
+
+def _figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def _legend(ax: Axes, loc: str = "best") -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc=loc, fontsize="small")
+
+
+def _cct_cdf(cct: dict[str, tuple[list[int], list[float]]], experiment: str) -> Figure:
+    fig, ax = _figure(f"{experiment}: CCT distribution", "collective completion time (ms)",
+                      "fraction of iterations (CDF)")
+    for name, (_, ms) in cct.items():
+        xs = sorted(ms)
+        ax.step([xs[0], *xs], [0.0, *((i + 1) / len(xs) for i in range(len(xs)))], where="post", label=name)
+    ax.set_ylim(0, 1.02)
+    _legend(ax, "lower right")
+    return fig
+
+
+def _cct_per_iteration(cct: dict[str, tuple[list[int], list[float]]], experiment: str) -> Figure:
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = _figure(f"{experiment}: CCT per iteration (warm-up excluded)", "iteration",
+                      "collective completion time (ms)")
+    for name, (iters, ms) in cct.items():
+        ax.plot(iters, ms, marker="o", markersize=3, label=name)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _legend(ax)
+    return fig
+
+
+def _queue(variant: str, rows: list[Sample], switch: str, port: str) -> Figure:
+    fig, ax = _figure(f"{variant}: egress queue of {switch} port {port} (the fullest)",
+                      "time (ms from the first sample)", "egress queue (KiB)")
+    series = port_series(rows, switch, port)
+    for priority, (ms, kib) in series.items():
+        ax.step(ms, kib, where="post", label=f"priority {priority}")
+    if not series:
+        ax.text(0.5, 0.5, "the queue stayed empty", transform=ax.transAxes, ha="center")
+    _shade(ax, xoff_intervals(rows, switch), "tab:red", f"PFC XOFF asserted (by {switch}, any port)")
+    _shade(ax, egress_paused_intervals(rows, switch, port), "tab:purple", "egress paused")
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.3)  # room above the queue for the legend
+    _legend(ax, "upper right")
+    return fig
+
+
+def _shade(ax: Axes, intervals: list[tuple[float, float]], color: str, label: str) -> None:
+    """Shaded spans; only the first carries the label so the legend lists it once."""
+    for i, (start, end) in enumerate(intervals):
+        ax.axvspan(start, end, color=color, alpha=0.18, linewidth=0, label=label if i == 0 else None)
+
+
+def _straggler(variants: list[dict[str, Any]]) -> Figure | None:
+    """Measured mean CCT against p with the two predictions; p = 0 has no place on a log axis (it is the baseline)."""
+    points, baselines = [], []
+    for v in variants:
+        pred = v.get("prediction")
+        if isinstance(pred, dict):
+            baselines.append(_number(pred.get("baseline_mean_us")))
+            p, measured = _number(pred.get("p")), _cct(v, "mean")
+            gbn, rto = _number(pred.get("predicted_gbn_us")), _number(pred.get("predicted_rto_us"))
+            if p is not None and p > 0 and measured is not None and gbn is not None and rto is not None:
+                points.append((p, measured / 1e3, gbn / 1e3, rto / 1e3))
+    if not points:
+        return None
+    p, measured, gbn, rto = zip(*sorted(points))
+    baseline = next((b for b in baselines if b is not None), None)
+    fig, ax = _figure("straggler: mean CCT against random loss", "link loss probability p per frame (log scale)",
+                      "mean collective completion time (ms)")
+    ax.set_xscale("log")
+    ax.plot(p, gbn, "-", color="tab:blue", label="predicted: baseline + P(hit) x go-back-N round")
+    ax.plot(p, rto, "--", color="tab:orange", label="predicted: baseline + P(hit) x RTO")
+    ax.plot(p, measured, "o", color="black", label="measured mean")
+    if baseline is not None:
+        ax.axhline(baseline / 1e3, color="gray", linestyle=":", label="baseline (no loss)")
+    _legend(ax, "upper left")
+    return fig
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def main_report(directory: str, out: TextIO | None = None) -> int:
+    """``fabric-emu report DIR``: print the table, write DIR/plots, list them.
+
+    ``out`` defaults to the sys.stdout of the moment of the call (not of the
+    import), so output captured by a test or redirected by a caller lands
+    where they expect.
+    """
+    out = out or sys.stdout
+    results = load_results(directory)
+    print(table(results), file=out)
+    paths = make_plots(results, os.path.join(directory, "plots"))
+    print("\nplots:" if paths else "\nplots: none (no iterations, telemetry or prediction to plot)", file=out)
+    for path in paths:
+        print(f"  {path}", file=out)
+    return 0

@@ -1,0 +1,308 @@
+"""The report on synthetic results directories: loading, table, plots, command.
+
+Each test writes a results directory by hand in the format that
+``fabric-emu run`` writes (docs/results.md), so nothing here needs root or
+a fabric.
+"""
+
+import io
+import json
+import os
+
+import pytest
+
+from emulator import report
+from emulator.errors import FabricError
+from emulator.report import Sample
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def variant(name, fabric, collective="incast", p50=700.0, p99=750.0, mean=710.0, **extra):
+    return {"name": name, "fabric": fabric, "collective": collective, "topo": "star,8", "hosts": 8,
+            "size": 262144, "iterations": 3, "warmup": 2, "params": {"bw": "20mbit", "loss": 0.0},
+            "cct_us": {"p50": p50, "p99": p99, "max": p99 + 10, "mean": mean, "min": p50 - 10},
+            "algbw_gbps": 0.01, "busbw_gbps": 0.01, "drops": 0 if fabric == "lossless" else 41,
+            "retransmissions": 0 if fabric == "lossless" else 7, "timeouts": 0, "pfc_sent": 12, "ecn_marked": 3,
+            "paused_ms": 4.2, "start_skew_us": 80.0, "start_skew_p99_us": 70.0,
+            "stragglers": {"retransmission": 0, "pause": 2, "queueing": 1}, "verified": True, **extra}
+
+
+def straggler(name, p, mean, hit):
+    pred = {"p": p, "packets": 2048, "hit_probability": hit, "recovery_gbn_us": 11000.0,
+            "recovery_rto_us": 67108.9, "baseline_mean_us": 700000.0,
+            "predicted_gbn_us": 700000.0 + hit * 11000.0, "predicted_rto_us": 700000.0 + hit * 67108.9}
+    return variant(name, "lossy", mean=mean, p50=mean, p99=mean, prediction=pred)
+
+
+# time_ns,switch,port,priority,ingress_bytes,egress_bytes,egress_paused,xoff -- change-only rows
+OCCUPANCY = [
+    (1_000_000, "s1", "eth1", 3, 0, 2048, 0, 0),
+    (1_000_000, "s1", "eth2", 3, 0, 1024, 0, 0),
+    (2_000_000, "s1", "eth1", 3, 4096, 30000, 0, 1),   # s1 asserts XOFF on eth1 at 1 ms
+    (2_000_000, "s1", "eth1", 0, 0, 10000, 0, 0),      # eth1 total 40000: the busiest
+    (2_000_000, "s1", "eth2", 3, 0, 35000, 1, 0),      # eth2 alone reaches 35000, and its egress is paused
+    (3_000_000, "s1", "eth2", 3, 0, 0, 0, 0),
+    (4_000_000, "s1", "eth1", 3, 0, 5000, 0, 0),       # XOFF released at 3 ms
+    (4_000_000, "s2", "eth1", 3, 0, 39000, 0, 1),      # another switch: not s1's pause
+    (5_000_000, "s1", "eth1", 0, 0, 0, 0, 0),
+]
+
+
+def write_directory(path, variants, complete=True, occupancy=None, iterations=None):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({  # as emulator.experiment.run_config writes it
+        "experiment": "headline", "description": "lossless against lossy", "source": "built-in:headline",
+        "created_utc": "2026-12-03T08:30:00Z", "git_commit": "abc123", "kernel": "6.18.44", "python": "3.11.7",
+        "cpus": 2, "cpu_model": "x", "memory_bytes": 1 << 34, "features": {"htb": True, "tbf": True, "netem": False},
+        "seeds": [1], "variants": []}))
+    (path / "results.json").write_text(json.dumps({
+        "experiment": "headline", "created_utc": "2026-12-03T08:30:00Z", "complete": complete, "variants": variants}))
+    if iterations is None:
+        iterations = [(v["name"], i, v["cct_us"]["mean"] + 10 * i) for v in variants for i in range(2, 5)]
+    lines = ["variant,iteration,start_ns,cct_us,start_skew_us,last_src,last_dst,cause,retransmissions,paused_us"]
+    lines += [f"{name},{i},{1000 * i},{cct},5.0,h2,h1,pause,0,100.0" for name, i, cct in iterations]
+    (path / "iterations.csv").write_text("\n".join(lines) + "\n")
+    (path / "flows.csv").write_text("variant,iteration,src,dst,bytes,fct_us,retransmissions,timeouts\n")
+    for name, rows in (occupancy or {}).items():
+        telemetry = path / "telemetry" / name
+        telemetry.mkdir(parents=True)
+        text = "time_ns,switch,port,priority,ingress_bytes,egress_bytes,egress_paused,xoff\n"
+        (telemetry / "occupancy.csv").write_text(text + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.fixture
+def headline(tmp_path):
+    return write_directory(tmp_path / "headline",
+                           [variant("incast-lossless", "lossless"),
+                            variant("incast-lossy", "lossy", p99=2032.5, mean=1704.0),
+                            variant("allreduce-lossless", "lossless", collective="allreduce")],
+                           occupancy={"incast-lossless": OCCUPANCY})
+
+
+def samples(rows):
+    return [Sample(t, sw, port, prio, ing, eg, bool(paused), bool(xoff))
+            for t, sw, port, prio, ing, eg, paused, xoff in rows]
+
+
+# --- loading ---------------------------------------------------------------------------------------
+
+
+def assert_one_line(err, *fragments):
+    text = str(err.value)
+    assert "\n" not in text
+    for fragment in fragments:
+        assert fragment in text
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(FabricError) as err:
+        report.load_results(str(tmp_path / "nope"))
+    assert_one_line(err, "no such directory", "nope")
+
+
+def test_directory_without_results(tmp_path):
+    with pytest.raises(FabricError) as err:
+        report.load_results(str(tmp_path))
+    assert_one_line(err, f"no results.json in {tmp_path}: not a results directory")
+
+
+def test_bad_json(tmp_path):
+    (tmp_path / "results.json").write_text('{"variants": [')
+    with pytest.raises(FabricError) as err:
+        report.load_results(str(tmp_path))
+    assert_one_line(err, "results.json is not valid JSON")
+
+
+def test_results_without_variants(tmp_path):
+    (tmp_path / "results.json").write_text('{"experiment": "x", "variants": [{"fabric": "lossy"}]}')
+    with pytest.raises(FabricError) as err:
+        report.load_results(str(tmp_path))
+    assert_one_line(err, "results.json", "variants")
+
+
+def test_malformed_csv_row_names_file_and_line(tmp_path, headline):
+    with open(os.path.join(headline, "iterations.csv"), "a") as f:
+        f.write("incast-lossy,seven,0,1.0,0,h2,h1,pause,0,0\n")
+    with pytest.raises(FabricError) as err:
+        report.load_results(headline)
+    assert_one_line(err, "iterations.csv line 11", "malformed row")
+
+
+def test_occupancy_without_a_column(tmp_path, headline):
+    path = os.path.join(headline, "telemetry", "incast-lossless", "occupancy.csv")
+    with open(path, "w") as f:
+        f.write("time_ns,switch,port,priority,egress_bytes\n1,s1,eth1,3,10\n")
+    with pytest.raises(FabricError) as err:
+        report.load_results(headline).occupancy("incast-lossless")
+    assert_one_line(err, "occupancy.csv", "ingress_bytes", "egress_paused", "xoff")
+
+
+def test_load(headline):
+    results = report.load_results(headline)
+    assert [v["name"] for v in results.variants] == ["incast-lossless", "incast-lossy", "allreduce-lossless"]
+    assert results.config["git_commit"] == "abc123"
+    assert results.iterations[0] == report.Iteration("incast-lossless", 2, 730.0)
+    assert results.occupancy("incast-lossless") == samples(OCCUPANCY)
+    assert results.occupancy("incast-lossy") is None
+
+
+# --- the table -------------------------------------------------------------------------------------
+
+
+def test_table_rows_and_ratios(headline):
+    text = report.table(report.load_results(headline))
+    lines = text.splitlines()
+    assert lines[0] == "headline: 3 variants (lossless against lossy)"
+    assert lines[1] == "created 2026-12-03T08:30:00Z, git abc123, kernel 6.18.44, seeds 1"
+    header = next(line for line in lines if line.startswith("VARIANT"))
+    for column in ("FABRIC", "COLLECTIVE", "ITERS", "CCT p50 ms", "CCT p99 ms", "CCT max ms", "CCT mean ms",
+                   "DROPS", "RETRANS", "PFC", "ECN", "SKEW max us"):
+        assert column in header
+    lossy = next(line for line in lines if line.startswith("incast-lossy "))
+    assert lossy.split() == ["incast-lossy", "lossy", "incast", "3", "0.70", "2.03", "2.04", "1.70",
+                             "41", "7", "12", "3", "80.0"]
+    for name in ("incast-lossless", "allreduce-lossless"):
+        assert any(line.startswith(name + " ") for line in lines)
+    # 2032.5 / 750 and 1704 / 710; allreduce has no lossy twin
+    assert "incast: lossy p99 / lossless p99 = 2.71x (incast-lossy / incast-lossless)" in lines
+    assert "incast: lossy mean / lossless mean = 2.40x (incast-lossy / incast-lossless)" in lines
+    assert not any(line.startswith("allreduce:") for line in lines)
+    assert "straggler" not in text and "incomplete" not in text
+
+
+def test_ratio_needs_equal_setup():
+    other_size = variant("incast-lossy", "lossy", p99=2000.0)
+    other_size["size"] = 1024
+    assert report.ratio_lines([variant("incast-lossless", "lossless"), other_size]) == []
+
+
+def test_ratio_pairs_a_swept_fabric_point_by_point():
+    def point(fabric, senders, p99):
+        return variant(f"incast-fabric{fabric}-senders{senders}", fabric, p99=p99, senders=senders,
+                       params={"fabric": fabric, "senders": senders})
+
+    lines = report.ratio_lines([point("lossless", 1, 100.0), point("lossless", 7, 200.0),
+                                point("lossy", 1, 150.0), point("lossy", 7, 1000.0)])
+    assert [line.split(" (")[0] for line in lines if "p99" in line] == [
+        "incast: lossy p99 / lossless p99 = 1.50x", "incast: lossy p99 / lossless p99 = 5.00x"]
+    assert "(incast-fabriclossy-senders7 / incast-fabriclossless-senders7)" in lines[2]
+
+
+def test_missing_optional_keys_show_a_dash(tmp_path):
+    sparse = {"name": "bare", "fabric": "lossy"}
+    text = report.table(report.load_results(write_directory(tmp_path / "d", [sparse], iterations=[])))
+    row = next(line for line in text.splitlines() if line.startswith("bare"))
+    assert row.split() == ["bare", "lossy"] + ["-"] * 11
+
+
+def test_incomplete_run(tmp_path):
+    directory = write_directory(tmp_path / "d", [variant("incast-lossless", "lossless")], complete=False)
+    text = report.table(report.load_results(directory))
+    assert "incomplete run: it was interrupted; results for the finished variants only" in text.splitlines()
+
+
+def test_prediction_table(tmp_path):
+    directory = write_directory(tmp_path / "d", [straggler("loss-1e-3", 0.001, 717000.0, 0.87),
+                                                 straggler("loss-1e-4", 0.0001, 704000.0, 0.185)])
+    lines = report.table(report.load_results(directory)).splitlines()
+    title = next(i for i, line in enumerate(lines) if line.startswith("straggler:"))
+    assert "P(hit)=1-(1-p)^n" in lines[title]
+    header, first, second = lines[title + 2: title + 5]
+    assert header.split()[:4] == ["VARIANT", "LOSS", "p", "PACKETS"]
+    # sorted by p; predicted GBN 700000 + 0.185 * 11000 = 702035 us, RTO 700000 + 0.185 * 67108.9 = 712415.1 us
+    assert first.split() == ["loss-1e-4", "0.0001", "2048", "0.185", "704.00", "702.03", "+0.3%", "712.42", "-1.2%",
+                             "4.00"]
+    # GBN 709570 us (measured +1.0%), RTO 758384.7 us (measured -5.5%)
+    assert second.split() == ["loss-1e-3", "0.001", "2048", "0.870", "717.00", "709.57", "+1.0%", "758.38", "-5.5%",
+                              "17.00"]
+
+
+# --- occupancy -------------------------------------------------------------------------------------
+
+
+def test_busiest_port_sums_priorities_with_held_values():
+    # eth2 alone peaks higher (35000) than either priority of eth1 (30000, 10000), but eth1's sum is 40000;
+    # s2 eth1 (39000) is lower still
+    assert report.busiest_port(samples(OCCUPANCY)) == ("s1", "eth1")
+    assert report.busiest_port([]) is None
+
+
+def test_busiest_port_carries_values_forward():
+    rows = samples([(1, "s1", "a", 0, 0, 600, 0, 0), (2, "s1", "a", 3, 0, 600, 0, 0),   # a: 600 + 600
+                    (1, "s1", "b", 0, 0, 1000, 0, 0)])                                 # b: 1000
+    assert report.busiest_port(rows) == ("s1", "a")
+
+
+def test_xoff_intervals_any_port_of_the_switch():
+    rows = samples(OCCUPANCY + [
+        (2_500_000, "s1", "eth2", 0, 0, 0, 0, 1),  # overlaps eth1's XOFF and outlasts it
+        (4_500_000, "s1", "eth2", 0, 0, 0, 0, 0),
+        (4_800_000, "s1", "eth1", 5, 0, 0, 0, 1),  # still asserted at the last sample
+    ])
+    assert report.xoff_intervals(rows, "s1") == [(1.0, 3.5), (3.8, 4.0)]
+    assert report.xoff_intervals(rows, "s2") == [(3.0, 4.0)]
+    assert report.xoff_intervals(rows, "s3") == []
+
+
+def test_egress_paused_intervals():
+    rows = samples(OCCUPANCY)
+    assert report.egress_paused_intervals(rows, "s1", "eth2") == [(1.0, 2.0)]
+    assert report.egress_paused_intervals(rows, "s1", "eth1") == []
+
+
+def test_port_series_holds_last_value_to_the_end():
+    series = report.port_series(samples(OCCUPANCY), "s1", "eth1")
+    assert sorted(series) == [0, 3]
+    assert series[3] == ([0.0, 1.0, 3.0, 4.0], [2.0, 30000 / 1024, 5000 / 1024, 5000 / 1024])
+    assert series[0] == ([1.0, 4.0, 4.0], [10000 / 1024, 0.0, 0.0])
+
+
+# --- plots and the command -------------------------------------------------------------------------
+
+
+def assert_png(path):
+    with open(path, "rb") as f:
+        assert f.read(8) == PNG_SIGNATURE
+    assert os.path.getsize(path) > 1000
+
+
+def test_make_plots(tmp_path, headline):
+    plots = tmp_path / "plots"
+    written = report.make_plots(report.load_results(headline), str(plots))
+    assert [os.path.basename(p) for p in written] == ["cct_cdf.png", "cct_per_iteration.png",
+                                                       "queue_incast-lossless.png"]
+    for path in written:
+        assert_png(path)
+
+
+def test_unwritable_plots_directory(tmp_path, headline):
+    (tmp_path / "plots").write_text("a file where the directory should be")
+    with pytest.raises(FabricError) as err:
+        report.make_plots(report.load_results(headline), str(tmp_path / "plots"))
+    assert_one_line(err, "cannot create", "plots")
+
+
+def test_straggler_plot(tmp_path):
+    directory = write_directory(tmp_path / "d", [straggler("loss-0", 0.0, 700000.0, 0.0),
+                                                 straggler("loss-1e-3", 0.001, 717000.0, 0.87),
+                                                 straggler("loss-1e-2", 0.01, 790000.0, 1.0)])
+    written = report.make_plots(report.load_results(directory), str(tmp_path / "plots"))
+    assert os.path.basename(written[-1]) == "straggler.png"
+    assert_png(written[-1])
+
+
+def test_main_report(headline):
+    out = io.StringIO()
+    assert report.main_report(headline, out=out) == 0
+    text = out.getvalue()
+    assert text.startswith("headline: 3 variants")
+    assert "incast: lossy p99 / lossless p99 = 2.71x" in text
+    assert os.path.join(headline, "plots", "queue_incast-lossless.png") in text
+    assert_png(os.path.join(headline, "plots", "cct_cdf.png"))
+
+
+def test_main_report_defaults_to_stdout_at_call_time(headline, capsys):
+    assert report.main_report(headline) == 0
+    assert "incast-lossy" in capsys.readouterr().out
