@@ -11,7 +11,6 @@ the plots from the directory alone, as ``fabric-emu report`` does later.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import math
 import os
@@ -57,7 +56,7 @@ def run_experiment(experiment: Experiment, out_root: str, log: Callable[[str], N
         results["variants"].append(summary)
         _write_json(os.path.join(directory, "results.json"), results)
         _append_rows(directory, variant.name, run.iterations)
-        if config["features"] is None:  # the first fabric's probe stands for the run's machine
+        if number == 1:  # the first fabric's kernel probe stands for the run's machine
             _write_json(os.path.join(directory, "config.json"), config)
     _add_predictions(experiment, results["variants"])
     results["complete"] = True
@@ -73,7 +72,7 @@ def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
                  switch=dict(variant.switch), seed=variant.seed, capture=capture, telemetry=telemetry, log=log)
     with net:
         if config["features"] is None and net.features is not None:
-            config["features"] = dataclasses.asdict(net.features)
+            config["features"] = net.features.as_dict()
         baseline = deque([_counters(net)], maxlen=1)  # fabric counters when the measured iterations begin
 
         def progress(i: int, total: int, record: Iteration) -> None:

@@ -1,0 +1,132 @@
+"""Collective plans executed on plain memory, and the metrics of one iteration."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from emulator.collectives.algorithms import bus_factor, chunk_bytes, plan
+from emulator.collectives.coordinator import summarize
+from emulator.errors import FabricError
+from emulator.runner import percentile
+
+
+def execute(collective: str, ranks: int, size: int, senders: int | None = None):
+    """Run the plans step by step on numpy buffers: every rank's data and staging at the end.
+
+    Ranks run in lock step (step k of every rank, then k+1): the ring's dependencies hold because a
+    step's sends happen before anyone reduces what they received in it.
+    """
+    plans = plan(collective, ranks, size, senders)
+    data = [np.zeros(p.data_bytes, dtype=np.uint8) for p in plans]
+    staging = [np.zeros(p.staging_bytes, dtype=np.uint8) for p in plans]
+    for r, p in enumerate(plans):  # inputs: rank r's float32 value r + 1, or bytes r + 1
+        if collective == "allreduce":
+            data[r].view(np.float32)[:] = r + 1
+        else:
+            data[r][:] = r + 1
+    steps = max(len(p.steps) for p in plans)
+    for k in range(steps):
+        outgoing = []
+        for r, p in enumerate(plans):
+            if k < len(p.steps):
+                for s in p.steps[k].sends:
+                    outgoing.append((s, data[r][s.offset:s.offset + s.length].copy()))
+        for s, payload in outgoing:
+            target = staging[s.dst] if s.region == "staging" else data[s.dst]
+            target[s.dst_offset:s.dst_offset + s.length] = payload
+        for r, p in enumerate(plans):
+            if k < len(p.steps) and p.steps[k].reduce is not None:
+                staged, offset, length = p.steps[k].reduce
+                mine = data[r][offset:offset + length].view(np.float32)
+                mine += staging[r][staged:staged + length].view(np.float32)
+    return plans, data
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4, 8])
+def test_ring_allreduce_sums_everywhere_in_2n_minus_2_steps(ranks):
+    plans, data = execute("allreduce", ranks, 64 * ranks * 4)
+    assert all(len(p.steps) == 2 * (ranks - 1) for p in plans)
+    for d in data:
+        assert np.all(d.view(np.float32) == ranks * (ranks + 1) / 2)
+
+
+@pytest.mark.parametrize("ranks", [2, 5, 8])
+def test_ring_allgather_gives_everyone_every_chunk(ranks):
+    chunk = 16
+    plans, data = execute("allgather", ranks, chunk * ranks)
+    for d in data:
+        assert [int(d[j * chunk]) for j in range(ranks)] == list(range(1, ranks + 1))
+        assert all(np.all(d[j * chunk:(j + 1) * chunk] == j + 1) for j in range(ranks))
+
+
+def test_alltoall_delivers_each_pair_its_chunk():
+    ranks, chunk = 4, 8
+    plans, data = execute("alltoall", ranks, chunk * ranks)
+    for r, d in enumerate(data):
+        for src in range(ranks):
+            if src != r:
+                assert np.all(d[(ranks + src) * chunk:(ranks + src + 1) * chunk] == src + 1)
+
+
+def test_incast_lands_each_sender_in_its_slot():
+    plans, data = execute("incast", 8, 1000, senders=3)
+    receiver = data[0]
+    assert len(receiver) == 3000
+    assert [int(receiver[i * 1000]) for i in range(3)] == [2, 3, 4]
+    assert plans[0].receive_count == 3 and not plans[5].steps
+
+
+def test_bad_parameters_are_one_line():
+    with pytest.raises(FabricError, match="choose 1 to 7"):
+        plan("incast", 8, 1024, senders=8)
+    with pytest.raises(FabricError, match="at least 32 bytes"):
+        chunk_bytes("allreduce", 16, 8)
+    with pytest.raises(FabricError, match="unknown collective"):
+        plan("broadcast", 4, 1024)
+    with pytest.raises(FabricError, match="at least 2 hosts"):
+        plan("allreduce", 1, 1024)
+
+
+def test_bus_factors_are_nccl_tests():
+    assert bus_factor("allreduce", 8) == pytest.approx(2 * 7 / 8)
+    assert bus_factor("allgather", 8) == pytest.approx(7 / 8)
+    assert bus_factor("alltoall", 4) == pytest.approx(3 / 4)
+    assert bus_factor("incast", 8) == 1.0
+
+
+def _report(arrivals, counters, released=None):
+    return {"arrivals": arrivals, "counters": counters, "released_ns": released, "verified": True}
+
+
+def test_summarize_finds_the_last_flow_and_why():
+    hosts = ["h1", "h2", "h3"]
+    plans = plan("incast", 3, 4096)
+    start = 1_000_000_000
+    previous = {h: {} for h in hosts}
+    reports = {
+        "h1": _report([[1, 0, start + 5_000_000], [2, 0, start + 9_000_000]], {"1": [0, 0], "2": [0, 0]}),
+        "h2": _report([], {"0": [0, 0]}, start + 100_000),
+        "h3": _report([], {"0": [4, 1]}, start + 250_000),
+    }
+    it = summarize(0, start, hosts, plans, reports, previous, {"h1": 0, "h2": 0, "h3": 0})
+    assert it.cct_us == 9000.0
+    assert (it.last_src, it.last_dst, it.cause) == ("h3", "h1", "retransmission")
+    assert it.start_skew_us == 150.0 and it.start_late_us == 250.0
+    assert [(f.src, f.bytes, f.fct_us, f.retransmissions) for f in it.flows] == [
+        ("h2", 4096, 5000.0, 0), ("h3", 4096, 9000.0, 4)]
+    # Next iteration: counters are cumulative, so no new retransmission; h3 was paused.
+    reports["h3"]["counters"] = {"0": [4, 1]}
+    it = summarize(1, start, hosts, plans, reports, previous, {"h1": 0, "h2": 0, "h3": 30_000})
+    assert it.cause == "pause" and it.retransmissions == 0
+    it = summarize(2, start, hosts, plans, reports, previous, {"h1": 0, "h2": 0, "h3": 0})
+    assert it.cause == "queueing"
+
+
+def test_percentile_matches_numpy():
+    values = [5.0, 1.0, 9.0, 3.0, 7.0, 2.0]
+    for q in (0, 50, 90, 99, 100):
+        assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+    assert math.isnan(percentile([], 50))
