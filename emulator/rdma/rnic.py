@@ -47,6 +47,7 @@ PATHS_MTU = (256, 512, 1024, 2048, 4096)
 ROCE_OVERHEAD = 20 + 8 + 12 + 16 + 4 + 4
 SOURCE_PORT_BASE = 49152  # RoCEv2 source ports carry the QP's ECMP entropy (and stay clear of well-known dissectors)
 RECV_OPCODES = (WcOpcode.RECV, WcOpcode.RECV_RDMA_WITH_IMM)
+EARLY_WAKE_NS = 1_000_000  # a timed post wakes the RNIC this much before its start (see _release)
 
 # Classic BPF: accept IPv4 (no options) / UDP / destination port 4791, drop the rest.
 _ROCE_FILTER = [
@@ -235,20 +236,25 @@ class Rnic:
     def next_deadline(self) -> int | None:
         deadlines = [d for e in self.qps.values() if e.qp is not None and (d := e.qp.next_deadline()) is not None]
         if self._deferred:
-            deadlines.append(self._deferred[0][0])
+            deadlines.append(self._deferred[0][0] - EARLY_WAKE_NS)
         return min(deadlines) if deadlines else None
 
     def _release(self, now: int) -> None:
         """Hand posts whose start time has come to their QPs.
 
-        Then yield the CPU once: every host's RNIC wakes at the same instant,
-        and at equal real-time priority the first one would otherwise fill
-        its send queue (about half a millisecond) before the next one on
-        that core even starts.
+        Every host's RNIC starts at the same instant, and they share a few
+        cores: woken at that instant, each would first pay its wake-up (tens
+        of microseconds of Python) while the others wait for the core.  So
+        the timer fires EARLY_WAKE_NS before the start and the RNIC waits
+        the rest yielding the core (the others get to their wait too), and
+        after releasing it yields once more, so that no RNIC fills its send
+        queue before the next one on that core has started.
         """
         released = False
-        while self._deferred and self._deferred[0][0] <= now:
-            _, qpn, wrs = self._deferred.pop(0)
+        while self._deferred and self._deferred[0][0] - EARLY_WAKE_NS <= now:
+            start, qpn, wrs = self._deferred.pop(0)
+            while time.monotonic_ns() < start:
+                os.sched_yield()
             entry = self.qps.get(qpn)
             if entry is None or entry.qp is None:
                 continue  # destroyed meanwhile
