@@ -1,0 +1,1 @@
+"""Emulated InfiniBand: the wire format and the subnet manager."""
