@@ -252,6 +252,32 @@ def cmd_report(args: argparse.Namespace) -> int:
     return main_report(args.directory)
 
 
+def cmd_ibroute(args: argparse.Namespace) -> int:
+    from emulator.ib.subnet import assign, dump, ibroute
+    from emulator.plan import make_plan
+
+    plan = make_plan(build_topo(args.topo, args.custom), "ibroute", {})
+    subnet = assign(plan)
+    if args.switch is None:
+        print(dump(subnet, plan), end="")
+    elif args.switch not in subnet.lfts:
+        raise FabricError(f"no switch named {args.switch!r}; switches: {' '.join(sorted(subnet.lfts, key=_natural))}")
+    else:
+        print(ibroute(subnet, plan, args.switch), end="")
+    return 0
+
+
+def cmd_pcap(args: argparse.Namespace) -> int:
+    from emulator.ib.erf import convert_directory
+
+    paths = convert_directory(args.directory)
+    if not paths:
+        raise FabricError(f"no .pcapng captures in {args.directory}")
+    for path in paths:
+        print(path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fabric-emu", description="Packet-level emulator of lossless AI/HPC fabrics.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -262,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--link", metavar="OPTS",
                        help="default link options: bw=100mbit,delay=0us,mtu=1500,loss=0,drop=N:M")
         p.add_argument("--fabric", choices=FABRICS, default="lossless",
-                       help="lossless: PFC on priority 3 (default); lossy: tail drop everywhere")
+                       help="lossless: PFC on priority 3 (default); lossy: tail drop everywhere; ib: native IB packets under link credits")
         p.add_argument("--switch", metavar="OPTS",
                        help="switch settings, e.g. buffer=256KiB,headroom=24KiB,alpha=1,kmin=15KiB,lossless=3")
         p.add_argument("--seed", type=int, default=1, help="seed of ECN marking and injected loss")
@@ -321,6 +347,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="print the table and draw the plots of a results directory (no root)")
     p.add_argument("directory", metavar="DIR")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("ibroute", help="the IB subnet manager's LIDs and forwarding tables of a topology (no root)")
+    p.add_argument("--topo", required=True, metavar="SPEC")
+    p.add_argument("--custom", metavar="FILE", help="a Mininet custom file with a topos dict")
+    p.add_argument("--switch", metavar="NAME", help="only this switch's table, as ibroute prints it")
+    p.set_defaults(func=cmd_ibroute)
+
+    p = sub.add_parser("pcap", help="convert the captures of an --fabric ib run to ERF pcaps tshark reads as InfiniBand")
+    p.add_argument("directory", metavar="DIR")
+    p.set_defaults(func=cmd_pcap)
 
     p = sub.add_parser("topos", help="list the built-in topologies")
     p.set_defaults(func=cmd_topos)

@@ -33,6 +33,8 @@ from emulator.ethtool import disable_offloads
 from emulator.features import Features, probe_features, probe_namespace
 from emulator.netns import create_namespace, enter_for_exec, entered, existing_namespaces
 from emulator.plan import GATEWAY_IP, FabricPlan, NodePlan, make_plan
+from emulator.ib.subnet import Subnet
+from emulator.ib.subnet import assign as assign_subnet
 from emulator.rdma.verbs import verbs_socket
 from emulator.switch.mmu import MmuConfig
 from emulator.switch.params import derive_config
@@ -52,6 +54,10 @@ def _effective_capabilities() -> int:
             if line.startswith("CapEff:"):
                 return int(line.split()[1], 16)
     return 0
+
+
+IB_SL = 0  # the service level RDMA uses on --fabric ib
+HOST_IB_BUFFER = 2048 * 64  # a host RNIC takes every packet at once; it advertises the most IB credits allow
 
 
 def require_root() -> None:
@@ -115,6 +121,7 @@ class Fabric:
         self.fabric = fabric
         self.seed = seed
         self.mmu_configs = {node.name: _switch_config(node, fabric, switch or {}) for node in self.plan.switches()}
+        self.subnet = assign_subnet(self.plan) if fabric == "ib" else None
         self.capture_dir = capture
         self.telemetry_dir = telemetry
         self.captures: Captures | None = None
@@ -235,7 +242,7 @@ class Fabric:
             port = node.ports[0]
             return {**common, "ifname": port.ifname, "rate_bps": port.params.bw_bps, "mtu": port.params.mtu,
                     "mac": port.mac, "peer_mac": port.peer_mac, "ip": node.ip, "seed": self.seed * 1000 + index,
-                    "verbs": verbs_socket(self.run_name, node.name)}
+                    "verbs": verbs_socket(self.run_name, node.name), "ib": self._host_ib(node)}
         mmu = dataclasses.asdict(self.mmu_configs[node.name])
         for key in ("lossless", "strict"):
             mmu[key] = sorted(mmu[key])
@@ -249,7 +256,29 @@ class Fabric:
                 for p in node.ports
             ],
             "routes": self.plan.routes[node.name],
+            "ib": self._switch_ib(node),
         }
+
+    def _host_ib(self, node: NodePlan) -> dict[str, Any] | None:
+        """A host's port on the IB subnet: its LID, every GID's LID, SL and credits."""
+        if self.subnet is None:
+            return None
+        peer = node.ports[0].peer_node
+        return {"lid": self.subnet.lids[node.name], "sl": IB_SL, "sl2vl": _sl2vl(self.subnet), "vls": self.subnet.vls,
+                "lids": {n.ip: self.subnet.lids[n.name] for n in self.plan.hosts()},
+                "capacity": HOST_IB_BUFFER, "peer_capacity": self.mmu_configs[peer].vl_buffer}
+
+    def _switch_ib(self, node: NodePlan) -> dict[str, Any] | None:
+        """A switch's LFT (by port index), SL to VL map, and every port's credit sizes."""
+        if self.subnet is None:
+            return None
+        index_of = {port.number: i for i, port in enumerate(node.ports)}
+        peers = [self.mmu_configs[p.peer_node].vl_buffer if self.plan.nodes[p.peer_node].kind == "switch"
+                 else HOST_IB_BUFFER for p in node.ports]
+        return {"lft": {str(dlid): index_of[number] for dlid, number in self.subnet.lfts[node.name].items()
+                        if number in index_of},
+                "sl2vl": _sl2vl(self.subnet), "vls": self.subnet.vls,
+                "vl_buffer": self.mmu_configs[node.name].vl_buffer, "peer_capacity": peers}
 
     def _start_agents(self) -> None:
         """One agent per node (switch: forwarding; host: PFC reaction)."""
@@ -402,6 +431,10 @@ class Fabric:
         for ipr in self._ipr.values():
             ipr.close()
         self._ipr.clear()
+
+
+def _sl2vl(subnet: Subnet) -> list[int]:
+    return [subnet.sl2vl[sl] for sl in range(16)]
 
 
 def _switch_config(node: NodePlan, fabric: str, overrides: dict[str, str]) -> MmuConfig:

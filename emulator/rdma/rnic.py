@@ -16,7 +16,6 @@ the problem, and the RNIC goes on serving everyone else.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import json
 import os
@@ -32,40 +31,20 @@ from typing import Any, Callable
 from emulator.rdma.memory import MAX_MR_BYTES, RegionTable
 from emulator.rdma.packet import PSN_MASK
 from emulator.rdma.rc import Completion, RcConfig, RcQueuePair, RecvWR, SendWR, WcOpcode, WrOpcode
-from emulator.rdma.wire import ROCE_PORT, Framer, decode
+from emulator.rdma.links import make_link
 
-ETH_P_IP = 0x0800
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
-SO_ATTACH_FILTER = 26
 SEND_BUFFER = 16 * 1024  # the kernel doubles it: about a dozen 1 KiB frames (1 ms at 100 Mbit/s) queued in tc
 RECV_BUFFER = 4 << 20  # a NIC's receive ring: the agent may be scheduled out for a few ms
 MESSAGE_MAX = 1 << 20
 PATHS_MTU = (256, 512, 1024, 2048, 4096)
 # IPv4 + UDP + BTH + RETH + ImmDt + ICRC: what a path-MTU payload needs on top in a link's MTU.
 ROCE_OVERHEAD = 20 + 8 + 12 + 16 + 4 + 4
-SOURCE_PORT_BASE = 49152  # RoCEv2 source ports carry the QP's ECMP entropy (and stay clear of well-known dissectors)
 RECV_OPCODES = (WcOpcode.RECV, WcOpcode.RECV_RDMA_WITH_IMM)
 EARLY_WAKE_NS = 1_000_000  # a timed post wakes the RNIC this much before its start (see _release)
 
-# Classic BPF: accept IPv4 (no options) / UDP / destination port 4791, drop the rest.
-_ROCE_FILTER = [
-    (0x28, 0, 0, 12), (0x15, 0, 7, ETH_P_IP),   # ldh [12]; jeq IPv4 else drop
-    (0x30, 0, 0, 14), (0x15, 0, 5, 0x45),       # ldb [14]; jeq version 4, IHL 5 else drop
-    (0x30, 0, 0, 23), (0x15, 0, 3, 17),         # ldb [23]; jeq UDP else drop
-    (0x28, 0, 0, 36), (0x15, 0, 1, ROCE_PORT),  # ldh [36]; jeq 4791 else drop
-    (0x06, 0, 0, 0xFFFF), (0x06, 0, 0, 0),      # accept; drop
-]
-_DROP_ALL = [(0x06, 0, 0, 0)]
-
-
-def attach_filter(sock: socket.socket, program: list[tuple[int, int, int, int]]) -> None:
-    """SO_ATTACH_FILTER with a classic BPF program (the kernel copies it)."""
-    code = b"".join(struct.pack("HBBI", *insn) for insn in program)
-    buffer = ctypes.create_string_buffer(code)
-    fprog = struct.pack("HL", len(program), ctypes.addressof(buffer))
-    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
 
 
 def default_timeout_ns(rate_bps: int, mtu: int, max_inflight: int = RcConfig.max_inflight) -> int:
@@ -87,11 +66,6 @@ def default_timeout_ns(rate_bps: int, mtu: int, max_inflight: int = RcConfig.max
     return 4096 * 2**exponent
 
 
-def source_port(qpn: int, remote_qpn: int) -> int:
-    """The UDP source port of a QP: 49152 and up, a hash of both QPNs."""
-    return SOURCE_PORT_BASE + (((qpn * 0x9E3779B1) ^ (remote_qpn * 0x85EBCA6B)) >> 7 & 0x3FFF)
-
-
 @dataclass
 class QpEntry:
     """A QP of an application: the model once connected, where its completions go."""
@@ -102,7 +76,7 @@ class QpEntry:
     recv_cq: int
     initial_psn: int
     qp: RcQueuePair | None = None
-    framer: Framer | None = None
+    framer: Any = None  # encodes this QP's packets for the link (RoCEv2 or native IB)
     remote_ip: str = ""
     early_recvs: list[RecvWR] = field(default_factory=list)
     released_ns: int = 0  # when the last post with a start time was handed to the transport
@@ -143,23 +117,21 @@ class Rnic:
         self._blocked: bytes | None = None
         self._deferred: list[tuple[int, int, list[SendWR]]] = []  # (start ns, qpn, WRs), by start
         self.counters = {"frames_sent": 0, "frames_received": 0, "bytes_sent": 0, "icrc_errors": 0,
-                         "unknown_qp": 0, "send_blocked": 0, "rx_kernel_drops": 0}
+                         "unknown_qp": 0, "send_blocked": 0, "credit_waits": 0, "rx_kernel_drops": 0}
+        self.link_waiting = False
+        self._control: deque[bytes] = deque()
         self.closed_qp_counters: dict[str, int] = {}
 
-        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IP))
-        attach_filter(self.sock, _ROCE_FILTER)
-        self.sock.bind((self.ifname, ETH_P_IP))
+        self.link = make_link(config)
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(self.link.ethertype))
+        self.link.prepare(self.sock)
+        self.sock.bind((self.ifname, self.link.ethertype))
         self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER)
         self.sock.setblocking(False)
         self._rx = bytearray(self.link_mtu + 64)
         watch(self.sock.fileno(), select.EPOLLIN, self._on_socket)
-        # The kernel would answer every RoCE frame with ICMP port unreachable; a
-        # bound UDP socket that filters everything away keeps it quiet.
-        self.sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        attach_filter(self.sink, _DROP_ALL)
-        self.sink.bind(("0.0.0.0", ROCE_PORT))
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.server.bind(config["verbs"])
         self.server.listen(16)
@@ -182,28 +154,51 @@ class Rnic:
                 size = self.sock.recv_into(rx)
             except BlockingIOError:
                 return
-            decoded = decode(view[:size])
-            if decoded is None:
+            accepted = self.link.accept(now, view[:size])
+            if accepted is None:
                 continue
+            packet, source, intact = accepted
             self.counters["frames_received"] += 1
-            if not decoded.icrc_ok:
+            if not intact:
                 self.counters["icrc_errors"] += 1
                 continue
-            entry = self.qps.get(decoded.packet.dest_qp)
-            if entry is None or entry.qp is None or decoded.src_ip != entry.remote_ip:
+            entry = self.qps.get(packet.dest_qp)
+            if entry is None or entry.qp is None or source != entry.remote_ip:
                 self.counters["unknown_qp"] += 1
                 continue
-            entry.qp.receive(now, decoded.packet)
+            entry.qp.receive(now, packet)
 
     def _on_writable(self, now: int) -> None:
         self._modify(self.sock.fileno(), select.EPOLLIN)
+        if self._flush_control():
+            self._retry(now)
+
+    def _flush_control(self) -> bool:
+        """Send queued link control packets; False (and wait for EPOLLOUT) if the queue is full."""
+        while self._control:
+            try:
+                self.sock.send(self._control[0])
+            except BlockingIOError:
+                self._modify(self.sock.fileno(), select.EPOLLIN | select.EPOLLOUT)
+                return False
+            self._control.popleft()
+        return True
+
+    def _retry(self, now: int) -> None:
+        """Send the frame that waited (for the kernel queue or for credit), then the rest."""
         frame, self._blocked = self._blocked, None
-        if frame is not None and not self._send(frame):
+        if frame is not None and not self._send(frame, admitted=not self.link_waiting):
             return
         self.transmit(now)
 
-    def _send(self, frame: bytes) -> bool:
-        """Hand one frame to the kernel; False (and keep it) when the queue is full."""
+    def _send(self, frame: bytes, admitted: bool = False) -> bool:
+        """Hand one frame to the kernel; False (and keep it) when the queue or the credit is exhausted."""
+        self.link_waiting = False
+        if not admitted and not self.link.admit(frame):
+            self._blocked = frame
+            self.link_waiting = True  # the next credit update retries it
+            self.counters["credit_waits"] += 1
+            return False
         try:
             self.sock.send(frame)
         except OSError as err:
@@ -237,6 +232,8 @@ class Rnic:
         deadlines = [d for e in self.qps.values() if e.qp is not None and (d := e.qp.next_deadline()) is not None]
         if self._deferred:
             deadlines.append(self._deferred[0][0] - EARLY_WAKE_NS)
+        if (link := self.link.next_deadline()) is not None:
+            deadlines.append(link)
         return min(deadlines) if deadlines else None
 
     def _release(self, now: int) -> None:
@@ -273,7 +270,12 @@ class Rnic:
 
     def pump(self, now: int) -> None:
         """After every batch of events: send what can go, deliver completions."""
-        self.transmit(now)
+        self._control.extend(self.link.control_frames(now))  # IB credit updates, ahead of new data
+        if self._flush_control():
+            if self.link_waiting:
+                self._retry(now)
+            else:
+                self.transmit(now)
         for entry in self.qps.values():
             if entry.qp is None:
                 continue
@@ -456,11 +458,11 @@ class Rnic:
         qp = RcQueuePair(entry.qpn, self.regions.domain(entry.owner), config, entry.initial_psn)
         qp.connect(remote_qpn, int(request["remote_psn"]) & PSN_MASK)
         entry.qp, entry.remote_ip = qp, remote_ip
-        entry.framer = Framer(self.mac, self.gateway_mac, self.ip, remote_ip, source_port(entry.qpn, remote_qpn))
+        entry.framer = self.link.framer(entry.qpn, remote_qpn, remote_ip)
         for wr in entry.early_recvs:
             qp.post_recv(wr)
         entry.early_recvs.clear()
-        return {"source_port": source_port(entry.qpn, remote_qpn)}
+        return {}
 
     # --- counters and exit -------------------------------------------------------------
 
@@ -473,11 +475,11 @@ class Rnic:
                 for key, value in entry.qp.counters.items():
                     totals[key] = totals.get(key, 0) + value
         return {**self.counters, "qps": len(self.qps), "regions": len(self.regions.regions),
-                "applications": len(self.clients), "transport": totals}
+                "applications": len(self.clients), "transport": totals, "link": self.link.stats()}
 
     def close(self) -> None:
         for client in list(self.clients.values()):
             self._drop_client(client)
         self.server.close()
-        self.sink.close()
+        self.link.close()
         self.sock.close()

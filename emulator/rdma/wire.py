@@ -107,25 +107,9 @@ class Framer:
         """The Ethernet frame of ``packet``, with IP, UDP and ICRC checksums."""
         op = packet.opcode
         payload = packet.payload
-        transport = _TRANSPORT.get(op)
-        if transport is None or (payload and op not in HAS_PAYLOAD):
-            raise ValueError(f"cannot encode opcode {op:#x} with {len(payload)} payload bytes")
-        if (packet.dest_qp | packet.psn) >> 24:
-            raise ValueError(f"DestQP {packet.dest_qp:#x} or PSN {packet.psn:#x} exceeds 24 bits")
+        headers = pack_transport(packet)
         pad = -len(payload) & 3
-        # BTH byte 4 and its DestQP share a word; it is packed all ones for the ICRC.
-        words = [op, packet.solicited << 7 | pad << 4, packet.pkey,
-                 0xFF000000 | packet.dest_qp, packet.ack_req << 31 | packet.psn]
-        if op in HAS_RETH:
-            words += (packet.va, packet.rkey, packet.dma_len)
-        if op in HAS_IMM:
-            words.append(packet.imm)
-        if op in HAS_AETH:
-            if packet.syndrome >> 8 or packet.msn >> 24:
-                raise ValueError(f"AETH syndrome {packet.syndrome:#x} or MSN {packet.msn:#x} out of range")
-            words.append(packet.syndrome << 24 | packet.msn)
-        headers = bytearray(transport.size)
-        transport.pack_into(headers, 0, *words)
+        transport = _TRANSPORT[op]
 
         udp_len = UDP_LEN + transport.size + len(payload) + pad + ICRC_LEN
         total_len = IP_LEN + udp_len
@@ -140,6 +124,58 @@ class Framer:
         udp_check = -(self._udp_sum + 2 * udp_len + int.from_bytes(body, "big")) % 0xFFFF or 0xFFFF
         return _HEADERS.pack(self._eth_ip, total_len, ident, self._ip_mid, ip_check,
                              self._addrs_ports, udp_len, udp_check) + body
+
+
+def pack_transport(packet: Packet) -> bytearray:
+    """BTH and extension headers of ``packet``, BTH byte 4 all ones as the ICRC sees it.
+
+    Shared by RoCEv2 and native IB framing; the caller sets byte 4 (FECN,
+    BECN) after computing the ICRC.
+    """
+    op = packet.opcode
+    payload = packet.payload
+    transport = _TRANSPORT.get(op)
+    if transport is None or (payload and op not in HAS_PAYLOAD):
+        raise ValueError(f"cannot encode opcode {op:#x} with {len(payload)} payload bytes")
+    if (packet.dest_qp | packet.psn) >> 24:
+        raise ValueError(f"DestQP {packet.dest_qp:#x} or PSN {packet.psn:#x} exceeds 24 bits")
+    pad = -len(payload) & 3
+    # BTH byte 4 and its DestQP share a word; it is packed all ones for the ICRC.
+    words = [op, packet.solicited << 7 | pad << 4, packet.pkey,
+             0xFF000000 | packet.dest_qp, packet.ack_req << 31 | packet.psn]
+    if op in HAS_RETH:
+        words += (packet.va, packet.rkey, packet.dma_len)
+    if op in HAS_IMM:
+        words.append(packet.imm)
+    if op in HAS_AETH:
+        if packet.syndrome >> 8 or packet.msn >> 24:
+            raise ValueError(f"AETH syndrome {packet.syndrome:#x} or MSN {packet.msn:#x} out of range")
+        words.append(packet.syndrome << 24 | packet.msn)
+    headers = bytearray(transport.size)
+    transport.pack_into(headers, 0, *words)
+    return headers
+
+
+def unpack_transport(frame: bytes | bytearray | memoryview, bth_at: int, end: int) -> Packet | None:
+    """The packet whose BTH starts at ``bth_at`` and whose payload and pad end at ``end``."""
+    op = _OPCODES.get(frame[bth_at])
+    if op is None:
+        return None
+    transport = _TRANSPORT[op]
+    at = bth_at + transport.size
+    payload_end = end - (frame[bth_at + 1] >> 4 & 3)
+    if payload_end < at:
+        return None
+    _, flags, pkey, dest_qp, psn, *ext = transport.unpack_from(frame, bth_at)
+    va = rkey = dma_len = imm = syndrome = msn = 0
+    if op in HAS_RETH:
+        va, rkey, dma_len = ext[:3]
+    if op in HAS_IMM:
+        imm = ext[-1]
+    if op in HAS_AETH:
+        syndrome, msn = ext[-1] >> 24, ext[-1] & 0xFFFFFF
+    return Packet(op, dest_qp & 0xFFFFFF, psn & 0xFFFFFF, psn >> 31 == 1, flags >> 7 == 1, pkey,
+                  va, rkey, dma_len, imm, syndrome, msn, memoryview(frame)[at:payload_end])
 
 
 @dataclass(slots=True)
@@ -222,26 +258,11 @@ def decode(frame: bytes | bytearray | memoryview) -> Decoded | None:
     if located is None:
         return None
     bth_at, end = located
-    op = _OPCODES.get(frame[bth_at])
-    if op is None:
+    packet = unpack_transport(frame, bth_at, end - ICRC_LEN)
+    if packet is None:
         return None
-    transport = _TRANSPORT[op]
-    at = bth_at + transport.size
-    payload_end = end - ICRC_LEN - (frame[bth_at + 1] >> 4 & 3)
-    if payload_end < at:
-        return None
-    _, flags, pkey, dest_qp, psn, *ext = transport.unpack_from(frame, bth_at)
-    va = rkey = dma_len = imm = syndrome = msn = 0
-    if op in HAS_RETH:
-        va, rkey, dma_len = ext[:3]
-    if op in HAS_IMM:
-        imm = ext[-1]
-    if op in HAS_AETH:
-        syndrome, msn = ext[-1] >> 24, ext[-1] & 0xFFFFFF
+    packet.ecn_ce = frame[IP_AT + 1] & ECN_CE == ECN_CE
     udp_at = bth_at - UDP_LEN
-    packet = Packet(op, dest_qp & 0xFFFFFF, psn & 0xFFFFFF, psn >> 31 == 1, flags >> 7 == 1, pkey,
-                    va, rkey, dma_len, imm, syndrome, msn, memoryview(frame)[at:payload_end],
-                    frame[IP_AT + 1] & ECN_CE == ECN_CE)
     icrc_ok = _icrc(frame, bth_at, end) == int.from_bytes(frame[end - ICRC_LEN:end], "little")
     src_mac, src_ip, dst_ip = _addressing(b"".join((frame[6:12], frame[IP_AT + 12:IP_AT + 20])))
     return Decoded(packet, src_mac, src_ip, dst_ip, frame[udp_at] << 8 | frame[udp_at + 1], icrc_ok)

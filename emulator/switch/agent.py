@@ -35,11 +35,13 @@ from emulator.mac import mac_bytes
 from emulator.pfc import PRIORITIES, decode_pfc, encode_pfc
 from emulator.rps import keep_flows_in_order
 from emulator.switch.forwarding import ETH_ARP, ETH_CONTROL, ETH_IPV4, arp_reply, ecmp_index, priority, routed
+from emulator.switch.ib import IbPlane
 from emulator.switch.mmu import Mmu, MmuConfig
 from emulator.tc import leaf_class
 
 ETH_P_ALL = 0x0003
 ETH_MAC_CONTROL = b"\x88\x08"
+ETH_IB = b"\x88\xb6"  # native IB packets (emulator.ib.wire)
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
@@ -121,6 +123,8 @@ class SwitchAgent(AgentBase):
         self.delayed_out = [p for p in self.ports if p.delay_ns and p.host_facing]
         self.next_sample = 0
         self.last_sample: dict[tuple[int, int], tuple[int, int, bool, bool]] = {}
+        self.ib = IbPlane([(p["mac"], p["peer_mac"]) for p in config["ports"]], config["ib"]) \
+            if config.get("ib") else None
         self.occupancy = open(config["occupancy_file"], "w", buffering=1 << 16)
         self.occupancy.write("time_ns,switch,port,priority,ingress_bytes,egress_bytes,egress_paused,xoff\n")
         for port in self.ports:
@@ -140,6 +144,10 @@ class SwitchAgent(AgentBase):
         for port, quanta in self.mmu.take_pfc():
             self.ports[port].pfc_sock.send(encode_pfc(self.ports[port].mac, quanta))
         deadlines = [self.mmu.next_deadline(), self.next_sample or None]
+        if self.ib is not None:
+            for port in self.ib.take_fc(now):  # sent on the data socket, behind the data they count
+                self._drain(self.ports[port], now)
+            deadlines.append(self.ib.next_deadline())
         deadlines += [p.delay_in[0][0] for p in self.delayed_in if p.delay_in]
         for port in self.delayed_out:
             if port.delay_out:
@@ -215,6 +223,9 @@ class SwitchAgent(AgentBase):
             reply = arp_reply(frame, port.mac)
             if reply is not None:
                 port.pfc_sock.send(reply)
+        elif ethertype == ETH_IB and self.ib is not None:
+            for out in self.ib.receive(now, port.index, frame):
+                self._drain(self.ports[out], now)
         elif ethertype == ETH_CONTROL:
             port.control_frames += 1
         else:
@@ -226,11 +237,13 @@ class SwitchAgent(AgentBase):
         """Move frames from the MMU towards the wire as far as the wire allows."""
         mmu, index = self.mmu, port.index
         if port.delay_ns and port.host_facing:
+            kernel_full = self.ib is not None and not self.ib.drain(index, port.sock.send)  # IB: no modelled delay
             self._drain_delayed(port, now)
-            backlog = bool(port.delay_out)
+            backlog = bool(port.delay_out) or kernel_full
         else:
             send = port.sock.send
-            while True:
+            kernel_full = self.ib is not None and not self.ib.drain(index, send)
+            while not kernel_full:
                 head = mmu.head(index)
                 if head is None:
                     break
@@ -248,7 +261,8 @@ class SwitchAgent(AgentBase):
                     break
                 mmu.pop(index, prio)
                 port.cleared = None
-            backlog = mmu.head(index) is not None
+            # IB packets waiting for credit wake the port when credit comes, not on EPOLLOUT.
+            backlog = mmu.head(index) is not None or kernel_full
         if backlog != port.writable_armed:
             self.epoll.modify(port.fd, select.EPOLLIN | (select.EPOLLOUT if backlog else 0))
             port.writable_armed = backlog
@@ -350,6 +364,10 @@ class SwitchAgent(AgentBase):
                 "rx_drops": dict(port.drops),
                 "rx_control_frames": port.control_frames,
             }
+            if self.ib is not None:
+                ports[port.ifname]["ib"] = self.ib.stats(i)
+        if self.ib is not None:
+            totals["drops"] += self.ib.no_route + self.ib.credit_violations
         return {"switch": self.name, "scheduling": self.scheduling, "ports": ports, "totals": totals,
                 "rps_failed": self.unordered}
 

@@ -51,6 +51,7 @@ class MmuConfig:
     kmin: int
     kmax: int
     pmax: float
+    vl_buffer: int = 0  # --fabric ib: receive buffer per VL per port (the IB plane's, not the MMU's)
 
     def shared_pool(self, ports: int) -> int:
         """Bytes left for sharing after every reserve and headroom."""

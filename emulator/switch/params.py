@@ -21,7 +21,10 @@ one-way delay d of its links and the frame size F = MTU + 14:
 * strict priority for 6 (CNP) and 7, DWRR with equal weights for 0..5.
 
 ``--fabric lossless`` makes priority 3 lossless (RoCE's DSCP 26) and the
-rest lossy; ``--fabric lossy`` has no lossless priority, so no PFC.  Any
+rest lossy; ``--fabric lossy`` has no lossless priority, so no PFC.
+``--fabric ib`` carries RDMA as native IB packets under credit-based flow
+control, with ``vl_buffer`` (default 16 MTU frames) of receive buffer per
+virtual lane and port; its IP traffic is handled as on a lossy fabric.  Any
 value can be overridden with ``--switch key=value,...``.
 """
 
@@ -34,7 +37,9 @@ from emulator.pfc import MAX_QUANTA, PRIORITIES
 from emulator.switch.mmu import MmuConfig
 from emulator.units import parse_size
 
-FABRICS = ("lossless", "lossy")
+FABRICS = ("lossless", "lossy", "ib")
+VL_BUFFER_FRAMES = 16  # IB: receive buffer per VL per port, in MTU frames
+MAX_VL_BUFFER = 2048 * 64  # IB credit accounting allows at most 2048 blocks of 64 bytes in flight
 DEFAULT_LOSSLESS = (3,)
 RESPONSE_NS = 10_000_000
 # An upstream switch has up to about three frames in its port's kernel queue
@@ -44,7 +49,7 @@ UPSTREAM_KERNEL_FRAMES = 3
 SHARED_FRAMES_PER_PORT = 64
 SWITCH_OPTIONS = (
     "buffer", "reserve", "headroom", "alpha", "threshold", "xon_delta", "quanta",
-    "lossless", "strict", "ecn", "kmin", "kmax", "pmax",
+    "lossless", "strict", "ecn", "kmin", "kmax", "pmax", "vl_buffer",
 )
 
 
@@ -67,11 +72,14 @@ def derive_config(fabric: str, rate_bps: int, delay_ns: int, mtu: int, ports: in
         threshold=pool // ports, xon_delta=2 * frame,
         lossless=frozenset(DEFAULT_LOSSLESS if fabric == "lossless" else ()), quanta=MAX_QUANTA,
         strict=frozenset({6, 7}), weights=(1,) * PRIORITIES, mtu_frame=frame,
-        ecn=True, kmin=10 * frame, kmax=40 * frame, pmax=0.2,
+        ecn=True, kmin=10 * frame, kmax=40 * frame, pmax=0.2, vl_buffer=min(VL_BUFFER_FRAMES * frame, MAX_VL_BUFFER),
     )
     settings.update(parse_overrides(overrides or {}))
-    if settings["lossless"] and fabric == "lossy":
-        raise FabricError("--switch lossless=... contradicts --fabric lossy")
+    if settings["lossless"] and fabric != "lossless":
+        raise FabricError(f"--switch lossless=... contradicts --fabric {fabric}")
+    if not frame + 64 <= settings["vl_buffer"] <= MAX_VL_BUFFER:
+        raise FabricError(f"--switch vl_buffer={settings['vl_buffer']}: a VL must hold one packet of the link MTU "
+                          f"({frame + 64} bytes) and at most {MAX_VL_BUFFER} bytes (2048 credits of 64 bytes)")
     if settings["kmax"] <= settings["kmin"]:
         raise FabricError(f"--switch kmax ({settings['kmax']}) must be above kmin ({settings['kmin']})")
     settings.setdefault(
@@ -112,7 +120,7 @@ def parse_overrides(overrides: dict[str, str]) -> dict[str, Any]:
     for key, text in overrides.items():
         if key not in SWITCH_OPTIONS:
             raise FabricError(f"unknown --switch option {key!r}; known: {', '.join(SWITCH_OPTIONS)}")
-        if key in ("buffer", "reserve", "headroom", "threshold", "xon_delta", "kmin", "kmax"):
+        if key in ("buffer", "reserve", "headroom", "threshold", "xon_delta", "kmin", "kmax", "vl_buffer"):
             changes[key] = parse_size(text)
         elif key == "alpha":
             changes[key] = _number(text, key, 0, 64)

@@ -1,0 +1,141 @@
+"""The InfiniBand plane of a switch: forwarding by DLID under link credits.
+
+With ``--fabric ib`` hosts send native IB packets (see
+:mod:`emulator.ib.wire` for the encapsulation).  The switch looks up the
+destination LID in its linear forwarding table (from the subnet manager,
+:mod:`emulator.ib.subnet`), maps the packet's SL to the egress VL, and
+queues it per (egress port, VL).  Nothing is ever dropped for lack of
+space: a packet leaves only when the downstream receiver has advertised
+credit for all of it (:class:`emulator.ib.credits.CreditLink`, one per
+port, both directions), and the ingress buffer it occupied is freed, and
+credited back upstream, only when it has left.  Flow-control packets go out
+on the same socket and tc class as the data, so they never overtake the
+packets whose blocks they count (the receiver would count those twice).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable
+
+from emulator.ib.credits import CreditLink, CreditViolation, FcPacket, blocks
+from emulator.ib.wire import SDP, SLP, decode_fc, encode_fc, set_vl
+
+LRH = 15  # Ethernet header and the delimiter byte come first
+MIN_FRAME = 60
+
+
+class IbPlane:
+    """Credit state and VL queues of every port of one switch."""
+
+    def __init__(self, macs: list[tuple[str, str]], config: dict[str, Any]) -> None:
+        self.macs = macs  # per port: (our MAC, the peer's MAC), as text
+        self.mac_bytes = [(bytes.fromhex(a.replace(":", "")), bytes.fromhex(b.replace(":", ""))) for a, b in macs]
+        self.lft = {int(dlid): port for dlid, port in config["lft"].items()}  # DLID -> port index
+        self.sl2vl = [int(v) for v in config["sl2vl"]]
+        self.vls = int(config["vls"])
+        capacity = blocks(int(config["vl_buffer"]))
+        self.links = [CreditLink(self.vls, capacity, int(config["peer_capacity"][i]))
+                      for i in range(len(macs))]
+        self.queues: list[list[deque[tuple[bytes, int, int, int]]]] = [
+            [deque() for _ in range(self.vls)] for _ in macs]  # (frame, ingress port, ingress VL, IB bytes)
+        self.next_vl = [0] * len(macs)
+        self.control: list[deque[bytes]] = [deque() for _ in macs]  # flow-control packets to send
+        self.no_route = 0
+        self.bad_packets = 0
+        self.credit_violations = 0
+        self.forwarded = [0] * len(macs)
+
+    def receive(self, now: int, port: int, frame: bytes) -> list[int]:
+        """An IB frame arrived on ``port``; returns the ports that may now send."""
+        delimiter = frame[14]
+        if delimiter == SLP:
+            fc = decode_fc(frame)
+            if fc is None or not fc.lpcrc_ok:
+                self.bad_packets += 1
+                return []
+            try:
+                self.links[port].on_fc(now, FcPacket(fc.op, fc.fctbs, fc.vl, fc.fccl))
+            except ValueError:  # a VL this port does not have
+                self.bad_packets += 1
+                return []
+            return [port]
+        if delimiter != SDP or len(frame) < LRH + 8:
+            return []
+        vl_in = frame[LRH] >> 4
+        sl = frame[LRH + 1] >> 4
+        dlid = int.from_bytes(frame[LRH + 2:LRH + 4], "big")
+        size = (int.from_bytes(frame[LRH + 4:LRH + 6], "big") & 0x7FF) * 4 + 2  # LRH..ICRC, and the VCRC
+        if vl_in >= self.vls:
+            self.bad_packets += 1
+            return []
+        try:
+            self.links[port].received(vl_in, size)
+        except CreditViolation:  # the sender ignored our credit: a broken peer; drop and count it
+            self.credit_violations += 1
+            return []
+        out = self.lft.get(dlid)
+        if out is None:
+            self.no_route += 1
+            self.links[port].freed(vl_in, size)
+            return []
+        vl_out = self.sl2vl[sl] if sl < len(self.sl2vl) else 0
+        ours, peers = self.mac_bytes[out]
+        body = frame[14:LRH + size]
+        forwarded = peers + ours + frame[12:14] + body
+        if vl_out != vl_in:
+            forwarded = set_vl(forwarded, vl_out)
+        if len(forwarded) < MIN_FRAME:
+            forwarded += bytes(MIN_FRAME - len(forwarded))
+        self.queues[out][vl_out].append((forwarded, port, vl_in, size))
+        return [out]
+
+    def drain(self, port: int, send: Callable[[bytes], Any]) -> bool:
+        """Send what credits allow, VLs in turn; False once the kernel queue is full."""
+        link, queues, control = self.links[port], self.queues[port], self.control[port]
+        while control:
+            try:
+                send(control[0])
+            except BlockingIOError:
+                return False
+            control.popleft()
+        stalled = 0
+        vl = self.next_vl[port]
+        while stalled < self.vls:
+            queue = queues[vl]
+            if queue and link.can_send(vl, queue[0][3]):
+                frame, ingress, vl_in, size = queue[0]
+                try:
+                    send(frame)
+                except BlockingIOError:
+                    self.next_vl[port] = vl
+                    return False
+                queue.popleft()
+                link.sent(vl, size)
+                self.links[ingress].freed(vl_in, size)
+                self.forwarded[port] += 1
+                stalled = 0
+            else:
+                stalled += 1
+            vl = (vl + 1) % self.vls
+        self.next_vl[port] = vl
+        return True
+
+    def take_fc(self, now: int) -> list[int]:
+        """Queue the flow-control packets now due; the ports that have some to send."""
+        ports = []
+        for index, link in enumerate(self.links):
+            due = link.fc_due(now)
+            if due:
+                ours, peers = self.macs[index]
+                self.control[index].extend(encode_fc(ours, peers, fc.op, fc.fctbs, fc.vl, fc.fccl) for fc in due)
+                ports.append(index)
+        return ports
+
+    def next_deadline(self) -> int | None:
+        deadlines = [d for link in self.links if (d := link.next_deadline()) is not None]
+        return min(deadlines) if deadlines else None
+
+    def stats(self, port: int) -> dict[str, Any]:
+        return {"forwarded": self.forwarded[port], "queued": [len(q) for q in self.queues[port]],
+                "credits": [self.links[port].counters[vl] for vl in range(self.vls)]}
