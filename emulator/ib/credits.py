@@ -48,6 +48,13 @@ OP_INIT = 1
 COUNTER_NAMES = ("packets_sent", "blocks_sent", "stalls", "fc_sent", "fc_received", "max_occupancy_blocks")
 
 
+# What the emulated fabric uses: flow-control packets repeat at least every 50 ms per VL (IB: every
+# 65,536 symbol times).  Each costs a Python agent tens of microseconds at both ends; at 1 ms per VL
+# nine agents of star,8 spent their time on them.  Returned credit goes out at once anyway; the
+# refresh only repairs a lost update.
+FABRIC_REFRESH_NS = 50_000_000
+
+
 class CreditViolation(Exception):
     """A packet beyond the credit limit: sent without credit, or received
     beyond what this end granted (its buffer would overflow)."""

@@ -1,12 +1,19 @@
 """IB captures that Wireshark reads as native InfiniBand (``fabric-emu pcap``).
 
 The fabric's captures are Ethernet (tcpdump on the veths), where our IB
-packets sit behind EtherType 0x88B6 and a delimiter byte.  tshark 4.0
-cannot open LINKTYPE_INFINIBAND (247) files, but it dissects LINKTYPE_ERF
-(197) files whose records are ERF type 21 (InfiniBand: LRH through VCRC)
-and type 25 (InfiniBand link: a flow-control packet, zero-padded to 64
-bytes, without which tshark calls it malformed).  This module rewrites a
-capture into such a file with the original time stamps.
+packets sit behind EtherType 0x88B6 and a delimiter byte
+(:mod:`emulator.ib.wire`).  tshark 4.0 cannot open LINKTYPE_INFINIBAND
+(247) files, but it dissects LINKTYPE_ERF (197) pcaps whose records are
+ERF type 21 (InfiniBand: LRH through VCRC) and type 25 (InfiniBand link:
+a flow-control packet, zero-padded to 64 bytes, without which tshark calls
+it malformed).  This module rewrites a capture into such a file, keeping
+the time stamps to the nanosecond.
+
+An ERF record is a 16-byte header and the packet: the time as 32.32 fixed
+point seconds, little-endian (the only little-endian field), the type, the
+flags (0x04 "varying length": each record is as long as its packet rather
+than the capture card's fixed slot), rlen (header and packet), lctr (loss
+counter, 0) and wlen (the packet's length), big-endian.
 """
 
 from __future__ import annotations
@@ -14,77 +21,107 @@ from __future__ import annotations
 import glob
 import os
 import struct
-from typing import Iterable
+from collections.abc import Iterable, Iterator
 
 from emulator.errors import FabricError
-from emulator.ib.wire import FC_LEN, LRH_AT, SDP, SLP, VCRC_LEN, is_ib
+from emulator.ib.wire import ETH_LEN, FC_LEN, LRH_AT, SLP, data_end, is_ib
 
+LINKTYPE_ETHERNET = 1
 LINKTYPE_ERF = 197
 ERF_INFINIBAND = 21
 ERF_INFINIBAND_LINK = 25
 ERF_VARYING_LENGTH = 0x04
-LINK_RECORD = 64
+ERF_HEADER_LEN = 16
+LINK_RECORD_LEN = 64  # a link packet's record payload: tshark wants more than its 6 bytes
+NS = 1_000_000_000
+
 _PCAP_NS_MAGIC = 0xA1B23C4D
+_PCAP_HEADER = struct.Struct("<IHHiIII")  # magic, version 2.4, zone, sigfigs, snaplen, linktype
+_PCAP_RECORD = struct.Struct("<IIII")  # seconds, nanoseconds, captured and wire length
+_ERF_FIELDS = struct.Struct("!BBHHH")  # type, flags, rlen, lctr, wlen (after the time stamp)
+_SNAPLEN = 65535
+
+
+def erf_timestamp(timestamp_ns: int) -> int:
+    """Nanoseconds as ERF's 32.32 fixed point seconds.
+
+    Rounded to the nearest 2**-32 s, which Wireshark's rounding conversion
+    turns back into the same nanosecond (a unit is 0.23 ns).
+    """
+    seconds, ns = divmod(timestamp_ns, NS)
+    return seconds << 32 | ((ns << 32) + NS // 2) // NS
 
 
 def erf_record(timestamp_ns: int, erf_type: int, payload: bytes) -> bytes:
-    """One ERF record: the 16-byte header (time as 32.32 fixed point, little-endian) and the payload."""
-    seconds, fraction_ns = divmod(timestamp_ns, 1_000_000_000)
-    stamp = seconds << 32 | (fraction_ns << 32) // 1_000_000_000
-    header = struct.pack("<Q", stamp) + struct.pack("!BBHHH", erf_type, ERF_VARYING_LENGTH, 16 + len(payload), 0,
-                                                    len(payload))
-    return header + payload
+    """One ERF record: header and payload."""
+    fields = _ERF_FIELDS.pack(erf_type, ERF_VARYING_LENGTH, ERF_HEADER_LEN + len(payload), 0, len(payload))
+    return erf_timestamp(timestamp_ns).to_bytes(8, "little") + fields + payload
 
 
 def write_erf(path: str, records: Iterable[tuple[int, int, bytes]]) -> int:
-    """A nanosecond pcap of ERF records (time ns, ERF type, payload); returns how many."""
+    """A nanosecond pcap (LINKTYPE_ERF) of records (time in ns, ERF type, payload); returns how many."""
     count = 0
     with open(path, "wb") as f:
-        f.write(struct.pack("<IHHiIII", _PCAP_NS_MAGIC, 2, 4, 0, 0, 65535, LINKTYPE_ERF))
+        f.write(_PCAP_HEADER.pack(_PCAP_NS_MAGIC, 2, 4, 0, 0, _SNAPLEN, LINKTYPE_ERF))
         for timestamp_ns, erf_type, payload in records:
             record = erf_record(timestamp_ns, erf_type, payload)
-            seconds, nanoseconds = divmod(timestamp_ns, 1_000_000_000)
-            f.write(struct.pack("<IIII", seconds, nanoseconds, len(record), len(record)) + record)
+            seconds, ns = divmod(timestamp_ns, NS)
+            f.write(_PCAP_RECORD.pack(seconds, ns, len(record), len(record)) + record)
             count += 1
     return count
 
 
-def ib_records(frames: Iterable[tuple[int, bytes]]) -> Iterable[tuple[int, int, bytes]]:
-    """The ERF records of the IB frames among (time ns, Ethernet frame); others are skipped."""
-    for timestamp_ns, frame in frames:
-        if not is_ib(frame):
-            continue
-        if frame[14] == SDP and len(frame) >= LRH_AT + 8:
-            end = LRH_AT + (int.from_bytes(frame[LRH_AT + 4:LRH_AT + 6], "big") & 0x7FF) * 4 + VCRC_LEN
-            if end <= len(frame):
-                yield timestamp_ns, ERF_INFINIBAND, frame[LRH_AT:end]
-        elif frame[14] == SLP and len(frame) >= LRH_AT + FC_LEN:
-            link = frame[LRH_AT:LRH_AT + FC_LEN]
-            yield timestamp_ns, ERF_INFINIBAND_LINK, link + bytes(LINK_RECORD - FC_LEN)
+def ib_record(frame: bytes) -> tuple[int, bytes] | None:
+    """(ERF type, payload) of an Ethernet frame of our IB encapsulation, or None for anything else.
+
+    A data packet's payload is LRH..VCRC as LRH.PktLen gives it (the
+    Ethernet padding dropped); a link packet's is its 6 bytes padded to 64.
+    """
+    end = data_end(frame)
+    if end is not None:
+        return ERF_INFINIBAND, frame[LRH_AT:end]
+    if is_ib(frame) and frame[ETH_LEN] == SLP and len(frame) >= LRH_AT + FC_LEN:
+        return ERF_INFINIBAND_LINK, frame[LRH_AT:LRH_AT + FC_LEN] + bytes(LINK_RECORD_LEN - FC_LEN)
+    return None
 
 
-def convert(capture: str, out: str) -> tuple[int, int]:
-    """Write the IB packets of a pcap/pcapng capture to an ERF pcap; (data, link) packets written."""
-    from scapy.utils import PcapReader  # reads pcapng too; only here: scapy is slow to import
+def read_frames(path: str) -> Iterator[tuple[int, bytes]]:
+    """(time in ns, frame) of every Ethernet frame of a pcap or pcapng file.
 
+    scapy's raw readers: they do not dissect (scapy would build an Ether
+    for every frame, ~100 us each); imported here as scapy takes a second.
+    """
+    from scapy.utils import RawPcapReader  # opens pcapng files as a RawPcapNgReader
+
+    with RawPcapReader(path) as reader:
+        for data, meta in reader:
+            if hasattr(meta, "tsresol"):  # pcapng: the link type and time resolution are per interface
+                if meta.linktype == LINKTYPE_ETHERNET:
+                    yield ((meta.tshigh or 0) << 32 | (meta.tslow or 0)) * NS // meta.tsresol, data
+            elif reader.linktype == LINKTYPE_ETHERNET:
+                yield meta.sec * NS + meta.usec * (1 if reader.nano else 1000), data
+
+
+def convert(pcap_path_in: str, erf_path_out: str) -> tuple[int, int]:
+    """Write the IB packets of a pcap/pcapng capture of Ethernet frames to an ERF pcap.
+
+    Other frames are skipped; returns (data packets, link packets) written.
+    """
     counts = {ERF_INFINIBAND: 0, ERF_INFINIBAND_LINK: 0}
 
-    def frames() -> Iterable[tuple[int, bytes]]:
-        with PcapReader(capture) as reader:
-            for packet in reader:
-                yield int(packet.time * 1_000_000_000), bytes(packet)
+    def records() -> Iterator[tuple[int, int, bytes]]:
+        for timestamp_ns, frame in read_frames(pcap_path_in):
+            record = ib_record(frame)
+            if record is not None:
+                counts[record[0]] += 1
+                yield timestamp_ns, *record
 
-    def counted() -> Iterable[tuple[int, int, bytes]]:
-        for record in ib_records(frames()):
-            counts[record[1]] += 1
-            yield record
-
-    write_erf(out, counted())
+    write_erf(erf_path_out, records())
     return counts[ERF_INFINIBAND], counts[ERF_INFINIBAND_LINK]
 
 
 def convert_directory(directory: str) -> list[str]:
-    """Every ``*.pcapng`` of a capture directory to ``<name>.ib.pcap`` beside it."""
+    """Every ``*.pcapng`` of a capture directory to ``<name>.ib.pcap`` beside it; the paths written."""
     if not os.path.isdir(directory):
         raise FabricError(f"no such directory: {directory}")
     written = []
