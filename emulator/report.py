@@ -210,15 +210,17 @@ def _variant_row(variant: dict[str, Any]) -> list[str]:
 
 
 def ratio_lines(variants: list[dict[str, Any]]) -> list[str]:
-    """"incast: lossy p99 / lossless p99 = 2.71x" for each lossy variant whose setup a lossless one shares."""
+    """"incast: lossy p99 / lossless p99 = 2.71x" for each variant on another fabric whose setup a
+    lossless one shares (lossy, and the InfiniBand-like ib)."""
     lines = []
-    for lossy in (v for v in variants if v.get("fabric") == "lossy"):
-        for lossless in (v for v in variants if v.get("fabric") == "lossless" and _setup(v) == _setup(lossy)):
+    for other in (v for v in variants if v.get("fabric") in ("lossy", "ib")):
+        fabric = other["fabric"]
+        for lossless in (v for v in variants if v.get("fabric") == "lossless" and _setup(v) == _setup(other)):
             for stat in ("p99", "mean"):
-                num, den = _cct(lossy, stat), _cct(lossless, stat)
+                num, den = _cct(other, stat), _cct(lossless, stat)
                 if num is not None and den:
-                    lines.append(f"{lossy.get('collective', MISSING)}: lossy {stat} / lossless {stat} = "
-                                 f"{num / den:.2f}x ({lossy['name']} / {lossless['name']})")
+                    lines.append(f"{other.get('collective', MISSING)}: {fabric} {stat} / lossless {stat} = "
+                                 f"{num / den:.2f}x ({other['name']} / {lossless['name']})")
     return lines
 
 

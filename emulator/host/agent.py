@@ -41,7 +41,7 @@ class HostAgent(AgentBase):
         self.sock.setblocking(False)
         self.watch(self.sock.fileno(), select.EPOLLIN, self._on_frame)
         self.rnic = Rnic(config, self.watch, self.modify, self.unwatch)
-        self.unordered = keep_flows_in_order([ifname])
+        self.unordered = keep_flows_in_order([ifname], whole_link=bool(config.get("ib")))
 
     def _on_frame(self, _fd: int, _mask: int, now: int) -> None:
         while True:

@@ -5,9 +5,12 @@ packets sit behind EtherType 0x88B6 and a delimiter byte
 (:mod:`emulator.ib.wire`).  tshark 4.0 cannot open LINKTYPE_INFINIBAND
 (247) files, but it dissects LINKTYPE_ERF (197) pcaps whose records are
 ERF type 21 (InfiniBand: LRH through VCRC) and type 25 (InfiniBand link:
-a flow-control packet, zero-padded to 64 bytes, without which tshark calls
-it malformed).  This module rewrites a capture into such a file, keeping
-the time stamps to the nanosecond.
+a flow-control packet, zero-padded to 64 bytes).  The padding is for
+tshark 4.0: filling its summary columns, it reads a link packet as if it
+began with an LRH (so Source/Destination show made-up LIDs for link
+packets), and on 6 bytes that read runs past the end: Malformed.  This
+module rewrites a capture into such a file, keeping the time stamps to
+the nanosecond.
 
 An ERF record is a 16-byte header and the packet: the time as 32.32 fixed
 point seconds, little-endian (the only little-endian field), the type, the

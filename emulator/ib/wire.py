@@ -108,10 +108,10 @@ def encode_data(src_mac: str, dst_mac: str, dlid: int, slid: int, sl: int, vl: i
     lrh[0] = vl << 4
     headers[4] = BECN if packet.opcode == _CNP else 0
     icrc_bytes = icrc.to_bytes(4, "little")
-    vcrc_ = crc16(icrc_bytes, crc16(_PADS[pad], crc16(payload, crc16(headers, crc16(lrh)))))
+    variant = crc16(icrc_bytes, crc16(_PADS[pad], crc16(payload, crc16(headers, crc16(lrh)))))
     short = MIN_FRAME - LRH_AT - words * 4 - VCRC_LEN
     return b"".join((_head(src_mac, dst_mac, SDP), lrh, headers, payload, _PADS[pad], icrc_bytes,
-                     vcrc_.to_bytes(2, "little"), _ZEROS[:short] if short > 0 else b""))
+                     variant.to_bytes(2, "little"), _ZEROS[:max(short, 0)]))
 
 
 @dataclass(slots=True)

@@ -170,6 +170,10 @@ class Rnic:
 
     def _on_writable(self, now: int) -> None:
         self._modify(self.sock.fileno(), select.EPOLLIN)
+        if self._blocked is not None and not self.link_waiting:  # admitted already: it goes first
+            frame, self._blocked = self._blocked, None
+            if not self._send(frame, admitted=True):
+                return
         if self._flush_control():
             self._retry(now)
 
@@ -271,7 +275,9 @@ class Rnic:
     def pump(self, now: int) -> None:
         """After every batch of events: send what can go, deliver completions."""
         self._control.extend(self.link.control_frames(now))  # IB credit updates, ahead of new data
-        if self._flush_control():
+        if self._blocked is not None and not self.link_waiting:
+            pass  # a frame already counted as sent waits for the kernel queue: no credit update may overtake it
+        elif self._flush_control():
             if self.link_waiting:
                 self._retry(now)
             else:

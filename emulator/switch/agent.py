@@ -108,7 +108,7 @@ class SwitchAgent(AgentBase):
         super().__init__(config)
         self.seed = config["seed"]
         self.ports = [Port(i, spec, self.seed) for i, spec in enumerate(config["ports"])]
-        self.unordered = keep_flows_in_order([port.ifname for port in self.ports])
+        self.unordered = keep_flows_in_order([port.ifname for port in self.ports], whole_link=bool(config.get("ib")))
         by_name = {p.ifname: p for p in self.ports}
         self.by_fd = {p.fd: p for p in self.ports}
         self.routes = {
@@ -368,6 +368,9 @@ class SwitchAgent(AgentBase):
                 ports[port.ifname]["ib"] = self.ib.stats(i)
         if self.ib is not None:
             totals["drops"] += self.ib.no_route + self.ib.credit_violations
+            totals["ib_no_route"] = self.ib.no_route
+            totals["ib_credit_violations"] = self.ib.credit_violations
+            totals["ib_bad_packets"] = self.ib.bad_packets
         return {"switch": self.name, "scheduling": self.scheduling, "ports": ports, "totals": totals,
                 "rps_failed": self.unordered}
 

@@ -55,7 +55,8 @@ def test_headline():
     exp = load_experiment("headline")
     assert exp.name == "headline" and exp.source == "built-in:headline" and exp.description
     variants = by_name(exp)
-    assert list(variants) == ["incast-lossless", "incast-lossy", "allreduce-lossless", "allreduce-lossy"]
+    assert list(variants) == ["incast-lossless", "incast-lossy", "allreduce-lossless", "allreduce-lossy",
+                             "incast-ib", "allreduce-ib"]
     for name, v in variants.items():
         collective, fabric = name.split("-")
         assert (v.collective, v.fabric, v.topo) == (collective, fabric, "star,8")
