@@ -14,7 +14,7 @@ import socket
 import struct
 from typing import Any
 
-from emulator.ib.credits import FABRIC_REFRESH_NS, CreditLink, CreditViolation, FcPacket, blocks
+from emulator.ib.credits import FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, CreditLink, CreditViolation, FcPacket, blocks
 from emulator.ib.wire import ETHERTYPE_IB, SDP, SLP, decode_data, decode_fc, encode_data, encode_fc
 from emulator.rdma.packet import Packet
 from emulator.rdma.wire import ROCE_PORT, Framer, decode
@@ -115,7 +115,8 @@ class IbLink:
         self.sl = int(ib["sl"])
         self.vl = int(ib["sl2vl"][self.sl])
         self.credits = CreditLink(int(ib["vls"]), blocks(int(ib["capacity"])), blocks(int(ib["peer_capacity"])),
-                                  refresh_ns=FABRIC_REFRESH_NS)
+                                  refresh_ns=FABRIC_REFRESH_NS,
+                                  min_interval_ns=FABRIC_MIN_INTERVAL_NS)
         self.waiting = False  # a frame waits for credit
 
     def prepare(self, sock: socket.socket) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable
 
-from emulator.ib.credits import FABRIC_REFRESH_NS, CreditLink, CreditViolation, FcPacket, blocks
+from emulator.ib.credits import FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, CreditLink, CreditViolation, FcPacket, blocks
 from emulator.ib.wire import SDP, SLP, decode_fc, encode_fc, set_vl
 
 LRH = 15  # Ethernet header and the delimiter byte come first
@@ -36,7 +36,8 @@ class IbPlane:
         self.sl2vl = [int(v) for v in config["sl2vl"]]
         self.vls = int(config["vls"])
         capacity = blocks(int(config["vl_buffer"]))
-        self.links = [CreditLink(self.vls, capacity, blocks(int(config["peer_capacity"][i])), refresh_ns=FABRIC_REFRESH_NS)
+        self.links = [CreditLink(self.vls, capacity, blocks(int(config["peer_capacity"][i])),
+                                 refresh_ns=FABRIC_REFRESH_NS, min_interval_ns=FABRIC_MIN_INTERVAL_NS)
                       for i in range(len(macs))]
         self.queues: list[list[deque[tuple[bytes, int, int, int]]]] = [
             [deque() for _ in range(self.vls)] for _ in macs]  # (frame, ingress port, ingress VL, IB bytes)
