@@ -188,14 +188,7 @@ def compute_routes(plan: FabricPlan) -> dict[str, dict[str, list[str]]]:
     for host in plan.hosts():
         hosts_by_edge.setdefault(host.ports[0].peer_node, []).append(host)
     for edge, edge_hosts in hosts_by_edge.items():
-        dist = {edge: 0}
-        queue = deque([edge])
-        while queue:
-            here = queue.popleft()
-            for port in switch_ports[here]:
-                if port.peer_node not in dist:
-                    dist[port.peer_node] = dist[here] + 1
-                    queue.append(port.peer_node)
+        dist = hop_distances(switch_ports, edge)
         for host in edge_hosts:
             routes[edge][host.ip] = [host.ports[0].peer_ifname]
             for switch, d in dist.items():
@@ -208,3 +201,21 @@ def compute_routes(plan: FabricPlan) -> dict[str, dict[str, list[str]]]:
         s, h = unreachable[0]
         raise FabricError(f"topology is not connected: switch {s} has no path to host {h}")
     return routes
+
+
+def hop_distances(links: dict[str, list[Port]], start: str) -> dict[str, int]:
+    """Hop count between ``start`` and every switch ``links`` connects it to.
+
+    ``links`` holds each switch's ports towards other switches.  Links are
+    symmetric, so a breadth-first search outwards from ``start`` gives each
+    switch's distance to it as well as from it.
+    """
+    dist = {start: 0}
+    todo = deque([start])
+    while todo:
+        here = todo.popleft()
+        for port in links[here]:
+            if port.peer_node not in dist:
+                dist[port.peer_node] = dist[here] + 1
+                todo.append(port.peer_node)
+    return dist

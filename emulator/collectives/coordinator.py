@@ -12,7 +12,6 @@ before and after, to say why the last flow was last.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from emulator.collectives.algorithms import plan
 from emulator.errors import FabricError
+from emulator.jsonlines import JsonLines
 from emulator.fabric import query_agent
 
 if TYPE_CHECKING:
@@ -65,31 +65,6 @@ class CollectiveRun:
     hosts: list[str]
     iterations: list[Iteration]
     warmup: list[Iteration]
-
-
-class _RankLink:
-    """JSON lines with one rank process."""
-
-    def __init__(self, conn: socket.socket, node: str) -> None:
-        self.conn = conn
-        self.node = node
-        self.file = conn.makefile("rwb")
-
-    def send(self, message: dict[str, Any]) -> None:
-        self.file.write(json.dumps(message).encode() + b"\n")
-        self.file.flush()
-
-    def receive(self, what: str) -> dict[str, Any]:
-        try:
-            line = self.file.readline()
-        except socket.timeout:
-            raise FabricError(f"{self.node} did not send {what} within {REPLY_TIMEOUT_S:.0f} s") from None
-        if not line:
-            raise FabricError(f"the rank on {self.node} exited before {what}")
-        message = json.loads(line)
-        if "error" in message:
-            raise FabricError(f"collective failed: {message['error']}")
-        return message
 
 
 def run_collective(net: "Fabric", collective: str, size: int, iterations: int, warmup: int = 0,
@@ -140,7 +115,7 @@ def run_collective(net: "Fabric", collective: str, size: int, iterations: int, w
             os.unlink(path)
 
 
-def _accept(listener: socket.socket, count: int, procs: list[subprocess.Popen], hosts: list[str]) -> dict[str, _RankLink]:
+def _accept(listener: socket.socket, count: int, procs: list[subprocess.Popen], hosts: list[str]) -> dict[str, JsonLines]:
     links = {}
     while len(links) < count:
         try:
@@ -150,10 +125,10 @@ def _accept(listener: socket.socket, count: int, procs: list[subprocess.Popen], 
             raise FabricError(f"ranks did not start within 30 s{': ' + ', '.join(dead) + ' exited' if dead else ''}"
                               " (see rank-<host>.log in the run directory)") from None
         conn.settimeout(REPLY_TIMEOUT_S)
-        link = _RankLink(conn, "a rank")
-        hello = link.receive("hello")
-        link.node = hello["hello"]
-        links[link.node] = link
+        link = JsonLines(conn, "a rank")
+        node = link.receive("hello")["hello"]
+        link.peer = f"the rank on {node}"
+        links[node] = link
     return links
 
 
@@ -162,7 +137,7 @@ def _paused_ns(net: "Fabric", hosts: list[str]) -> dict[str, int]:
     return {host: sum(query_agent(net.control_path(host), "stats")["paused_ns"]) for host in hosts}
 
 
-def _iteration(net: "Fabric", links: dict[str, _RankLink], hosts: list[str], plans: list, i: int,
+def _iteration(net: "Fabric", links: dict[str, JsonLines], hosts: list[str], plans: list, i: int,
                previous: dict[str, dict[str, list[int]]]) -> Iteration:
     for host in hosts:
         links[host].receive(f"ready for iteration {i}")

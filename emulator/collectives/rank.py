@@ -19,7 +19,6 @@ socket (reachable from every namespace: it is a file in the run directory).
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
@@ -29,29 +28,12 @@ from typing import Any, Callable
 import numpy as np
 
 from emulator.collectives.algorithms import RankPlan, plan
+from emulator.errors import FabricError
+from emulator.jsonlines import JsonLines
 from emulator.rdma.verbs import CQ, MR, PD, QP, Context, RecvWR, SendWR, VerbsError, WcOpcode, WcStatus, WrOpcode
 
 STEP_TIMEOUT_S = 30.0
 RANK_RT_PRIORITY = 5  # below the agents (10), above applications
-
-
-class Coordinator:
-    """JSON lines to and from the coordinator."""
-
-    def __init__(self, path: str) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
-        self.file = self.sock.makefile("rwb")
-
-    def send(self, message: dict[str, Any]) -> None:
-        self.file.write(json.dumps(message).encode() + b"\n")
-        self.file.flush()
-
-    def receive(self) -> dict[str, Any]:
-        line = self.file.readline()
-        if not line:
-            raise SystemExit("the coordinator went away")
-        return json.loads(line)
 
 
 class Rank:
@@ -185,23 +167,25 @@ def _run_before_applications() -> None:
 
 def main() -> None:
     path, run, node = sys.argv[1:4]
-    coordinator = Coordinator(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    coordinator = JsonLines(sock, "the coordinator")
     coordinator.send({"hello": node})
-    setup = coordinator.receive()
+    setup = coordinator.receive("the plan")
     try:
         rank = Rank(run, node, setup)
         coordinator.send(rank.local_info())
-        rank.connect(coordinator.receive()["peers"])
+        rank.connect(coordinator.receive("the peers")["peers"])
         _run_before_applications()
         for iteration in range(rank.iterations):
             rank.fill(iteration)
             rank.post_receives()
             coordinator.send({"ready": iteration})
-            start = coordinator.receive()
+            start = coordinator.receive("the start")
             coordinator.send(rank.run_iteration(iteration, start["start_ns"]))
         coordinator.send({"done": True})
-    except (VerbsError, OSError, ValueError) as err:
-        coordinator.send({"error": f"{node}: {err}"})
+    except (FabricError, OSError, ValueError) as err:
+        coordinator.send({"error": str(err)})
         sys.exit(1)
 
 

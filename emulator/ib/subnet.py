@@ -27,13 +27,12 @@ subnet, byte for byte in the dump.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 from mininet.util import natural
 
 from emulator.errors import FabricError
-from emulator.plan import FabricPlan, NodePlan, Port
+from emulator.plan import FabricPlan, NodePlan, Port, hop_distances
 
 MAX_UNICAST_LID = 0xBFFF  # 0xC000 and up are multicast LIDs, 0 is reserved
 GUID_BASE = 0x0002C90300000000  # a Mellanox-style OUI prefix; the low bits are the node's index
@@ -68,7 +67,7 @@ def assign(plan: FabricPlan, vls: int = 4) -> Subnet:
         raise FabricError(f"fabric has {len(order)} endports; InfiniBand has only {MAX_UNICAST_LID} unicast LIDs")
     lids = {name: lid for lid, name in enumerate(order, start=1)}
     links = {s.name: _switch_links(plan, s) for s in plan.switches()}
-    distances = {target: _distances_to(links, target) for target in links}
+    distances = {target: hop_distances(links, target) for target in links}
     lfts = {s: _min_hop_lft(plan, s, order, links[s], distances) for s in order if s in links}
     return Subnet(
         lids=lids,
@@ -105,23 +104,6 @@ def _lid_order(plan: FabricPlan) -> list[str]:
 def _switch_links(plan: FabricPlan, switch: NodePlan) -> list[Port]:
     """The ports of ``switch`` cabled to other switches: the only transit paths."""
     return [p for p in switch.ports if plan.nodes[p.peer_node].kind == "switch"]
-
-
-def _distances_to(links: dict[str, list[Port]], target: str) -> dict[str, int]:
-    """Hop count from every switch that can reach ``target`` (a switch) to it.
-
-    Links are symmetric, so a breadth-first search outwards from the target
-    gives every switch's distance towards it.
-    """
-    dist = {target: 0}
-    todo = deque([target])
-    while todo:
-        here = todo.popleft()
-        for port in links[here]:
-            if port.peer_node not in dist:
-                dist[port.peer_node] = dist[here] + 1
-                todo.append(port.peer_node)
-    return dist
 
 
 def _next_hops(switch: str, ports: list[Port], dist: dict[str, int]) -> list[int]:

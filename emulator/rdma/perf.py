@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from emulator import runstate
 from emulator.errors import FabricError
+from emulator.jsonlines import JsonLines
 from emulator.rdma.memory import MAX_MR_BYTES
 from emulator.rdma.verbs import CQ, MR, PD, QP, Context, RecvWR, SendWR, VerbsError, WcStatus, WrOpcode, find_device
 from emulator.units import format_size
@@ -85,31 +86,6 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-class Channel:
-    """JSON lines over the out-of-band TCP connection."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.file = sock.makefile("rwb")
-
-    def send(self, message: dict[str, Any]) -> None:
-        self.file.write(json.dumps(message).encode() + b"\n")
-        self.file.flush()
-
-    def receive(self, what: str) -> dict[str, Any]:
-        line = self.file.readline()
-        if not line:
-            raise FabricError(f"the peer closed the connection while we waited for {what}")
-        message = json.loads(line)
-        if "error" in message:
-            raise FabricError(f"peer: {message['error']}")
-        return message
-
-    def close(self) -> None:
-        self.file.close()
-        self.sock.close()
-
-
 # --- server -----------------------------------------------------------------------------
 
 
@@ -128,7 +104,7 @@ def serve(op: str, port: int = PERF_PORT, log: Callable[[str], None] = lambda m:
         conn, (peer, _) = listener.accept()
     finally:
         listener.close()
-    channel = Channel(conn)
+    channel = JsonLines(conn, "the perf client")
     try:
         hello = channel.receive("the client's request")
         request = PerfRequest(hello["op"], int(hello["size"]), int(hello["iters"]), int(hello.get("mtu", 1024)),
@@ -149,7 +125,7 @@ def serve(op: str, port: int = PERF_PORT, log: Callable[[str], None] = lambda m:
             ctx.close()
 
 
-def _serve_rdma(ctx: Context, channel: Channel, request: PerfRequest, hello: dict[str, Any],
+def _serve_rdma(ctx: Context, channel: JsonLines, request: PerfRequest, hello: dict[str, Any],
                 peer: str) -> dict[str, Any]:
     pd = PD(ctx)
     cq = CQ(ctx)
@@ -194,7 +170,7 @@ def _check_receives(cq: CQ, mr: MR, request: PerfRequest, expected: bytes) -> tu
     return True, ""
 
 
-def _serve_tcp(channel: Channel, request: PerfRequest, peer: str) -> dict[str, Any]:
+def _serve_tcp(channel: JsonLines, request: PerfRequest, peer: str) -> dict[str, Any]:
     buffer = bytearray(request.total)
     view = memoryview(buffer)
     cpu_before = cpu_seconds()
@@ -230,7 +206,7 @@ def resolve_peer(peer: str) -> str:
     return info["ip"]
 
 
-def _connect(address: str, port: int, op: str, peer: str) -> Channel:
+def _connect(address: str, port: int, op: str, peer: str) -> JsonLines:
     try:
         sock = socket.create_connection((address, port), timeout=CONNECT_TIMEOUT_S)
     except ConnectionRefusedError:
@@ -239,7 +215,7 @@ def _connect(address: str, port: int, op: str, peer: str) -> Channel:
     except OSError as err:
         raise FabricError(f"cannot reach {peer} ({address}:{port}): {err.strerror or err}") from None
     sock.settimeout(None)
-    return Channel(sock)
+    return JsonLines(sock, f"the perf server on {peer}")
 
 
 def run_client(request: PerfRequest, peer: str, port: int = PERF_PORT,
