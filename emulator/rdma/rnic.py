@@ -6,7 +6,9 @@ JSON message per request, memory regions passed as memfd descriptors); see
 :mod:`emulator.rdma.verbs` for the client side.  Frames go out on a raw
 AF_PACKET socket through the host's tc tree, so the kernel paces them at the
 link rate and the PFC pause gates hold them back like any other traffic; the
-socket's small send buffer is the RNIC's transmit queue.
+socket's small send buffer is the RNIC's transmit queue.  What the frames are
+(RoCEv2, or native IB sent only against the switch's credits) is the link's
+business (:mod:`emulator.rdma.links`).
 
 Each application connection is a protection domain: its regions and QPs
 live and die with it.  A QP's errors end up as completions, as in verbs;
@@ -30,8 +32,8 @@ from typing import Any, Callable
 
 from emulator.rdma.memory import MAX_MR_BYTES, RegionTable
 from emulator.rdma.packet import PSN_MASK
-from emulator.rdma.rc import Completion, RcConfig, RcQueuePair, RecvWR, SendWR, WcOpcode, WrOpcode
 from emulator.rdma.links import make_link
+from emulator.rdma.rc import Completion, RcConfig, RcQueuePair, RecvWR, SendWR, WcOpcode, WrOpcode
 
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
@@ -44,7 +46,6 @@ PATHS_MTU = (256, 512, 1024, 2048, 4096)
 ROCE_OVERHEAD = 20 + 8 + 12 + 16 + 4 + 4
 RECV_OPCODES = (WcOpcode.RECV, WcOpcode.RECV_RDMA_WITH_IMM)
 EARLY_WAKE_NS = 1_000_000  # a timed post wakes the RNIC this much before its start (see _release)
-
 
 
 def default_timeout_ns(rate_bps: int, mtu: int, max_inflight: int = RcConfig.max_inflight) -> int:
