@@ -12,6 +12,10 @@ from emulator.fabric import Node
 
 SERVER_START_TIMEOUT = 5.0
 BASE_PORT = 5201
+# Fixed client ports: an ephemeral one can be a port some Wireshark dissector owns (54328 is
+# Elasticsearch's), and a capture of the flow then reads as a broken protocol: 3,246 "malformed"
+# frames in a CI run.  45201 and up belong to no dissector tshark 4.0 knows.
+CLIENT_BASE_PORT = 45201
 TOS_PRIORITY_3 = 0x68  # DSCP 26 (RoCE's), ECT off: priority 3, the lossless class
 
 
@@ -53,8 +57,8 @@ def run_flows(flows: list[tuple[Node, Node]], seconds: int, udp_bps: int | None 
         for i, (_, server) in enumerate(flows):
             _wait_listening(server, BASE_PORT + i, deadline)
         for i, (client, server) in enumerate(flows):
-            cmd = ["iperf3", "-c", str(server.ip), "-p", str(BASE_PORT + i), "-t", str(seconds), "--json",
-                   "-S", str(tos)]
+            cmd = ["iperf3", "-c", str(server.ip), "-p", str(BASE_PORT + i), "--cport", str(CLIENT_BASE_PORT + i),
+                   "-t", str(seconds), "--json", "-S", str(tos)]
             if udp_bps is not None:
                 cmd += ["-u", "-b", str(udp_bps)]
             clients.append(client.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
