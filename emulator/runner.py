@@ -23,7 +23,7 @@ from emulator.collectives.algorithms import bus_factor, plan
 from emulator.collectives.coordinator import CollectiveRun, Iteration, run_collective
 from emulator.experiment import Experiment, Variant, results_directory, run_config
 from emulator.fabric import Fabric
-from emulator.plan import link_params
+from emulator.plan import hop_distances, link_params, make_plan
 from emulator.rdma.rc import RcConfig
 from emulator.rdma.rnic import ROCE_OVERHEAD, default_timeout_ns
 from emulator.topospec import build_topo
@@ -177,16 +177,18 @@ def prediction(variant: Variant, baseline_mean_us: float) -> dict[str, Any]:
     round (a window of frames resent at the link rate) or the local ACK
     timeout (a lost last packet or ACK is found only by the timer).
     """
-    p = float(link_params({}, variant.link).loss)
-    topo = build_topo(variant.topo)
-    hosts = topo.hosts(sort=True)  # rank order, as the fabric numbers hosts
-    plans = plan(variant.collective, len(hosts), variant.size, variant.senders)
     params = link_params({}, variant.link)
+    p = params.loss
+    fabric = make_plan(build_topo(variant.topo), "predict", variant.link)
+    hosts = [node.name for node in fabric.hosts()]  # rank order, as the fabric numbers hosts
+    links = {node.name: node.ports for node in fabric.nodes.values()}
+    distances = {host: hop_distances(links, host) for host in hosts}
+    plans = plan(variant.collective, len(hosts), variant.size, variant.senders)
     packets = 0
     for rank, rank_plan in enumerate(plans):
         for step in rank_plan.steps:
             for send in step.sends:
-                packets += max(1, math.ceil(send.length / variant.mtu)) * _hops(topo, hosts[rank], hosts[send.dst])
+                packets += max(1, math.ceil(send.length / variant.mtu)) * distances[hosts[send.dst]][hosts[rank]]
     hit = 1 - (1 - p) ** packets
     frame_s = (variant.mtu + ROCE_OVERHEAD + 14) * 8 / params.bw_bps
     largest = max(s.length for rp in plans for st in rp.steps for s in st.sends)
@@ -197,17 +199,6 @@ def prediction(variant: Variant, baseline_mean_us: float) -> dict[str, Any]:
             "baseline_mean_us": baseline_mean_us,
             "predicted_gbn_us": round(baseline_mean_us + hit * gbn_us, 1),
             "predicted_rto_us": round(baseline_mean_us + hit * rto_us, 1)}
-
-
-def _hops(topo: Any, a: str, b: str) -> int:
-    """Links on a shortest path between two nodes of a Topo."""
-    seen, frontier, hops = {a}, [a], 0
-    while frontier:
-        if b in frontier:
-            return hops
-        hops += 1
-        frontier = [n for node in frontier for n in topo.g[node] if n not in seen and not seen.add(n)]
-    raise ValueError(f"{a} and {b} are not connected")
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:

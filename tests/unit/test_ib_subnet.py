@@ -5,7 +5,7 @@ plan's cabling and comparing with a breadth-first search over the whole
 plan graph written here, not with the module's own distances.
 """
 
-from collections import Counter, deque
+from collections import Counter
 
 import pytest
 
@@ -13,6 +13,7 @@ from emulator.errors import FabricError
 from emulator.ib.subnet import (Subnet, assign, dump, ibroute, lid_of,
                                 node_of)
 from emulator.plan import FabricPlan, NodePlan, make_plan
+from test_plan import distances_to  # the independent BFS oracle of the routing tests
 from topologies import (DumbbellTopo, FatTreeTopo, LeafSpineTopo, RingTopo,
                         StarTopo)
 
@@ -33,19 +34,6 @@ def plan_of(spec: str) -> FabricPlan:
 
 def number(name: str) -> int:
     return int(name[1:])
-
-
-def distances_to(plan: FabricPlan, target: str) -> dict[str, int]:
-    """Hop count from every node to ``target``, over every link of the plan."""
-    dist = {target: 0}
-    todo = deque([target])
-    while todo:
-        here = todo.popleft()
-        for port in plan.nodes[here].ports:
-            if port.peer_node not in dist:
-                dist[port.peer_node] = dist[here] + 1
-                todo.append(port.peer_node)
-    return dist
 
 
 def walk(plan: FabricPlan, subnet: Subnet, start: str, dlid: int) -> list[str]:
