@@ -1,0 +1,21 @@
+"""Unit tier settings: hypothesis profiles for the fuzz tests.
+
+Fuzz tests (``test_fuzz_*``) feed hostile input to every parser and
+per-frame path and assert "dropped and counted" or "one-line error", never
+an exception.  The default profile keeps the suite fast and reproducible
+(a fixed number of examples per target, derandomized); ``FUZZ=deep`` tries
+many more (``FUZZ_EXAMPLES``, default 20000) with fresh randomness, as
+``scripts/fuzz.sh`` does to produce the figures in docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("default", max_examples=300, deadline=None, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("deep", max_examples=int(os.environ.get("FUZZ_EXAMPLES", "20000")), deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile("deep" if os.environ.get("FUZZ") == "deep" else "default")
