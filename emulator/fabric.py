@@ -251,7 +251,7 @@ class Fabric:
             "occupancy_file": os.path.join(self.directory, f"{node.name}.occupancy.csv"),
             "ports": [
                 {"ifname": p.ifname, "mac": p.mac, "peer_mac": p.peer_mac, "rate_bps": p.params.bw_bps,
-                 "delay_ns": p.params.delay_ns, "host_facing": self.plan.nodes[p.peer_node].kind == "host",
+                 "mtu": p.params.mtu, "delay_ns": p.params.delay_ns, "host_facing": self.plan.nodes[p.peer_node].kind == "host",
                  "loss": p.params.loss, "drop": list(p.params.drop)}
                 for p in node.ports
             ],
@@ -462,6 +462,8 @@ def _with_totals(state: runstate.RunState, stats: dict[str, dict[str, Any]]) -> 
               for key in ("drops", "pfc_sent", "pfc_received", "ecn_marked", "rx_frames", "tx_frames")}
     totals["pfc_received"] += sum(sum(h["pfc_received"]) for h in hosts.values())
     totals["host_paused_ns"] = sum(sum(h["paused_ns"]) for h in hosts.values())
+    totals["malformed"] = (sum(s["totals"]["malformed"] for s in switches.values())
+                           + sum(h["drops"]["malformed"] for h in hosts.values()))
     return {"run": state.run, "fabric": state.fabric, "totals": totals, "switches": switches, "hosts": hosts}
 
 

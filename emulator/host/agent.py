@@ -36,6 +36,7 @@ class HostAgent(AgentBase):
                                 config["mtu"], config["mac"], config["peer_mac"])
         self.state = PauseState(config["rate_bps"])
         self.pfc_received = [0] * PRIORITIES
+        self.malformed = 0  # MAC control frames that are no PFC frame
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_MAC_CONTROL))
         self.sock.bind((ifname, ETH_P_MAC_CONTROL))
         self.sock.setblocking(False)
@@ -51,6 +52,7 @@ class HostAgent(AgentBase):
                 return
             quanta = decode_pfc(frame)
             if quanta is None:
+                self.malformed += 1
                 continue
             for priority in quanta:
                 self.pfc_received[priority] += 1
@@ -78,6 +80,7 @@ class HostAgent(AgentBase):
             "pfc_received": list(self.pfc_received),
             "paused_ns": [self.state.paused_time(p, now) for p in range(PRIORITIES)],
             "paused_now": [self.state.is_paused(p) for p in range(PRIORITIES)],
+            "drops": {"malformed": self.malformed + self.rnic.malformed()},
             "rnic": self.rnic.stats(),
             "rps_failed": self.unordered,
         }

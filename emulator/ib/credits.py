@@ -170,14 +170,22 @@ class CreditLink:
         is the point: the fabric must give every VL a buffer of at least one MTU.
         """
         n = blocks(nbytes)
-        window = self._peer_window[self._vl(vl)]
-        limit = MAX_PACKET_BLOCKS if window is None else min(window, MAX_PACKET_BLOCKS)
+        limit = self._largest(self._vl(vl))
         if n > limit:
             raise ValueError(
                 f"a {nbytes}-byte packet ({n} blocks) can never be sent on VL {vl}: "
                 f"the peer grants at most {limit} blocks; configure buffers of at least one MTU"
             )
         return n
+
+    def _largest(self, vl: int) -> int:
+        """Blocks of the largest packet a grant on ``vl`` can ever cover."""
+        window = self._peer_window[vl]
+        return MAX_PACKET_BLOCKS if window is None else min(window, MAX_PACKET_BLOCKS)
+
+    def sendable(self, vl: int, nbytes: int) -> bool:
+        """Whether a packet of ``nbytes`` on ``vl`` could ever be sent; never raises (for checking input)."""
+        return 0 <= vl < self.vls and 0 < nbytes and blocks(nbytes) <= self._largest(vl)
 
     def can_send(self, vl: int, nbytes: int) -> bool:
         """Whether a packet of ``nbytes`` may go out on ``vl`` now."""

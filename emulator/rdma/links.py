@@ -15,7 +15,7 @@ import struct
 from typing import Any
 
 from emulator.ib.credits import FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, CreditLink, CreditViolation, FcPacket, blocks
-from emulator.ib.wire import ETHERTYPE_IB, SDP, SLP, decode_data, decode_fc, encode_data, encode_fc
+from emulator.ib.wire import ETHERTYPE_IB, LRH_AT, SLP, decode_data, decode_fc, encode_data, encode_fc
 from emulator.rdma.packet import Packet
 from emulator.rdma.wire import ROCE_PORT, Framer, decode
 
@@ -31,7 +31,8 @@ _ROCE_FILTER = [
     (0x06, 0, 0, 0xFFFF), (0x06, 0, 0, 0),      # accept; drop
 ]
 _DROP_ALL = [(0x06, 0, 0, 0)]
-LRH = 15  # an IB packet starts after the Ethernet header and the delimiter
+# The most an IB packet carries on top of a path-MTU payload: LRH, BTH, RETH, ImmDt, ICRC, VCRC.
+IB_OVERHEAD = 8 + 12 + 16 + 4 + 4 + 2
 
 
 def attach_filter(sock: socket.socket, program: list[tuple[int, int, int, int]]) -> None:
@@ -55,6 +56,7 @@ class RoceLink:
     def __init__(self, config: dict[str, Any]) -> None:
         self.mac, self.gateway_mac, self.ip = config["mac"], config["peer_mac"], config["ip"]
         self.sink: socket.socket | None = None
+        self.malformed = 0  # frames that are no RoCEv2 packet we speak
 
     def prepare(self, sock: socket.socket) -> None:
         """Filter RoCE frames in the kernel; keep the host's UDP stack from answering them."""
@@ -65,13 +67,16 @@ class RoceLink:
         attach_filter(self.sink, _DROP_ALL)
         self.sink.bind(("0.0.0.0", ROCE_PORT))
 
-    def framer(self, qpn: int, remote_qpn: int, remote_ip: str) -> Framer:
+    def framer(self, qpn: int, remote_qpn: int, remote_ip: str, mtu: int) -> Framer:
         return Framer(self.mac, self.gateway_mac, self.ip, remote_ip, source_port(qpn, remote_qpn))
 
     def accept(self, now: int, frame: memoryview) -> tuple[Packet, str, bool] | None:
-        """(packet, source address, checksum good), or None for a frame not for the transport."""
+        """(packet, source address, checksum good), or None (counted) for a frame that is none."""
         decoded = decode(frame)
-        return None if decoded is None else (decoded.packet, decoded.src_ip, decoded.icrc_ok)
+        if decoded is None:
+            self.malformed += 1
+            return None
+        return decoded.packet, decoded.src_ip, decoded.icrc_ok
 
     def admit(self, frame: bytes) -> bool:
         return True
@@ -83,7 +88,7 @@ class RoceLink:
         return None
 
     def stats(self) -> dict[str, Any]:
-        return {}
+        return {"malformed": self.malformed}
 
     def close(self) -> None:
         if self.sink is not None:
@@ -118,43 +123,46 @@ class IbLink:
                                   refresh_ns=FABRIC_REFRESH_NS,
                                   min_interval_ns=FABRIC_MIN_INTERVAL_NS)
         self.waiting = False  # a frame waits for credit
+        self.malformed = 0  # frames that are no IB packet we speak, or on a VL this link lacks
+        self.credit_violations = 0  # data packets beyond the credit we granted
 
     def prepare(self, sock: socket.socket) -> None:
         """Nothing to filter: the socket is bound to the IB EtherType."""
 
-    def framer(self, qpn: int, remote_qpn: int, remote_ip: str) -> _IbFramer:
+    def framer(self, qpn: int, remote_qpn: int, remote_ip: str, mtu: int) -> _IbFramer:
         if remote_ip not in self.lids:
             raise ValueError(f"no IB port has GID {remote_ip}")
+        if not self.credits.sendable(self.vl, mtu + IB_OVERHEAD):
+            raise ValueError(f"path MTU {mtu} does not fit the switch's VL buffer: a packet of {mtu + IB_OVERHEAD} "
+                             "bytes could never get credit; choose a smaller MTU or a larger --switch vl_buffer")
         return _IbFramer(self, self.lids[remote_ip])
 
     def accept(self, now: int, frame: memoryview) -> tuple[Packet, str, bool] | None:
-        if len(frame) <= LRH:
-            return None
-        if frame[14] == SLP:
+        """(packet, source GID, CRCs good) of a data packet; None for a link packet (consumed) or garbage (counted)."""
+        if len(frame) > LRH_AT and frame[LRH_AT - 1] == SLP:
             fc = decode_fc(frame)
-            if fc is not None and fc.lpcrc_ok:
-                try:
-                    self.credits.on_fc(now, FcPacket(fc.op, fc.fctbs, fc.vl, fc.fccl))
-                except ValueError:
-                    pass  # a VL this port does not have
+            if fc is None or not fc.lpcrc_ok or fc.vl >= self.credits.vls:
+                self.malformed += 1
+            else:
+                self.credits.on_fc(now, FcPacket(fc.op, fc.fctbs, fc.vl, fc.fccl))
             return None
-        if frame[14] != SDP:
-            return None
-        decoded = decode_data(frame)
-        if decoded is None:
+        decoded = decode_data(frame)  # None for anything but a local-routed SDP packet that its frame holds
+        if decoded is None or decoded.vl >= self.credits.vls:
+            self.malformed += 1
             return None
         size = _ib_size(frame)
         try:
             self.credits.received(decoded.vl, size)
-        except CreditViolation:  # the switch ignored our credit: count it as a bad packet
-            return decoded.packet, "", False
+        except CreditViolation:  # the switch ignored our credit
+            self.credit_violations += 1
+            return None
         self.credits.freed(decoded.vl, size)  # the RNIC takes every packet at once
         source = self.ips.get(decoded.slid, "")
         return decoded.packet, source, decoded.icrc_ok and decoded.vcrc_ok
 
     def admit(self, frame: bytes) -> bool:
         """Whether the switch has credit for this packet; counts it as sent if so."""
-        vl, size = frame[LRH] >> 4, _ib_size(frame)
+        vl, size = frame[LRH_AT] >> 4, _ib_size(frame)
         if not self.credits.can_send(vl, size):
             self.waiting = True
             return False
@@ -170,7 +178,8 @@ class IbLink:
         return self.credits.next_deadline()
 
     def stats(self) -> dict[str, Any]:
-        return {"lid": self.lid, "credits": [self.credits.counters[vl] for vl in sorted(self.credits.counters)]}
+        return {"lid": self.lid, "malformed": self.malformed, "credit_violations": self.credit_violations,
+                "credits": [self.credits.counters[vl] for vl in sorted(self.credits.counters)]}
 
     def close(self) -> None:
         """Nothing beyond the RNIC's socket."""
@@ -178,7 +187,7 @@ class IbLink:
 
 def _ib_size(frame: bytes | memoryview) -> int:
     """Bytes of the IB packet in a frame: LRH through ICRC (PktLen words), and the VCRC."""
-    return (int.from_bytes(frame[LRH + 4:LRH + 6], "big") & 0x7FF) * 4 + 2
+    return (int.from_bytes(frame[LRH_AT + 4:LRH_AT + 6], "big") & 0x7FF) * 4 + 2
 
 
 def make_link(config: dict[str, Any]) -> RoceLink | IbLink:

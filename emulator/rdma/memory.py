@@ -10,12 +10,21 @@ Keys follow the verbs rules the transport checks: an lkey is valid only for
 the protection domain (here: the application's connection) that registered
 it, an rkey only for QPs of that same domain, within the region's bounds and
 with the access the region was registered for.
+
+The descriptor comes from an application and is checked before it is
+mapped (:func:`check_memfd`): a memfd, sealed against shrinking, as long as
+the region.  A file that shrank under the RNIC's mapping would kill the
+host agent with SIGBUS at the next remote WRITE; the seal makes shrinking
+impossible.
 """
 
 from __future__ import annotations
 
+import fcntl
 import mmap
+import os
 import random
+import stat
 from dataclasses import dataclass
 
 from emulator.rdma.rc import AccessError
@@ -25,6 +34,33 @@ ACCESS_REMOTE_WRITE = 2
 ACCESS_REMOTE_READ = 4
 ACCESS_ALL = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ
 MAX_MR_BYTES = 1 << 30  # the RNIC's limit per region, also its maximum message
+
+
+def check_memfd(fd: int, length: int) -> None:
+    """Refuse (ValueError, one line) a descriptor the RNIC must not map as a region of ``length`` bytes.
+
+    It must be a memfd (shared memory with no file behind it) of ordinary
+    pages (a hugetlb memfd faults with SIGBUS when its pool runs dry),
+    sealed with F_SEAL_SHRINK, and at least ``length`` bytes long.
+    """
+    try:
+        info = os.fstat(fd)
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError as err:
+        raise ValueError(f"the region's descriptor cannot be inspected: {err.strerror}") from None
+    if not stat.S_ISREG(info.st_mode) or not target.startswith("/memfd:"):
+        raise ValueError("a memory region must be a memfd (os.memfd_create)")
+    if info.st_blksize != mmap.PAGESIZE:
+        raise ValueError("a memory region must be a memfd of ordinary pages, not hugetlb")
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError:
+        seals = 0
+    if not seals & fcntl.F_SEAL_SHRINK:
+        raise ValueError("a memory region's memfd must be sealed against shrinking "
+                         "(MFD_ALLOW_SEALING, then F_ADD_SEALS F_SEAL_SHRINK)")
+    if info.st_size < length:
+        raise ValueError(f"the region's memfd holds {info.st_size} bytes, not the {length} registered")
 
 
 @dataclass
@@ -61,7 +97,11 @@ class RegionTable:
             raise ValueError(f"unknown access flags {access:#x}")
         mapping = None
         if fd is not None:
-            mapping = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            check_memfd(fd, length)
+            try:
+                mapping = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            except OSError as err:  # e.g. a descriptor opened read-only, or sealed against writing
+                raise ValueError(f"cannot map the region's memfd: {err.strerror}") from None
             view = memoryview(mapping)
         elif buffer is not None:
             view = memoryview(buffer)[:length]

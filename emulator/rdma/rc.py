@@ -167,7 +167,7 @@ _NAK_STATUS = {NAK_INVALID_REQUEST: WcStatus.REM_INV_REQ_ERR, NAK_REMOTE_ACCESS_
                NAK_REMOTE_OPERATIONAL_ERROR: WcStatus.REM_OP_ERR}
 COUNTERS = ("packets_sent", "packets_received", "bytes_sent", "retransmitted_packets", "timeouts", "naks_sent",
             "naks_received", "seq_naks_sent", "rnr_naks_sent", "rnr_naks_received", "duplicate_packets",
-            "acks_sent", "acks_received", "ecn_ce_received")
+            "acks_sent", "acks_received", "ecn_ce_received", "malformed_packets")
 
 
 def _packets(length: int, mtu: int) -> int:
@@ -496,8 +496,9 @@ class RcQueuePair:
             return
         mtu = self.config.mtu
         payload = packet.payload
-        if len(payload) != min(mtu, op.wr.length - index * mtu) and op.wr.length:
-            return  # malformed response: wait for the retransmission
+        if len(payload) != max(0, min(mtu, op.wr.length - index * mtu)):
+            self.counters["malformed_packets"] += 1  # not the length this response must have: wait for a good one
+            return
         op.local[index * mtu:index * mtu + len(payload)] = payload
         op.read_received += 1
         self._acknowledge(now, psn_add(packet.psn, 1))
@@ -659,7 +660,11 @@ class RcQueuePair:
         self._accept(packet, last)
 
     def _execute_read(self, packet: Packet) -> None:
-        if self.inbound is not None:
+        # More READ requests owed at once than a requester with our settings can have outstanding
+        # (max_rd_atomic WRs, a large one asked for in up to a window of chunks): the responder's
+        # resources are exhausted (IBTA: invalid request), so a peer cannot make it queue without bound.
+        reads = sum(1 for entry in self.out if isinstance(entry, _ReadJob))
+        if self.inbound is not None or reads >= self.config.max_rd_atomic + self.config.max_inflight:
             self._responder_error(NAK_INVALID_REQUEST, packet.psn)
             return
         try:

@@ -12,12 +12,20 @@ business (:mod:`emulator.rdma.links`).
 
 Each application connection is a protection domain: its regions and QPs
 live and die with it.  A QP's errors end up as completions, as in verbs;
-bad requests (unknown QP, wrong state, bad sizes) get an error reply naming
-the problem, and the RNIC goes on serving everyone else.
+bad requests (unknown QP, wrong state, bad sizes, anything
+:mod:`emulator.rdma.messages` refuses) get an error reply naming the
+problem, and the RNIC goes on serving everyone else.  The socket is 0600
+and only root or the agent's own user may connect (SO_PEERCRED).  Every
+resource an application can make the RNIC hold is bounded: contexts,
+QPs, CQs and regions per context, work requests per queue, replies an
+application leaves unread (past that it is disconnected).  Frames from the
+wire that are no packet the link speaks are dropped and counted
+(``drops.malformed`` in the host's stats).
 """
 
 from __future__ import annotations
 
+import bisect
 import errno
 import json
 import os
@@ -30,7 +38,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from emulator.agentlib import bind_private, trusted_peer
 from emulator.rdma.memory import MAX_MR_BYTES, RegionTable
+from emulator.rdma.messages import (
+    MESSAGE_MAX, U32, U64, BadRequest, decode, integer, ipv4, optional_integer, rows,
+)
 from emulator.rdma.packet import PSN_MASK
 from emulator.rdma.links import make_link
 from emulator.rdma.rc import Completion, RcConfig, RcQueuePair, RecvWR, SendWR, WcOpcode, WrOpcode
@@ -40,12 +52,22 @@ PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
 SEND_BUFFER = 16 * 1024  # the kernel doubles it: about a dozen 1 KiB frames (1 ms at 100 Mbit/s) queued in tc
 RECV_BUFFER = 4 << 20  # a NIC's receive ring: the agent may be scheduled out for a few ms
-MESSAGE_MAX = 1 << 20
 PATHS_MTU = (256, 512, 1024, 2048, 4096)
 # IPv4 + UDP + BTH + RETH + ImmDt + ICRC: what a path-MTU payload needs on top in a link's MTU.
 ROCE_OVERHEAD = 20 + 8 + 12 + 16 + 4 + 4
 RECV_OPCODES = (WcOpcode.RECV, WcOpcode.RECV_RDMA_WITH_IMM)
 EARLY_WAKE_NS = 1_000_000  # a timed post wakes the RNIC this much before its start (see _release)
+MAX_CLIENTS = 256  # application connections (contexts) at once
+MAX_PER_CLIENT = 1024  # QPs, CQs and memory regions of one context
+MAX_QP_WR = 32768  # work requests a send or receive queue holds (mlx5 reports 32768 too)
+MAX_OUTBOX = 65536  # replies and completion messages an application may leave unread
+MAX_START_AHEAD_NS = 3600 * 10**9  # a timed post starts within an hour
+SEND_WR_COLUMNS = (("wr_id", 0, U64), ("opcode", min(WrOpcode), max(WrOpcode)), ("addr", 0, U64),
+                   ("length", 0, U32), ("lkey", 0, U32), ("remote_addr", 0, U64), ("rkey", 0, U32),
+                   ("imm", 0, U32), ("signaled", 0, 1))
+RECV_WR_COLUMNS = (("wr_id", 0, U64), ("addr", 0, U64), ("length", 0, U32), ("lkey", 0, U32))
+# connect's optional QP attributes and their ranges: IB's local ACK timeout spans 4.096 us x 2^(1..31).
+QP_OPTIONS = {"timeout_ns": (8192, 4096 << 31), "retry_cnt": (0, 7), "rnr_retry": (0, 7), "max_inflight": (1, 4096)}
 
 
 def default_timeout_ns(rate_bps: int, mtu: int, max_inflight: int = RcConfig.max_inflight) -> int:
@@ -80,6 +102,7 @@ class QpEntry:
     framer: Any = None  # encodes this QP's packets for the link (RoCEv2 or native IB)
     remote_ip: str = ""
     early_recvs: list[RecvWR] = field(default_factory=list)
+    deferred: int = 0  # WRs posted with a start time and not yet handed to the transport
     released_ns: int = 0  # when the last post with a start time was handed to the transport
 
 
@@ -118,7 +141,8 @@ class Rnic:
         self._blocked: bytes | None = None
         self._deferred: list[tuple[int, int, list[SendWR]]] = []  # (start ns, qpn, WRs), by start
         self.counters = {"frames_sent": 0, "frames_received": 0, "bytes_sent": 0, "icrc_errors": 0,
-                         "unknown_qp": 0, "send_blocked": 0, "credit_waits": 0, "rx_kernel_drops": 0}
+                         "unknown_qp": 0, "send_blocked": 0, "credit_waits": 0, "rx_kernel_drops": 0,
+                         "bad_requests": 0, "clients_refused": 0, "clients_dropped": 0}
         self.link_waiting = False
         self._control: deque[bytes] = deque()
         self.closed_qp_counters: dict[str, int] = {}
@@ -134,7 +158,7 @@ class Rnic:
         self._rx = bytearray(self.link_mtu + 64)
         watch(self.sock.fileno(), select.EPOLLIN, self._on_socket)
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.server.bind(config["verbs"])
+        bind_private(self.server, config["verbs"])
         self.server.listen(16)
         self.server.setblocking(False)
         watch(self.server.fileno(), select.EPOLLIN, self._on_accept)
@@ -257,9 +281,8 @@ class Rnic:
             start, qpn, wrs = self._deferred.pop(0)
             while time.monotonic_ns() < start:
                 os.sched_yield()
-            entry = self.qps.get(qpn)
-            if entry is None or entry.qp is None:
-                continue  # destroyed meanwhile
+            entry = self.qps[qpn]  # a destroyed QP's posts left with it
+            entry.deferred -= len(wrs)
             entry.released_ns = time.monotonic_ns()
             for wr in wrs:
                 entry.qp.post_send(wr)
@@ -311,6 +334,10 @@ class Rnic:
                 conn, _ = self.server.accept()
             except BlockingIOError:
                 return
+            if not trusted_peer(conn) or len(self.clients) >= MAX_CLIENTS:
+                self.counters["clients_refused"] += 1
+                conn.close()
+                continue
             conn.setblocking(False)
             client = Client(conn, self._next_pd)
             self._next_pd += 1
@@ -322,27 +349,35 @@ class Rnic:
             self._flush(client)
         if not mask & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
             return
-        while client.pd in self.clients:
+        for _ in range(64):  # then let the wire have a turn
+            if client.pd not in self.clients:
+                return
             try:
-                data, fds, _flags, _addr = socket.recv_fds(client.conn, MESSAGE_MAX, 1)
+                data, fds, flags, _addr = socket.recv_fds(client.conn, MESSAGE_MAX + 1, 1)
             except BlockingIOError:
                 return
             except OSError:
-                data, fds = b"", []
-            if not data:
-                self._drop_client(client)
-                return
+                data, fds, flags = b"", [], 0
             try:
-                request = json.loads(data)
-                reply = self._handle(client, request, fds, now)
-            except (ValueError, KeyError, TypeError) as err:
-                reply = {"error": str(err) if not isinstance(err, KeyError) else f"missing field {err}"}
+                if not data:
+                    self._drop_client(client)
+                    return
+                if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                    raise BadRequest(f"request over {MESSAGE_MAX} bytes or with more than one descriptor")
+                reply = self._handle(client, decode(data), fds, now)
+            except ValueError as err:  # BadRequest, and the models' own refusals (VerbsError on the client)
+                reply = {"error": str(err)}
+                self.counters["bad_requests"] += 1
             finally:
                 for fd in fds:
                     os.close(fd)
             self._post_message(client, reply)
 
     def _post_message(self, client: Client, message: dict[str, Any]) -> None:
+        if len(client.outbox) >= MAX_OUTBOX:  # an application that reads none of its completions: let it go
+            self.counters["clients_dropped"] += 1
+            self._drop_client(client)
+            return
         client.outbox.append(json.dumps(message, separators=(",", ":")).encode())
         self._flush(client)
 
@@ -372,63 +407,66 @@ class Rnic:
 
     def _destroy_qp(self, qpn: int) -> None:
         entry = self.qps.pop(qpn)
+        self._deferred = [item for item in self._deferred if item[1] != qpn]
         if entry.qp is not None:
             for key, value in entry.qp.counters.items():
                 self.closed_qp_counters[key] = self.closed_qp_counters.get(key, 0) + value
 
     def _entry(self, client: Client, request: dict[str, Any]) -> QpEntry:
-        entry = self.qps.get(int(request["qpn"]))
+        qpn = integer(request, "qpn", 0, PSN_MASK)
+        entry = self.qps.get(qpn)
         if entry is None or entry.owner != client.pd:
-            raise ValueError(f"no QP {request['qpn']} in this protection domain")
+            raise BadRequest(f"no QP {qpn} in this protection domain")
         return entry
 
     def _handle(self, client: Client, request: dict[str, Any], fds: list[int], now: int) -> dict[str, Any]:
         op = request["op"]
         if op == "query_device":
-            return {"gid": self.ip, "mac": self.mac, "link_mtu": self.link_mtu,
-                    "max_mr_size": MAX_MR_BYTES, "max_mtu": max(m for m in PATHS_MTU if m + ROCE_OVERHEAD <= self.link_mtu)}
+            return {"gid": self.ip, "mac": self.mac, "link_mtu": self.link_mtu, "max_mr_size": MAX_MR_BYTES,
+                    "max_qp_wr": MAX_QP_WR, "max_mtu": max(m for m in PATHS_MTU if m + ROCE_OVERHEAD <= self.link_mtu)}
         if op == "reg_mr":
             if len(fds) != 1:
-                raise ValueError("reg_mr needs the region's memfd")
-            region = self.regions.register(client.pd, int(request["addr"]), int(request["length"]),
-                                           int(request["access"]), fd=fds[0])
+                raise BadRequest("reg_mr needs the region's memfd")
+            if sum(1 for r in self.regions.regions.values() if r.owner == client.pd) >= MAX_PER_CLIENT:
+                raise BadRequest(f"at most {MAX_PER_CLIENT} memory regions per context")
+            region = self.regions.register(client.pd, integer(request, "addr", 0, U64),
+                                           integer(request, "length", 1, MAX_MR_BYTES),
+                                           integer(request, "access", 0, U32), fd=fds[0])
             return {"lkey": region.key, "rkey": region.key}
         if op == "dereg_mr":
-            self.regions.deregister(int(request["key"]), client.pd)
+            self.regions.deregister(integer(request, "key", 0, U32), client.pd)
             return {}
         if op == "create_cq":
+            if len(client.cqs) >= MAX_PER_CLIENT:
+                raise BadRequest(f"at most {MAX_PER_CLIENT} CQs per context")
             cq = self._next_cq
             self._next_cq += 1
             client.cqs.add(cq)
             return {"cq": cq}
         if op == "create_qp":
-            for key in ("send_cq", "recv_cq"):
-                if int(request[key]) not in client.cqs:
-                    raise ValueError(f"{key} {request[key]} is not a CQ of this context")
+            cqs = [integer(request, key, 0, U32) for key in ("send_cq", "recv_cq")]
+            for key, cq in zip(("send_cq", "recv_cq"), cqs):
+                if cq not in client.cqs:
+                    raise BadRequest(f"{key} {cq} is not a CQ of this context")
+            if sum(1 for e in self.qps.values() if e.owner == client.pd) >= MAX_PER_CLIENT:
+                raise BadRequest(f"at most {MAX_PER_CLIENT} QPs per context")
+            if self._next_qpn > PSN_MASK:
+                raise BadRequest("this RNIC has handed out every QP number")
             qpn = self._next_qpn
             self._next_qpn += 1
-            entry = QpEntry(qpn, client.pd, int(request["send_cq"]), int(request["recv_cq"]),
-                            self.random.randrange(PSN_MASK + 1))
+            entry = QpEntry(qpn, client.pd, cqs[0], cqs[1], self.random.randrange(PSN_MASK + 1))
             self.qps[qpn] = entry
             return {"qpn": qpn, "psn": entry.initial_psn}
         if op == "connect":
             return self._connect(self._entry(client, request), request)
         if op == "post_send":
-            entry = self._entry(client, request)
-            if entry.qp is None:
-                raise ValueError(f"QP {entry.qpn} is not connected (post_send needs RTS)")
-            wrs = [SendWR(int(wr[0]), WrOpcode(wr[1]), *map(int, wr[2:8]), bool(wr[8])) for wr in request["wrs"]]
-            if "at" in request:  # a synchronized start: released by our timer (at once if already past)
-                self._deferred.append((int(request["at"]), entry.qpn, wrs))
-                self._deferred.sort(key=lambda item: item[0])
-                self._release(now)
-            else:
-                for wr in wrs:
-                    entry.qp.post_send(wr)
-            return {}
+            return self._post_send(self._entry(client, request), request, now)
         if op == "post_recv":
             entry = self._entry(client, request)
-            wrs = [RecvWR(*map(int, wr)) for wr in request["wrs"]]
+            wrs = [RecvWR(*row) for row in rows(request, "wrs", RECV_WR_COLUMNS)]
+            queued = len(entry.early_recvs) + (len(entry.qp.rq) if entry.qp is not None else 0)
+            if queued + len(wrs) > MAX_QP_WR:
+                raise BadRequest(f"receive queue of QP {entry.qpn} full ({MAX_QP_WR} work requests)")
             if entry.qp is None:
                 entry.early_recvs.extend(wrs)
             else:
@@ -443,29 +481,46 @@ class Rnic:
         if op == "destroy_qp":
             self._destroy_qp(self._entry(client, request).qpn)
             return {}
-        raise ValueError(f"unknown verbs request {op!r}")
+        raise BadRequest(f"unknown verbs request {op[:40]!r}")
+
+    def _post_send(self, entry: QpEntry, request: dict[str, Any], now: int) -> dict[str, Any]:
+        if entry.qp is None:
+            raise BadRequest(f"QP {entry.qpn} is not connected (post_send needs RTS)")
+        wrs = [SendWR(wr_id, WrOpcode(opcode), *rest[:6], bool(rest[6]))
+               for wr_id, opcode, *rest in rows(request, "wrs", SEND_WR_COLUMNS)]
+        at = optional_integer(request, "at", 0, now + MAX_START_AHEAD_NS)
+        if len(entry.qp.sq) + entry.deferred + len(wrs) > MAX_QP_WR:
+            raise BadRequest(f"send queue of QP {entry.qpn} full ({MAX_QP_WR} work requests)")
+        if at is not None:  # a synchronized start: released by our timer (at once if already past)
+            entry.deferred += len(wrs)
+            bisect.insort(self._deferred, (at, entry.qpn, wrs), key=lambda item: item[0])
+            self._release(now)
+        else:
+            for wr in wrs:
+                entry.qp.post_send(wr)
+        return {}
 
     def _connect(self, entry: QpEntry, request: dict[str, Any]) -> dict[str, Any]:
         if entry.qp is not None:
-            raise ValueError(f"QP {entry.qpn} is already connected")
-        mtu = int(request.get("mtu", 1024))
+            raise BadRequest(f"QP {entry.qpn} is already connected")
+        mtu = integer(request, "mtu", 0, U32) if "mtu" in request else 1024
         if mtu not in PATHS_MTU:
-            raise ValueError(f"path MTU {mtu}: choose one of {', '.join(map(str, PATHS_MTU))}")
+            raise BadRequest(f"path MTU {mtu}: choose one of {', '.join(map(str, PATHS_MTU))}")
         if mtu + ROCE_OVERHEAD > self.link_mtu:
-            raise ValueError(f"path MTU {mtu} does not fit the link MTU {self.link_mtu} (needs {mtu + ROCE_OVERHEAD}); "
+            raise BadRequest(f"path MTU {mtu} does not fit the link MTU {self.link_mtu} (needs {mtu + ROCE_OVERHEAD}); "
                              f"build the fabric with --link mtu={mtu + ROCE_OVERHEAD} or more")
-        remote_qpn = int(request["remote_qpn"])
-        if not 0 < remote_qpn <= PSN_MASK:
-            raise ValueError(f"remote QPN {remote_qpn} is out of range")
-        remote_ip = socket.inet_ntoa(socket.inet_aton(str(request["remote_gid"])))
-        options = {k: int(request[k]) for k in ("timeout_ns", "retry_cnt", "rnr_retry", "max_inflight") if k in request}
+        remote_qpn = integer(request, "remote_qpn", 1, PSN_MASK)
+        remote_psn = integer(request, "remote_psn", 0, PSN_MASK)
+        remote_ip = ipv4(request, "remote_gid")
+        options = {key: value for key, (low, high) in QP_OPTIONS.items()
+                   if (value := optional_integer(request, key, low, high)) is not None}
         options.setdefault("timeout_ns", default_timeout_ns(self.rate_bps, mtu, options.get("max_inflight",
                                                                                           RcConfig.max_inflight)))
-        config = RcConfig(mtu=mtu, max_msg=MAX_MR_BYTES, **options)
-        qp = RcQueuePair(entry.qpn, self.regions.domain(entry.owner), config, entry.initial_psn)
-        qp.connect(remote_qpn, int(request["remote_psn"]) & PSN_MASK)
-        entry.qp, entry.remote_ip = qp, remote_ip
-        entry.framer = self.link.framer(entry.qpn, remote_qpn, remote_ip)
+        framer = self.link.framer(entry.qpn, remote_qpn, remote_ip, mtu)
+        qp = RcQueuePair(entry.qpn, self.regions.domain(entry.owner), RcConfig(mtu=mtu, max_msg=MAX_MR_BYTES, **options),
+                         entry.initial_psn)
+        qp.connect(remote_qpn, remote_psn)
+        entry.qp, entry.remote_ip, entry.framer = qp, remote_ip, framer
         for wr in entry.early_recvs:
             qp.post_recv(wr)
         entry.early_recvs.clear()
@@ -483,6 +538,10 @@ class Rnic:
                     totals[key] = totals.get(key, 0) + value
         return {**self.counters, "qps": len(self.qps), "regions": len(self.regions.regions),
                 "applications": len(self.clients), "transport": totals, "link": self.link.stats()}
+
+    def malformed(self) -> int:
+        """Frames from the wire that were no packet this RNIC's link speaks (dropped)."""
+        return self.link.malformed
 
     def close(self) -> None:
         for client in list(self.clients.values()):

@@ -23,6 +23,7 @@ refuses (bad key, unknown QP, path MTU too big for the link) raises
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import mmap
 import os
@@ -35,13 +36,13 @@ from typing import Any, Iterable
 from emulator import runstate
 from emulator.errors import FabricError
 from emulator.rdma.memory import ACCESS_ALL, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE
+from emulator.rdma.messages import MESSAGE_MAX
 from emulator.rdma.rc import Completion, RecvWR, SendWR, WcOpcode, WcStatus, WrOpcode
 
 __all__ = ["ACCESS_ALL", "ACCESS_LOCAL_WRITE", "ACCESS_REMOTE_READ", "ACCESS_REMOTE_WRITE", "CQ", "Completion",
            "Context", "MR", "PD", "QP", "RecvWR", "SendWR", "VerbsError", "WcOpcode", "WcStatus", "WrOpcode",
            "find_device"]
 
-MESSAGE_MAX = 1 << 20
 
 
 class VerbsError(FabricError):
@@ -166,9 +167,10 @@ class MR:
             raise VerbsError(f"memory region of {length} bytes: it needs at least one")
         self.ctx = pd.ctx
         self.length = length
-        fd = os.memfd_create("fabric-emu-mr", os.MFD_CLOEXEC)
+        fd = os.memfd_create("fabric-emu-mr", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, length)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)  # the RNIC maps it: it must never shrink
             self.buf = mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             self.addr = ctypes.addressof(ctypes.c_char.from_buffer(self.buf))
             reply = self.ctx.request({"op": "reg_mr", "addr": self.addr, "length": length, "access": access}, [fd])

@@ -34,8 +34,10 @@ from emulator.agentlib import AgentBase, run_agent
 from emulator.mac import mac_bytes
 from emulator.pfc import PRIORITIES, decode_pfc, encode_pfc
 from emulator.rps import keep_flows_in_order
-from emulator.switch.forwarding import ETH_ARP, ETH_CONTROL, ETH_IPV4, arp_reply, ecmp_index, priority, routed
-from emulator.switch.ib import IbPlane
+from emulator.switch.forwarding import (
+    ETH_ARP, ETH_CONTROL, ETH_IPV4, ETH_LEN, arp_reply, ecmp_index, ipv4_ok, priority, routed,
+)
+from emulator.switch.ib import IB_DROPS, IbPlane
 from emulator.switch.mmu import Mmu, MmuConfig
 from emulator.tc import leaf_class
 
@@ -49,6 +51,16 @@ SEND_BUFFER = 3000  # the kernel doubles it: room for two MTU-sized frames
 RECV_BUFFER = 4 << 20
 BATCH = 64
 SAMPLE_NS = 1_000_000  # occupancy sampling period
+PFC_FRAME_MIN = 34  # Ethernet header, opcode, class-enable vector and eight quanta
+ARP_FRAME_MIN = 42  # Ethernet header and an IPv4-over-Ethernet ARP packet
+RX_DROPS = (
+    "malformed",    # too short for its EtherType, or an IPv4 header that fails ipv4_ok
+    "not_for_us",   # unicast to another MAC
+    "unsupported",  # an EtherType, MAC control opcode or ARP this switch does not answer
+    "no_route",     # IPv4 to an address that is no host of the fabric
+    "ttl",          # TTL ran out
+    "mtu",          # too long for the egress link (IPv4 is never fragmented here)
+)
 
 
 class Port:
@@ -60,6 +72,7 @@ class Port:
         self.mac = mac_bytes(spec["mac"])
         self.peer_mac = mac_bytes(spec["peer_mac"])
         self.rate_bps = spec["rate_bps"]
+        self.max_frame = ETH_LEN + spec["mtu"]  # a longer frame cannot go out on this link
         self.delay_ns = spec["delay_ns"]
         self.host_facing = spec["host_facing"]
         self.loss = spec["loss"]
@@ -87,8 +100,11 @@ class Port:
         self.pfc_received = [0] * PRIORITIES
         self.injected_drops = [0] * PRIORITIES
         self.kernel_drops = 0
-        self.drops = {"no_route": 0, "ttl": 0, "not_for_us": 0, "unsupported": 0}
+        # Frames that arrived here and went nowhere, by cause: RX_DROPS.
+        self.drops = dict.fromkeys(RX_DROPS, 0)
+        self.tx_errors = 0  # frames the kernel refused to send (counted, dropped)
         self.control_frames = 0
+        self.arp_replies = 0
 
     def lost(self, seq: int) -> bool:
         """Whether injected loss takes the ``seq``-th frame in one direction."""
@@ -123,8 +139,8 @@ class SwitchAgent(AgentBase):
         self.delayed_out = [p for p in self.ports if p.delay_ns and p.host_facing]
         self.next_sample = 0
         self.last_sample: dict[tuple[int, int], tuple[int, int, bool, bool]] = {}
-        self.ib = IbPlane([(p["mac"], p["peer_mac"]) for p in config["ports"]], config["ib"]) \
-            if config.get("ib") else None
+        self.ib = IbPlane([(p["mac"], p["peer_mac"]) for p in config["ports"]], config["ib"],
+                          [p.max_frame for p in self.ports]) if config.get("ib") else None
         self.occupancy = open(config["occupancy_file"], "w", buffering=1 << 16)
         self.occupancy.write("time_ns,switch,port,priority,ingress_bytes,egress_bytes,egress_paused,xoff\n")
         for port in self.ports:
@@ -184,11 +200,19 @@ class SwitchAgent(AgentBase):
                 self._process(port, frame, now)
 
     def _process(self, port: Port, frame: bytes, now: int) -> None:
+        """One frame from the wire: forward, react, answer, or drop it under a named counter."""
+        drops = port.drops
+        if len(frame) < ETH_LEN:
+            drops["malformed"] += 1
+            return
         if frame[0:6] != port.mac and not frame[0] & 1:
-            port.drops["not_for_us"] += 1
+            drops["not_for_us"] += 1
             return
         ethertype = frame[12:14]
         if ethertype == ETH_IPV4:
+            if not ipv4_ok(frame):
+                drops["malformed"] += 1
+                return
             prio = priority(frame)
             port.rx_frames[prio] += 1
             port.rx_bytes[prio] += len(frame)
@@ -199,20 +223,26 @@ class SwitchAgent(AgentBase):
                     return
             choices = self.routes.get(frame[30:34])
             if choices is None:
-                port.drops["no_route"] += 1
+                drops["no_route"] += 1
                 return
             out = choices[0] if len(choices) == 1 else choices[ecmp_index(frame, self.seed, len(choices))]
             forwarded = routed(frame, out.mac, out.peer_mac)
             if forwarded is None:
-                port.drops["ttl"] += 1
+                drops["ttl"] += 1
+                return
+            if len(forwarded) > out.max_frame:
+                drops["mtu"] += 1
                 return
             if self.mmu.enqueue(now, port.index, out.index, prio, forwarded):
                 self._activity(now)
                 self._drain(out, now)
         elif ethertype == ETH_MAC_CONTROL:
+            if len(frame) < PFC_FRAME_MIN:
+                drops["malformed"] += 1
+                return
             quanta = decode_pfc(frame)
-            if quanta is None:
-                port.drops["unsupported"] += 1
+            if not quanta:  # another MAC control opcode (802.3x PAUSE), or PFC that enables no class
+                drops["unsupported"] += 1
                 return
             for prio in quanta:
                 port.pfc_received[prio] += 1
@@ -220,16 +250,22 @@ class SwitchAgent(AgentBase):
             if self.mmu.pfc_received(now, port.index, quanta):
                 self._drain(port, now)
         elif ethertype == ETH_ARP:
+            if len(frame) < ARP_FRAME_MIN:
+                drops["malformed"] += 1
+                return
             reply = arp_reply(frame, port.mac)
-            if reply is not None:
-                port.pfc_sock.send(reply)
+            if reply is None:  # a reply, or a request for an address outside the fabric
+                drops["unsupported"] += 1
+                return
+            port.pfc_sock.send(reply)
+            port.arp_replies += 1
         elif ethertype == ETH_IB and self.ib is not None:
-            for out in self.ib.receive(now, port.index, frame):
-                self._drain(self.ports[out], now)
+            for out_index in self.ib.receive(now, port.index, frame):
+                self._drain(self.ports[out_index], now)
         elif ethertype == ETH_CONTROL:
             port.control_frames += 1
         else:
-            port.drops["unsupported"] += 1
+            drops["unsupported"] += 1
 
     # --- egress ------------------------------------------------------------------------
 
@@ -259,6 +295,8 @@ class SwitchAgent(AgentBase):
                     send(frame)
                 except BlockingIOError:
                     break
+                except OSError:  # the kernel refused it for good (e.g. ENOBUFS): it is lost, the port goes on
+                    port.tx_errors += 1
                 mmu.pop(index, prio)
                 port.cleared = None
             # IB packets waiting for credit wake the port when credit comes, not on EPOLLOUT.
@@ -288,6 +326,8 @@ class SwitchAgent(AgentBase):
                 port.sock.send(port.delay_out[0][1])
             except BlockingIOError:
                 break
+            except OSError:
+                port.tx_errors += 1
             port.delay_out.popleft()
 
     # --- telemetry ---------------------------------------------------------------------
@@ -331,7 +371,8 @@ class SwitchAgent(AgentBase):
         now = self.now()
         mmu = self.mmu
         ports: dict[str, Any] = {}
-        totals = {"drops": 0, "pfc_sent": 0, "pfc_received": 0, "ecn_marked": 0, "rx_frames": 0, "tx_frames": 0}
+        totals = {"drops": 0, "pfc_sent": 0, "pfc_received": 0, "ecn_marked": 0, "rx_frames": 0, "tx_frames": 0,
+                  "malformed": 0}
         for port in self.ports:
             i = port.index
             kernel_drops = port.read_kernel_drops()
@@ -357,20 +398,25 @@ class SwitchAgent(AgentBase):
                 totals["ecn_marked"] += c.ecn_marked
                 totals["rx_frames"] += port.rx_frames[p]
                 totals["tx_frames"] += c.tx_frames
-            totals["drops"] += kernel_drops + port.drops["no_route"] + port.drops["ttl"]
+            # Frames lost in the fabric; not_for_us and unsupported are what a router ignores, not losses.
+            totals["drops"] += (kernel_drops + port.tx_errors
+                                + sum(port.drops[k] for k in ("malformed", "no_route", "ttl", "mtu")))
+            totals["malformed"] += port.drops["malformed"]
             ports[port.ifname] = {
                 "priorities": priorities,
                 "rx_kernel_drops": kernel_drops,
                 "rx_drops": dict(port.drops),
+                "tx_errors": port.tx_errors,
                 "rx_control_frames": port.control_frames,
+                "arp_replies": port.arp_replies,
             }
             if self.ib is not None:
                 ports[port.ifname]["ib"] = self.ib.stats(i)
         if self.ib is not None:
-            totals["drops"] += self.ib.no_route + self.ib.credit_violations
-            totals["ib_no_route"] = self.ib.no_route
-            totals["ib_credit_violations"] = self.ib.credit_violations
-            totals["ib_bad_packets"] = self.ib.bad_packets
+            for cause in IB_DROPS:
+                totals[f"ib_{cause}"] = self.ib.total(cause)
+                totals["drops"] += self.ib.total(cause)
+            totals["malformed"] += self.ib.total("malformed")
         return {"switch": self.name, "scheduling": self.scheduling, "ports": ports, "totals": totals,
                 "rps_failed": self.unordered}
 

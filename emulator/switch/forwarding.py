@@ -1,11 +1,13 @@
 """The switch's L3 forwarding decisions, as pure functions on frame bytes.
 
 Per-frame code: plain bytes slicing and a dict lookup, no parsing library.
-A switch forwards IPv4 by destination host address to one of the
-equal-cost ports the plan computed, chosen by a CRC-32 of the 5-tuple seeded
-with the switch's own number (so a flow keeps its path and neighbouring
-switches do not polarise).  It answers ARP for fabric addresses with its
-own port MAC (proxy ARP), as the hosts' gateway.
+Frames come from the wire and are hostile until checked: the agent calls
+:func:`ipv4_ok` before the other functions here see an IPv4 frame, and they
+index only what it checked.  A switch forwards IPv4 by destination host
+address to one of the equal-cost ports the plan computed, chosen by a
+CRC-32 of the 5-tuple seeded with the switch's own number (so a flow keeps
+its path and neighbouring switches do not polarise).  It answers ARP for
+fabric addresses with its own port MAC (proxy ARP), as the hosts' gateway.
 """
 
 from __future__ import annotations
@@ -17,11 +19,33 @@ ETH_IPV4 = b"\x08\x00"
 ETH_ARP = b"\x08\x06"
 ETH_CONTROL = b"\x88\xb5"  # hosts' pause-gate and kick frames
 IPPROTO_TCP, IPPROTO_UDP = 6, 17
+ETH_LEN = 14
+IPV4_MIN = ETH_LEN + 20
 FABRIC_NET = ipaddress.IPv4Network("10.0.0.0/8")
 
 
+def ipv4_ok(frame: bytes) -> bool:
+    """Whether an IPv4 frame has a header a router may forward.
+
+    Version 4, a header of at least 20 bytes, a total length that covers the
+    header and fits in the frame (what follows it is Ethernet padding), and
+    a valid header checksum (RFC 1812 5.2.2: a router drops a datagram
+    whose checksum fails; the TTL rewrite below updates it incrementally,
+    which is right only for a header that was right).
+    """
+    if len(frame) < IPV4_MIN or frame[14] >> 4 != 4:
+        return False
+    ihl = (frame[14] & 0x0F) * 4
+    total = frame[16] << 8 | frame[17]
+    if ihl < 20 or total < ihl or ETH_LEN + total > len(frame):
+        return False
+    # The header's 16-bit words, checksum included, sum to 0xFFFF (ones' complement zero); a
+    # big-endian integer is congruent to that sum modulo 0xFFFF, and no IPv4 header sums to 0.
+    return int.from_bytes(frame[ETH_LEN:ETH_LEN + ihl], "big") % 0xFFFF == 0
+
+
 def ecmp_index(frame: bytes, seed: int, choices: int) -> int:
-    """Which of ``choices`` equal-cost ports this IPv4 frame's flow takes."""
+    """Which of ``choices`` equal-cost ports this IPv4 frame's flow takes (after :func:`ipv4_ok`)."""
     proto = frame[23]
     key = frame[26:34] + frame[23:24]
     if proto in (IPPROTO_TCP, IPPROTO_UDP):

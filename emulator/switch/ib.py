@@ -19,19 +19,24 @@ from collections import deque
 from typing import Any, Callable
 
 from emulator.ib.credits import FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, CreditLink, CreditViolation, FcPacket, blocks
-from emulator.ib.wire import SDP, SLP, decode_fc, encode_fc, set_vl
-
-LRH = 15  # Ethernet header and the delimiter byte come first
+from emulator.ib.wire import LRH_AT, SLP, data_end, decode_fc, encode_fc, set_vl
 
 MIN_FRAME = 60
+IB_DROPS = (
+    "malformed",         # not a local-routed data packet or a flow-control packet with a good LPCRC; a VL we lack
+    "credit_violation",  # the sender ignored our credit
+    "no_route",          # a DLID our forwarding table does not have
+    "too_long",          # longer than the egress link's MTU, or than its peer's buffer could ever credit
+)
 
 
 class IbPlane:
     """Credit state and VL queues of every port of one switch."""
 
-    def __init__(self, macs: list[tuple[str, str]], config: dict[str, Any]) -> None:
+    def __init__(self, macs: list[tuple[str, str]], config: dict[str, Any], max_frames: list[int]) -> None:
         self.macs = macs  # per port: (our MAC, the peer's MAC), as text
         self.mac_bytes = [(bytes.fromhex(a.replace(":", "")), bytes.fromhex(b.replace(":", ""))) for a, b in macs]
+        self.max_frames = max_frames  # per port: the longest Ethernet frame its link carries
         self.lft = {int(dlid): port for dlid, port in config["lft"].items()}  # DLID -> port index
         self.sl2vl = [int(v) for v in config["sl2vl"]]
         self.vls = int(config["vls"])
@@ -43,54 +48,56 @@ class IbPlane:
             [deque() for _ in range(self.vls)] for _ in macs]  # (frame, ingress port, ingress VL, IB bytes)
         self.next_vl = [0] * len(macs)
         self.control: list[deque[bytes]] = [deque() for _ in macs]  # flow-control packets to send
-        self.no_route = 0
-        self.bad_packets = 0
-        self.credit_violations = 0
+        self.drops = [dict.fromkeys(IB_DROPS, 0) for _ in macs]  # per ingress port
         self.forwarded = [0] * len(macs)
 
     def receive(self, now: int, port: int, frame: bytes) -> list[int]:
-        """An IB frame arrived on ``port``; returns the ports that may now send."""
-        delimiter = frame[14]
-        if delimiter == SLP:
+        """An IB frame arrived on ``port``; returns the ports that may now send.
+
+        What it cannot parse or will not forward is dropped and counted in
+        ``drops[port]``; nothing a frame holds can raise here.
+        """
+        drops = self.drops[port]
+        if len(frame) <= LRH_AT:
+            drops["malformed"] += 1
+            return []
+        if frame[LRH_AT - 1] == SLP:
             fc = decode_fc(frame)
-            if fc is None or not fc.lpcrc_ok:
-                self.bad_packets += 1
+            if fc is None or not fc.lpcrc_ok or fc.vl >= self.vls:
+                drops["malformed"] += 1
                 return []
-            try:
-                self.links[port].on_fc(now, FcPacket(fc.op, fc.fctbs, fc.vl, fc.fccl))
-            except ValueError:  # a VL this port does not have
-                self.bad_packets += 1
-                return []
+            self.links[port].on_fc(now, FcPacket(fc.op, fc.fctbs, fc.vl, fc.fccl))
             return [port]
-        if delimiter != SDP or len(frame) < LRH + 8:
+        end = data_end(frame)  # None unless an SDP frame with LNH "IBA local" and a PktLen the frame holds
+        vl_in = frame[LRH_AT] >> 4
+        if end is None or vl_in >= self.vls:
+            drops["malformed"] += 1
             return []
-        vl_in = frame[LRH] >> 4
-        sl = frame[LRH + 1] >> 4
-        dlid = int.from_bytes(frame[LRH + 2:LRH + 4], "big")
-        size = (int.from_bytes(frame[LRH + 4:LRH + 6], "big") & 0x7FF) * 4 + 2  # LRH..ICRC, and the VCRC
-        if vl_in >= self.vls:
-            self.bad_packets += 1
-            return []
+        size = end - LRH_AT  # LRH..ICRC (PktLen words) and the VCRC
         try:
             self.links[port].received(vl_in, size)
         except CreditViolation:  # the sender ignored our credit: a broken peer; drop and count it
-            self.credit_violations += 1
+            drops["credit_violation"] += 1
             return []
-        out = self.lft.get(dlid)
-        if out is None:
-            self.no_route += 1
+        out = self.lft.get(int.from_bytes(frame[LRH_AT + 2:LRH_AT + 4], "big"))
+        sl = frame[LRH_AT + 1] >> 4
+        vl_out = self.sl2vl[sl] if sl < len(self.sl2vl) else 0
+        if out is None or not self._fits(out, vl_out, end):
+            drops["no_route" if out is None else "too_long"] += 1
             self.links[port].freed(vl_in, size)
             return []
-        vl_out = self.sl2vl[sl] if sl < len(self.sl2vl) else 0
         ours, peers = self.mac_bytes[out]
-        body = frame[14:LRH + size]
-        forwarded = peers + ours + frame[12:14] + body
+        forwarded = peers + ours + frame[12:end]
         if vl_out != vl_in:
             forwarded = set_vl(forwarded, vl_out)
         if len(forwarded) < MIN_FRAME:
             forwarded += bytes(MIN_FRAME - len(forwarded))
         self.queues[out][vl_out].append((forwarded, port, vl_in, size))
         return [out]
+
+    def _fits(self, out: int, vl: int, end: int) -> bool:
+        """Whether a packet ending at ``end`` can ever leave ``out``: the link's MTU and the peer's credit window."""
+        return max(end, MIN_FRAME) <= self.max_frames[out] and self.links[out].sendable(vl, end - LRH_AT)
 
     def drain(self, port: int, send: Callable[[bytes], Any]) -> bool:
         """Send what credits allow, VLs in turn; False once the kernel queue is full."""
@@ -140,4 +147,8 @@ class IbPlane:
 
     def stats(self, port: int) -> dict[str, Any]:
         return {"forwarded": self.forwarded[port], "queued": [len(q) for q in self.queues[port]],
-                "credits": [self.links[port].counters[vl] for vl in range(self.vls)]}
+                "drops": dict(self.drops[port]), "credits": [self.links[port].counters[vl] for vl in range(self.vls)]}
+
+    def total(self, cause: str) -> int:
+        """Drops of one cause (an IB_DROPS name) over every port."""
+        return sum(drops[cause] for drops in self.drops)

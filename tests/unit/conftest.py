@@ -6,6 +6,8 @@ an exception.  The default profile keeps the suite fast and reproducible
 (a fixed number of examples per target, derandomized); ``FUZZ=deep`` tries
 many more (``FUZZ_EXAMPLES``, default 20000) with fresh randomness, as
 ``scripts/fuzz.sh`` does to produce the figures in docs/reliability.md.
+Fixtures of function scope are shared by a test's examples on purpose: an
+agent that survived one hostile frame meets the next one.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import os
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("default", max_examples=300, deadline=None, derandomize=True,
-                          suppress_health_check=[HealthCheck.too_slow])
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.register_profile("deep", max_examples=int(os.environ.get("FUZZ_EXAMPLES", "20000")), deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                 HealthCheck.function_scoped_fixture])
 settings.load_profile("deep" if os.environ.get("FUZZ") == "deep" else "default")

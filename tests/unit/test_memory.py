@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import tempfile
 
 import pytest
 
@@ -75,9 +77,8 @@ def test_a_memfd_region_shares_pages_with_its_owner():
     """What the RNIC does with an application's memfd: both mappings see the same bytes."""
     import mmap
 
-    fd = os.memfd_create("test-mr")
+    fd = sealed_memfd(4096)
     try:
-        os.ftruncate(fd, 4096)
         app = mmap.mmap(fd, 4096)
         table = RegionTable()
         region = table.register(1, 0x7000, 4096, ACCESS_REMOTE_WRITE, fd=fd)
@@ -86,4 +87,56 @@ def test_a_memfd_region_shares_pages_with_its_owner():
         table.release_owner(1)
         app.close()
     finally:
+        os.close(fd)
+
+
+def sealed_memfd(length: int, seals: int = fcntl.F_SEAL_SHRINK) -> int:
+    """A memfd as the verbs client makes one: sized, then sealed."""
+    fd = os.memfd_create("test-mr", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, length)
+    if seals:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    return fd
+
+
+def test_a_sealed_region_cannot_shrink_under_the_rnic():
+    """What kept a shrunk memfd from killing the agent with SIGBUS at the next WRITE."""
+    fd = sealed_memfd(8192)
+    try:
+        table = RegionTable()
+        region = table.register(1, 0, 8192, ACCESS_REMOTE_WRITE, fd=fd)
+        with pytest.raises(PermissionError):
+            os.ftruncate(fd, 0)
+        table.domain(1).remote(region.key, 8000, 192, write=True)[:] = bytes(192)  # the last page is still there
+        table.release_owner(1)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: sealed_memfd(4096, seals=0), "sealed against shrinking"),
+    (lambda: sealed_memfd(1024), "holds 1024 bytes, not the 4096 registered"),
+    (lambda: os.open(os.devnull, os.O_RDWR), "must be a memfd"),
+    (lambda: os.pipe()[0], "must be a memfd"),
+    (lambda: os.open(tempfile.gettempdir(), os.O_TMPFILE | os.O_RDWR), "must be a memfd"),  # an unnamed file
+])
+def test_descriptors_that_are_no_sealed_memfd_are_refused(make, message):
+    fd = make()
+    try:
+        table = RegionTable()
+        with pytest.raises(ValueError, match=message):
+            table.register(1, 0, 4096, ACCESS_REMOTE_WRITE, fd=fd)
+        assert table.regions == {}
+    finally:
+        os.close(fd)
+
+
+def test_a_read_only_descriptor_of_a_sealed_memfd_is_refused_in_one_line():
+    fd = sealed_memfd(4096)
+    read_only = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+    try:
+        with pytest.raises(ValueError, match="cannot map the region's memfd"):
+            RegionTable().register(1, 0, 4096, ACCESS_REMOTE_WRITE, fd=read_only)
+    finally:
+        os.close(read_only)
         os.close(fd)

@@ -1,0 +1,177 @@
+"""Switch agents and RNICs with a fake wire, for unit tests of their per-frame paths (no root).
+
+An agent's raw AF_PACKET sockets (and the RNIC's UDP sink) are replaced by
+:class:`FakeWire` objects: a real eventfd stands in for the descriptor (so
+epoll registration works), frames handed in are returned by ``recv``, and
+frames sent are recorded.  Everything else is the agents' real code: the
+epoll loop's objects, the timerfd, the Unix control and verbs sockets (in a
+temporary directory), the MMU, the IB plane, the RC transport.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import types
+from collections import deque
+from typing import Any
+
+import pytest
+
+from emulator import agentlib
+from emulator.host import agent as host_agent
+from emulator.rdma import links, rnic
+from emulator.switch import agent as switch_agent
+from emulator.switch.params import derive_config
+
+MAC_S1 = ["02:01:00:00:01:01", "02:01:00:00:01:02", "02:01:00:00:01:03"]
+MAC_PEERS = ["02:00:00:00:01:00", "02:00:00:00:02:00", "02:01:00:00:02:01"]
+HOST_MAC, GATEWAY_MAC = "02:00:00:00:01:00", "02:01:00:00:01:01"
+HOST_IP = "10.0.0.1"
+LIDS = {"10.0.0.1": 1, "10.0.0.2": 2, "10.0.0.3": 3}
+
+
+class FakeWire:
+    """A raw socket without a wire: ``inbox`` feeds recv, ``sent`` records send."""
+
+    def __init__(self, *_args: Any) -> None:
+        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.inbox: deque[bytes] = deque()
+        self.sent: list[bytes] = []
+        self.refuse: type[OSError] | None = None  # raise this from send, e.g. BlockingIOError
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def setsockopt(self, *_args: Any) -> None:
+        pass
+
+    def getsockopt(self, _level: int, _option: int, size: int = 0) -> bytes | int:
+        return bytes(size) if size else 0
+
+    def bind(self, *_args: Any) -> None:
+        pass
+
+    def setblocking(self, _flag: bool) -> None:
+        pass
+
+    def send(self, frame: bytes) -> int:
+        if self.refuse is not None:
+            raise self.refuse()
+        self.sent.append(bytes(frame))
+        return len(frame)
+
+    def recv(self, size: int) -> bytes:
+        if not self.inbox:
+            raise BlockingIOError
+        return self.inbox.popleft()[:size]
+
+    def recv_into(self, buffer: bytearray) -> int:
+        frame = self.recv(len(buffer))
+        buffer[:len(frame)] = frame
+        return len(frame)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def _socket_module() -> types.SimpleNamespace:
+    """The socket module, but ``socket()`` makes a FakeWire for anything that is not AF_UNIX."""
+    module = types.SimpleNamespace(**{name: getattr(socket, name) for name in dir(socket) if not name.startswith("__")})
+    module.socket = lambda family=socket.AF_INET, *args: (
+        socket.socket(family, *args) if family == socket.AF_UNIX else FakeWire())
+    return module
+
+
+@pytest.fixture
+def fake_wire(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch the agents' modules so that their wire sockets are FakeWires and RPS is left alone."""
+    fake = _socket_module()
+    for module in (switch_agent, host_agent, rnic, links):
+        monkeypatch.setattr(module, "socket", fake)
+    for module in (switch_agent, host_agent):
+        monkeypatch.setattr(module, "keep_flows_in_order", lambda *_args, **_kw: [])
+    monkeypatch.setattr(host_agent, "PauseGates", FakeGates)
+    monkeypatch.setattr(host_agent.socket, "if_nametoindex", lambda _name: 2)
+
+
+class FakeGates:
+    """The host's tc pause gates, as a record of what was closed and opened."""
+
+    def __init__(self, *_args: Any) -> None:
+        self.events: list[tuple[str, int]] = []
+
+    def pause(self, priority: int) -> None:
+        self.events.append(("pause", priority))
+
+    def resume(self, priority: int) -> None:
+        self.events.append(("resume", priority))
+
+    def close(self) -> None:
+        pass
+
+
+def switch_config(tmp: str, ib: bool = False, mtus: tuple[int, ...] = (1500, 1500, 1500)) -> dict[str, Any]:
+    """A switch s1 with ports to h1 and h2 and to another switch; routes to 10.0.0.1..3."""
+    mmu = dataclasses.asdict(derive_config("ib" if ib else "lossless", 100_000_000, 0, max(mtus), ports=3))
+    for key in ("lossless", "strict"):
+        mmu[key] = sorted(mmu[key])
+    ports = [{"ifname": f"s1-eth{i + 1}", "mac": MAC_S1[i], "peer_mac": MAC_PEERS[i], "rate_bps": 100_000_000,
+              "mtu": mtus[i], "delay_ns": 0, "host_facing": i < 2, "loss": 0.0, "drop": []} for i in range(3)]
+    return {
+        "name": "s1", "netns": "none", "control": os.path.join(tmp, "s1.sock"),
+        "stats_file": os.path.join(tmp, "s1.stats.json"), "seed": 1, "mmu": mmu,
+        "occupancy_file": os.path.join(tmp, "s1.occupancy.csv"), "ports": ports,
+        "routes": {"10.0.0.1": ["s1-eth1"], "10.0.0.2": ["s1-eth2"], "10.0.0.3": ["s1-eth3"]},
+        "ib": {"lft": {"1": 0, "2": 1, "3": 2}, "sl2vl": [sl % 4 for sl in range(16)], "vls": 4,
+               "vl_buffer": mmu["vl_buffer"], "peer_capacity": [mmu["vl_buffer"]] * 3} if ib else None,
+    }
+
+
+def make_switch(tmp: str, **options: Any) -> switch_agent.SwitchAgent:
+    return switch_agent.SwitchAgent(switch_config(tmp, **options))
+
+
+def rnic_config(tmp: str, ib: bool = False, mtu: int = 1500) -> dict[str, Any]:
+    """Host h1's RNIC (10.0.0.1) behind s1, on RoCEv2 or native IB."""
+    return {
+        "ifname": "h1-eth0", "rate_bps": 100_000_000, "mtu": mtu, "mac": HOST_MAC, "peer_mac": GATEWAY_MAC,
+        "ip": HOST_IP, "seed": 7, "verbs": os.path.join(tmp, "h1.verbs"),
+        "ib": {"lid": 1, "sl": 0, "sl2vl": [sl % 4 for sl in range(16)], "vls": 4, "lids": LIDS,
+               "capacity": 64 << 10, "peer_capacity": 16 * 1514} if ib else None,
+    }
+
+
+class Loop:
+    """Stands in for the host agent's epoll registration."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[int, Any] = {}
+
+    def watch(self, fd: int, _mask: int, handler: Any) -> None:
+        self.handlers[fd] = handler
+
+    def modify(self, _fd: int, _mask: int) -> None:
+        pass
+
+    def unwatch(self, fd: int) -> None:
+        del self.handlers[fd]
+
+
+def make_rnic(tmp: str, **options: Any) -> tuple[rnic.Rnic, Loop]:
+    loop = Loop()
+    return rnic.Rnic(rnic_config(tmp, **options), loop.watch, loop.modify, loop.unwatch), loop
+
+
+def make_host(tmp: str, **options: Any) -> host_agent.HostAgent:
+    """Host h1's agent: its RNIC and its PFC reaction (gates faked)."""
+    config = {**rnic_config(tmp, **options), "name": "h1", "netns": "none", "control": os.path.join(tmp, "h1.sock"),
+              "stats_file": os.path.join(tmp, "h1.stats.json")}
+    return host_agent.HostAgent(config)
+
+
+def close_agent(agent: agentlib.AgentBase) -> None:
+    agent.control.close()
+    agent.timer.close()
+    agent.epoll.close()

@@ -1,0 +1,262 @@
+"""Every per-frame path survives any byte string: dropped and counted, never an exception.
+
+The switch's Ethernet and IB planes, the host agent's PFC path and the
+RNIC's RoCEv2 and IB receive paths, run as the agents run them (their real
+code, a fake wire: see fake_agents.py).  First the reproducers of issue 10
+(frames that killed an agent), then hypothesis' frames: random, of our
+EtherTypes, and valid frames damaged (hostile_frames.py).  The fuzz tests
+assert that each frame left a trace in a counter, so "nothing raised" is
+not enough to pass.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+
+import pytest
+from hypothesis import given
+
+from emulator.ib.wire import encode_data, encode_fc
+from emulator.mac import mac_bytes
+from emulator.rdma.packet import Opcode, Packet
+from emulator.rdma.wire import Framer
+from fake_agents import (
+    GATEWAY_MAC, HOST_IP, HOST_MAC, MAC_PEERS, MAC_S1, close_agent, fake_wire, make_host, make_rnic, make_switch,
+)
+from hostile_frames import frames
+
+assert fake_wire  # a fixture, used by name below
+
+ETH_IPV4 = b"\x08\x00"
+
+
+def udp_frame(payload: bytes = b"x" * 18, dst_ip: str = "10.0.0.2") -> bytes:
+    """A valid IPv4/UDP frame from h1 to ``dst_ip`` (the RNIC's framer makes a well-formed one)."""
+    framer = Framer(MAC_PEERS[0], MAC_S1[0], "10.0.0.1", dst_ip, 50000)
+    return framer.encode(Packet(Opcode.SEND_ONLY, 0x11, 1, payload=payload))
+
+
+# --- the switch ---------------------------------------------------------------------------------------------
+
+
+def switch_trace(agent) -> tuple:
+    """Every counter a frame arriving at a switch can move."""
+    ports = agent.ports
+    trace = [sum(sum(p.drops.values()) + sum(p.rx_frames) + sum(p.pfc_received) + p.control_frames + p.arp_replies
+                 for p in ports)]
+    if agent.ib is not None:
+        trace += [sum(sum(d.values()) for d in agent.ib.drops), sum(agent.ib.forwarded),
+                  sum(len(q) for port in agent.ib.queues for q in port),
+                  sum(c["fc_received"] for link in agent.ib.links for c in link.counters.values())]
+    return tuple(trace)
+
+
+def deliver(agent, index: int, frame: bytes) -> None:
+    """A frame arrives on port ``index`` and the agent's loop handles it."""
+    port = agent.ports[index]
+    port.sock.inbox.append(frame)
+    now = time.monotonic_ns()
+    agent._on_port(port.fd, select.EPOLLIN, now)
+    agent.after_events(now)
+
+
+@pytest.fixture
+def switch(fake_wire, tmp_path):
+    agent = make_switch(str(tmp_path))
+    yield agent
+    close_agent(agent)
+
+
+@pytest.fixture
+def ib_switch(fake_wire, tmp_path):
+    agent = make_switch(str(tmp_path), ib=True)
+    yield agent
+    close_agent(agent)
+
+
+def test_a_14_byte_ipv4_frame_is_counted_malformed_and_the_switch_forwards_on(switch):
+    """Issue 10: our MAC, EtherType 0x0800, no payload killed the agent with an IndexError."""
+    deliver(switch, 0, mac_bytes(MAC_S1[0]) + mac_bytes(MAC_PEERS[0]) + ETH_IPV4)
+    assert switch.ports[0].drops["malformed"] == 1
+    deliver(switch, 0, udp_frame())
+    assert len(switch.ports[1].sock.sent) == 1  # to h2, TTL decremented
+    assert switch.ports[1].sock.sent[0][22] == 63
+    assert switch.stats()["totals"]["malformed"] == 1
+
+
+@pytest.mark.parametrize("damage, counter", [
+    (lambda f: f[:20], "malformed"),                                  # cut inside the IP header
+    (lambda f: f[:14] + b"\x65" + f[15:], "malformed"),               # version 6 in an IPv4 frame
+    (lambda f: f[:14] + b"\x44" + f[15:], "malformed"),               # IHL 4
+    (lambda f: f[:16] + b"\x05\xdc" + f[18:], "malformed"),           # total length beyond the frame
+    (lambda f: f[:24] + bytes([f[24] ^ 1]) + f[25:], "malformed"),    # header checksum wrong
+    (lambda f: f[:22] + b"\x01" + f[23:24] + (int.from_bytes(f[24:26], "big") + 0x3F00).to_bytes(2, "big")
+     + f[26:], "ttl"),                                                # TTL 1 (checksum kept valid)
+    (lambda f: f[:6] + b"\x02\x99\x99\x99\x99\x99" + f[12:], None),   # a source MAC is not checked
+    (lambda f: b"\x02\x01\x00\x00\x09\x09" + f[6:], "not_for_us"),
+    (lambda f: f[:12] + b"\x86\xdd" + f[14:], "unsupported"),         # IPv6
+])
+def test_ipv4_damage_is_dropped_under_its_counter(switch, damage, counter):
+    deliver(switch, 0, damage(udp_frame()))
+    drops = switch.ports[0].drops
+    if counter is None:
+        assert sum(drops.values()) == 0 and len(switch.ports[1].sock.sent) == 1
+    else:
+        assert drops[counter] == 1 and sum(drops.values()) == 1
+        assert switch.ports[1].sock.sent == []
+
+
+def test_a_frame_longer_than_the_egress_mtu_is_dropped_not_sent(fake_wire, tmp_path):
+    agent = make_switch(str(tmp_path), mtus=(1500, 576, 1500))
+    try:
+        deliver(agent, 0, udp_frame(b"x" * 600))  # fits the 1500-byte ingress link, not h2's 576
+        assert agent.ports[0].drops["mtu"] == 1 and agent.ports[1].sock.sent == []
+        deliver(agent, 0, udp_frame(b"x" * 500))
+        assert len(agent.ports[1].sock.sent) == 1
+    finally:
+        close_agent(agent)
+
+
+def test_a_send_the_kernel_refuses_is_counted_and_the_port_goes_on(switch):
+    switch.ports[1].sock.refuse = OSError  # e.g. ENOBUFS
+    deliver(switch, 0, udp_frame())
+    assert switch.ports[1].tx_errors == 1
+    switch.ports[1].sock.refuse = None
+    deliver(switch, 0, udp_frame())
+    assert len(switch.ports[1].sock.sent) == 1
+    assert switch.stats()["totals"]["drops"] == 1
+
+
+def test_short_mac_control_and_arp_frames_are_malformed(switch):
+    header = mac_bytes("01:80:c2:00:00:01") + mac_bytes(MAC_PEERS[0])
+    deliver(switch, 0, header + b"\x88\x08\x01\x01")
+    deliver(switch, 0, mac_bytes("ff:ff:ff:ff:ff:ff") + mac_bytes(MAC_PEERS[0]) + b"\x08\x06\x00\x01")
+    deliver(switch, 0, header + b"\x88\x08\x00\x01" + bytes(44))  # 802.3x PAUSE: not ours to answer
+    assert switch.ports[0].drops["malformed"] == 2
+    assert switch.ports[0].drops["unsupported"] == 1
+
+
+def ib_frame(sl: int = 3, vl: int = 3, dlid: int = 2, payload: bytes = bytes(64)) -> bytes:
+    packet = Packet(Opcode.WRITE_ONLY, 0x11, 5, va=0x1000, rkey=0x100, dma_len=len(payload), payload=payload)
+    return encode_data(MAC_PEERS[0], MAC_S1[0], dlid, 1, sl, vl, packet)
+
+
+def test_short_ib_frames_and_lnh_0_are_counted_malformed_and_the_ib_plane_forwards_on(ib_switch):
+    """Issue 10: a short 0x88B6 frame, or SL 1 on VL 0 with LNH 0, killed the switch."""
+    header = mac_bytes(MAC_S1[0]) + mac_bytes(MAC_PEERS[0]) + b"\x88\xb6"
+    deliver(ib_switch, 0, header)
+    deliver(ib_switch, 0, header + b"\xfb")
+    deliver(ib_switch, 0, header + b"\xfb" + bytes(5))
+    lnh0 = bytearray(ib_frame(sl=1, vl=0))
+    lnh0[16] = 1 << 4  # SL 1, LNH 0 (raw): no BTH follows
+    deliver(ib_switch, 0, bytes(lnh0))
+    assert ib_switch.ib.drops[0]["malformed"] == 4
+    deliver(ib_switch, 0, ib_frame())
+    assert ib_switch.ib.forwarded[1] == 1 or len(ib_switch.ib.queues[1][3]) == 1
+    assert ib_switch.stats()["totals"]["ib_malformed"] == 4
+
+
+def test_ib_packets_with_a_vl_we_lack_or_no_route_or_too_long_are_counted(fake_wire, tmp_path):
+    agent = make_switch(str(tmp_path), ib=True, mtus=(4096, 1500, 1500))
+    try:
+        deliver(agent, 0, ib_frame(vl=9))
+        deliver(agent, 0, ib_frame(dlid=77))
+        deliver(agent, 0, ib_frame(payload=bytes(2048)))  # fits the 4096-byte ingress link, not h2's
+        assert agent.ib.drops[0] == {"malformed": 1, "credit_violation": 0, "no_route": 1, "too_long": 1}
+        assert agent.ib.links[0].occupancy(3) == 0  # what was dropped after admission gave its buffer back
+    finally:
+        close_agent(agent)
+
+
+def test_a_flow_control_packet_for_a_vl_we_lack_is_malformed(ib_switch):
+    deliver(ib_switch, 0, encode_fc(MAC_PEERS[0], MAC_S1[0], 0, 0, 9, 100))
+    assert ib_switch.ib.drops[0]["malformed"] == 1
+
+
+@given(frame=frames(MAC_S1[0], MAC_PEERS[0]))
+def test_fuzz_switch_ethernet_plane(switch, frame):
+    before = switch_trace(switch)
+    deliver(switch, 0, frame)
+    assert switch_trace(switch) != before, f"frame {frame.hex()} left no trace in any counter"
+
+
+@given(frame=frames(MAC_S1[0], MAC_PEERS[0]))
+def test_fuzz_switch_ib_plane(ib_switch, frame):
+    before = switch_trace(ib_switch)
+    deliver(ib_switch, 0, frame)
+    assert switch_trace(ib_switch) != before, f"frame {frame.hex()} left no trace in any counter"
+
+
+# --- the host: PFC reaction and the RNIC --------------------------------------------------------------------
+
+
+def host_trace(agent) -> tuple:
+    rnic = agent.rnic
+    link = rnic.link
+    return (agent.malformed, sum(agent.pfc_received), rnic.malformed(), rnic.counters["frames_received"],
+            getattr(link, "credit_violations", 0),
+            sum(c["fc_received"] for c in link.credits.counters.values()) if hasattr(link, "credits") else 0)
+
+
+def deliver_to_host(agent, frame: bytes) -> bool:
+    """A frame reaches the host agent's sockets that the kernel would give it; False if none would."""
+    now = time.monotonic_ns()
+    delivered = False
+    if len(frame) >= 14 and frame[12:14] == b"\x88\x08":  # the PFC socket is bound to MAC control
+        agent.sock.inbox.append(frame)
+        agent._on_frame(agent.sock.fileno(), select.EPOLLIN, now)
+        delivered = True
+    if kernel_passes_to_rnic(agent.rnic, frame):
+        agent.rnic.sock.inbox.append(frame)
+        agent.rnic._receive(now)
+        delivered = True
+    agent.after_events(now)
+    return delivered
+
+
+def kernel_passes_to_rnic(rnic, frame: bytes) -> bool:
+    """What the RNIC's socket receives: the IB EtherType, or what its classic BPF filter accepts."""
+    if rnic.link.ethertype == 0x88B6:
+        return len(frame) >= 14 and frame[12:14] == b"\x88\xb6"
+    return (len(frame) >= 38 and frame[12:14] == ETH_IPV4 and frame[14] == 0x45 and frame[23] == 17
+            and frame[36:38] == (4791).to_bytes(2, "big"))
+
+
+@pytest.fixture(params=[False, True], ids=["roce", "ib"])
+def host(fake_wire, tmp_path, request):
+    agent = make_host(str(tmp_path), ib=request.param)
+    yield agent
+    agent.rnic.close()
+    close_agent(agent)
+
+
+def test_an_ib_data_packet_on_vl_4_is_counted_malformed(fake_wire, tmp_path):
+    """Issue 10: a data frame on VL >= 4 killed the RNIC with a ValueError from the credit model."""
+    agent, _ = make_rnic(str(tmp_path), ib=True)
+    try:
+        packet = Packet(Opcode.ACK, 0x11, 1, syndrome=0x1F)
+        for vl in (4, 9, 15):
+            agent.sock.inbox.append(encode_data(GATEWAY_MAC, HOST_MAC, 1, 2, 0, vl, packet))
+        agent.sock.inbox.append(encode_data(GATEWAY_MAC, HOST_MAC, 1, 2, 0, 0, packet))
+        agent._receive(time.monotonic_ns())
+        assert agent.malformed() == 3
+        assert agent.counters["unknown_qp"] == 1  # the good one got through to the QP lookup
+    finally:
+        agent.close()
+
+
+def test_a_pfc_frame_still_pauses_after_garbage(host):
+    header = mac_bytes("01:80:c2:00:00:01") + mac_bytes(GATEWAY_MAC) + b"\x88\x08"
+    deliver_to_host(host, header + b"\x01")
+    deliver_to_host(host, header + b"\x01\x01\x00\x08" + bytes(3 * 2) + b"\xff\xff" + bytes(8 * 2))
+    assert host.malformed == 1
+    assert host.gates.events == [("pause", 3)]
+    assert host.stats()["drops"]["malformed"] >= 1
+
+
+@given(frame=frames(HOST_MAC, GATEWAY_MAC, dst_ip=HOST_IP, src_ip="10.0.0.2"))
+def test_fuzz_host_agent_and_rnic_receive(host, frame):
+    before = host_trace(host)
+    if deliver_to_host(host, frame):
+        assert host_trace(host) != before, f"frame {frame.hex()} left no trace in any counter"
