@@ -52,12 +52,18 @@ def _field(request: dict[str, Any], key: str) -> Any:
     return request[key]
 
 
+def _shown(number: int) -> str:
+    """An integer for a one-line message: its digits, or their start and count when there are many."""
+    text = str(number)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text.lstrip('-'))} digits)"
+
+
 def check_int(value: Any, name: str, low: int, high: int) -> int:
     """``value`` if it is a JSON integer (not a bool or float) within [low, high]."""
     if type(value) is not int:
         raise BadRequest(f"{name} must be an integer, not {type(value).__name__}")
     if not low <= value <= high:
-        raise BadRequest(f"{name} {value} is out of range ({low} to {high})")
+        raise BadRequest(f"{name} {_shown(value)} is out of range ({low} to {high})")
     return value
 
 
