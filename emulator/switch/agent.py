@@ -417,6 +417,7 @@ class SwitchAgent(AgentBase):
                 totals[f"ib_{cause}"] = self.ib.total(cause)
                 totals["drops"] += self.ib.total(cause)
             totals["malformed"] += self.ib.total("malformed")
+            totals["drops"] += sum(self.ib.tx_errors)
         return {"switch": self.name, "scheduling": self.scheduling, "ports": ports, "totals": totals,
                 "rps_failed": self.unordered}
 

@@ -50,6 +50,7 @@ class IbPlane:
         self.control: list[deque[bytes]] = [deque() for _ in macs]  # flow-control packets to send
         self.drops = [dict.fromkeys(IB_DROPS, 0) for _ in macs]  # per ingress port
         self.forwarded = [0] * len(macs)
+        self.tx_errors = [0] * len(macs)  # packets and flow-control packets the kernel refused to send
 
     def receive(self, now: int, port: int, frame: bytes) -> list[int]:
         """An IB frame arrived on ``port``; returns the ports that may now send.
@@ -107,6 +108,8 @@ class IbPlane:
                 send(control[0])
             except BlockingIOError:
                 return False
+            except OSError:  # refused for good (e.g. ENOBUFS): a lost update, the next refresh repeats it
+                self.tx_errors[port] += 1
             control.popleft()
         stalled = 0
         vl = self.next_vl[port]
@@ -119,10 +122,13 @@ class IbPlane:
                 except BlockingIOError:
                     self.next_vl[port] = vl
                     return False
+                except OSError:  # refused for good: the packet is lost, uncounted by the credits it never used
+                    self.tx_errors[port] += 1
+                else:
+                    link.sent(vl, size)
+                    self.forwarded[port] += 1
                 queue.popleft()
-                link.sent(vl, size)
                 self.links[ingress].freed(vl_in, size)
-                self.forwarded[port] += 1
                 stalled = 0
             else:
                 stalled += 1
@@ -147,7 +153,7 @@ class IbPlane:
 
     def stats(self, port: int) -> dict[str, Any]:
         return {"forwarded": self.forwarded[port], "queued": [len(q) for q in self.queues[port]],
-                "drops": dict(self.drops[port]), "credits": [self.links[port].counters[vl] for vl in range(self.vls)]}
+                "drops": dict(self.drops[port]), "tx_errors": self.tx_errors[port], "credits": [self.links[port].counters[vl] for vl in range(self.vls)]}
 
     def total(self, cause: str) -> int:
         """Drops of one cause (an IB_DROPS name) over every port."""

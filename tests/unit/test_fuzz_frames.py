@@ -260,3 +260,13 @@ def test_fuzz_host_agent_and_rnic_receive(host, frame):
     before = host_trace(host)
     if deliver_to_host(host, frame):
         assert host_trace(host) != before, f"frame {frame.hex()} left no trace in any counter"
+
+
+def test_an_ib_packet_the_kernel_refuses_is_counted_and_its_buffer_freed(ib_switch):
+    ib_switch.ports[1].sock.refuse = OSError
+    deliver(ib_switch, 0, ib_frame())
+    assert ib_switch.ib.tx_errors[1] >= 1 and ib_switch.ib.forwarded[1] == 0 and not ib_switch.ib.queues[1][3]
+    assert ib_switch.ib.links[0].occupancy(3) == 0
+    ib_switch.ports[1].sock.refuse = None
+    deliver(ib_switch, 0, ib_frame())
+    assert ib_switch.ib.forwarded[1] == 1
