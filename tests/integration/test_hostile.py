@@ -55,8 +55,8 @@ def test_a_switch_counts_hostile_ethernet_frames_and_forwards_on():
             Packet(Opcode.SEND_ONLY, 0x11, 1, payload=b"x" * 20))
         frames = [
             header + b"\x08\x00",                                # issue 10: 14 bytes, IPv4, no payload
-            good[:24] + bytes([good[24] ^ 0xFF]) + good[25:],     # header checksum wrong
-            good[:14] + b"\x4f" + good[15:],                     # IHL beyond the frame
+            good[:14] + b"\x44" + good[15:],                     # IHL 4
+            good[:16] + b"\x05\xdc" + good[18:],                 # total length beyond the frame
             header + b"\x88\x08\x01",                            # a MAC control frame of 15 bytes
         ]
         inject(net, "h1", h1.ifname, frames)

@@ -90,10 +90,10 @@ def test_a_14_byte_ipv4_frame_is_counted_malformed_and_the_switch_forwards_on(sw
     (lambda f: f[:14] + b"\x65" + f[15:], "malformed"),               # version 6 in an IPv4 frame
     (lambda f: f[:14] + b"\x44" + f[15:], "malformed"),               # IHL 4
     (lambda f: f[:16] + b"\x05\xdc" + f[18:], "malformed"),           # total length beyond the frame
-    (lambda f: f[:24] + bytes([f[24] ^ 1]) + f[25:], "malformed"),    # header checksum wrong
+    (lambda f: f[:24] + bytes([f[24] ^ 1]) + f[25:], None),           # header checksum wrong: not checked
     (lambda f: f[:22] + b"\x01" + f[23:24] + (int.from_bytes(f[24:26], "big") + 0x3F00).to_bytes(2, "big")
      + f[26:], "ttl"),                                                # TTL 1 (checksum kept valid)
-    (lambda f: f[:6] + b"\x02\x99\x99\x99\x99\x99" + f[12:], None),   # a source MAC is not checked
+    (lambda f: f[:6] + b"\x02\x99\x99\x99\x99\x99" + f[12:], None),   # nor a source MAC
     (lambda f: b"\x02\x01\x00\x00\x09\x09" + f[6:], "not_for_us"),
     (lambda f: f[:12] + b"\x86\xdd" + f[14:], "unsupported"),         # IPv6
 ])
