@@ -4,7 +4,10 @@ The perf tools exchange QP details over TCP through the fabric, as perftest
 does; the collective coordinator talks to its ranks over a Unix socket.
 Both speak this: a reply with an ``error`` key ends the exchange with that
 error, and a peer that goes away or stays silent ends it with a line that
-says who and what was awaited.
+says who and what was awaited.  The peer is hostile until checked (the
+perf server listens on the fabric): a line is at most LINE_MAX bytes, must
+be a JSON object, and the fields a caller names must be there with their
+types; anything else ends the exchange with one line naming the peer.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import socket
 from typing import Any
 
 from emulator.errors import FabricError
+
+LINE_MAX = 1 << 20
 
 
 class JsonLines:
@@ -28,17 +33,34 @@ class JsonLines:
         self.file.write(json.dumps(message).encode() + b"\n")
         self.file.flush()
 
-    def receive(self, what: str) -> dict[str, Any]:
-        """The next message; ``what`` says what it should be, for the errors."""
+    def receive(self, what: str, fields: dict[str, type] | None = None) -> dict[str, Any]:
+        """The next message; ``what`` says what it should be, for the errors.
+
+        ``fields`` names keys the message must have, with their types (an
+        int is never a bool or a float here).
+        """
         try:
-            line = self.file.readline()
+            line = self.file.readline(LINE_MAX + 1)
         except socket.timeout:
             raise FabricError(f"{self.peer} did not send {what} in time") from None
+        except OSError as err:
+            raise FabricError(f"{self.peer}: connection failed while we waited for {what}: {err.strerror}") from None
         if not line:
             raise FabricError(f"{self.peer} closed the connection while we waited for {what}")
-        message = json.loads(line)
+        if len(line) > LINE_MAX:
+            raise FabricError(f"{self.peer} sent a message over {LINE_MAX} bytes instead of {what}")
+        try:
+            message = json.loads(line)
+        except (ValueError, RecursionError):
+            raise FabricError(f"{self.peer} sent something that is not JSON instead of {what}") from None
+        if not isinstance(message, dict):
+            raise FabricError(f"{self.peer} sent something that is no JSON object instead of {what}")
         if "error" in message:
-            raise FabricError(f"{self.peer}: {message['error']}")
+            raise FabricError(f"{self.peer}: {' '.join(str(message['error']).split())[:200]}")
+        for key, kind in (fields or {}).items():
+            value = message.get(key)
+            if type(value) is not kind:
+                raise FabricError(f"{self.peer} sent {what} without a valid {key!r} ({kind.__name__})")
         return message
 
     def close(self) -> None:
