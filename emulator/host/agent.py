@@ -36,7 +36,7 @@ class HostAgent(AgentBase):
                                 config["mtu"], config["mac"], config["peer_mac"])
         self.state = PauseState(config["rate_bps"])
         self.pfc_received = [0] * PRIORITIES
-        self.malformed = 0  # MAC control frames that are no PFC frame
+        self.malformed = 0  # MAC control frames that are no PFC frame enabling a class
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_MAC_CONTROL))
         self.sock.bind((ifname, ETH_P_MAC_CONTROL))
         self.sock.setblocking(False)
@@ -51,7 +51,7 @@ class HostAgent(AgentBase):
             except BlockingIOError:
                 return
             quanta = decode_pfc(frame)
-            if quanta is None:
+            if not quanta:  # too short, another opcode (802.3x PAUSE), or PFC that enables no class
                 self.malformed += 1
                 continue
             for priority in quanta:

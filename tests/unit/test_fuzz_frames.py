@@ -249,8 +249,9 @@ def test_an_ib_data_packet_on_vl_4_is_counted_malformed(fake_wire, tmp_path):
 def test_a_pfc_frame_still_pauses_after_garbage(host):
     header = mac_bytes("01:80:c2:00:00:01") + mac_bytes(GATEWAY_MAC) + b"\x88\x08"
     deliver_to_host(host, header + b"\x01")
+    deliver_to_host(host, header + b"\x01\x01" + bytes(18))  # PFC enabling no class (found by the deep fuzz run)
     deliver_to_host(host, header + b"\x01\x01\x00\x08" + bytes(3 * 2) + b"\xff\xff" + bytes(8 * 2))
-    assert host.malformed == 1
+    assert host.malformed == 2
     assert host.gates.events == [("pause", 3)]
     assert host.stats()["drops"]["malformed"] >= 1
 
