@@ -48,7 +48,7 @@ def by_name(exp) -> dict[str, Variant]:
 # --- the built-ins ---------------------------------------------------------
 
 def test_builtin_names():
-    assert builtin_names() == ["headline", "incast-scaling", "straggler"]
+    assert builtin_names() == ["headline", "incast-scaling", "smoke", "straggler"]
 
 
 def test_headline():
@@ -198,13 +198,13 @@ def test_unknown_variant_key_message_in_full(tmp_path):
     ('size = 0', 'variant "a": key "size": 0 B: messages are 1 B to'),
     ('size = 1.5', 'variant "a": key "size": bad size'),
     ('senders = 4', 'variant "a": key "senders": 4 senders and a receiver need 5 hosts, \'star,4\' has 4'),
-    ('senders = 0', 'variant "a": key "senders": must be at least 1'),
+    ('senders = 0', 'variant "a": key "senders" = 0: must be 1 to 2048'),
     ('topo = "nosuch,3"', 'variant "a": key "topo": unknown topology \'nosuch\''),
     ('topo = "star,x"', 'variant "a": key "topo": topology \'star,x\': n must be an integer'),
     ('topo = "star,1"', 'variant "a": key "topo": incast needs at least 2 hosts'),
     ('topo = 8', 'variant "a": key "topo": expected a spec such as "star,8"'),
-    ('iterations = 0', 'variant "a": key "iterations": must be at least 1, got 0'),
-    ('warmup = -1', 'variant "a": key "warmup": must be at least 0, got -1'),
+    ('iterations = 0', 'variant "a": key "iterations" = 0: must be 1 to 10000'),
+    ('warmup = -1', 'variant "a": key "warmup" = -1: must be 0 to 1000'),
     ('seed = "one"', 'variant "a": key "seed": expected a whole number'),
     ('mtu = 1000', 'variant "a": key "mtu": RDMA path MTU 1000: choose one of 256, 512, 1024, 2048, 4096'),
     ('mtu = 2048', 'variant "a": key "mtu": path MTU 2048 needs a link MTU of 2112, the links have 1500'),
@@ -285,7 +285,7 @@ def test_missing_file_names_it_and_the_builtins(tmp_path):
         load_experiment(missing)
     message = str(info.value)
     assert message.startswith(f"{missing}: no such experiment file") and "\n" not in message
-    assert "headline, incast-scaling, straggler" in message
+    assert "headline, incast-scaling, smoke, straggler" in message
 
 
 def test_a_directory_is_not_an_experiment(tmp_path):

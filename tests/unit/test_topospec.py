@@ -147,7 +147,7 @@ def test_custom_file_wins_over_builtin(tmp_path):
     topo = build_topo("star", custom=path)
     assert type(topo).__name__ == "MyStar"
     assert error(build_topo, "star,4", custom=path) == (
-        "topology 'star' takes (); got 1 positional argument")
+        f"custom topology file {path!r}: topology 'star' takes (); got 1 positional argument")
 
 
 def test_custom_lambda_entry(tmp_path):
@@ -161,7 +161,7 @@ def test_custom_lambda_entry(tmp_path):
 def test_custom_errors_are_wrapped(tmp_path):
     path = write(tmp_path, CUSTOM)
     assert error(build_topo, "pair,0", custom=path) == (
-        "topology 'pair,0': n must be at least 1 (got 0)")
+        f"custom topology file {path!r}: topology 'pair,0': n must be at least 1 (got 0)")
     assert "known: dumbbell, fattree, leafspine, minimal, pair, ring, star" \
         in error(build_topo, "nope", custom=path)
 
@@ -209,4 +209,4 @@ def test_custom_file_that_fails(tmp_path, body, part):
 def test_custom_factory_that_returns_no_topo(tmp_path):
     path = write(tmp_path, "topos = {'odd': lambda: 42}\n")
     assert error(build_topo, "odd", custom=path) == (
-        "topology 'odd' returned int, not a Topo")
+        f"custom topology file {path!r}: topology 'odd' returned int, not a Topo")
