@@ -10,6 +10,7 @@ traceback, and nothing is left behind.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -433,6 +434,11 @@ def _exit_now(signum: int, _frame: object) -> None:
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line; a number out of its range raises FabricError (from its type)."""
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    for arg in itertools.takewhile(lambda a: a != "--", argv):
+        flag, sep, value = arg.partition("=")
+        if flag.startswith("--") and sep and value == "--":  # argparse would make the value []
+            parser.error(f"argument {flag}: expected one argument")
     args, extra = parser.parse_known_args(argv)
     # argparse fills an optional positional before the options that follow it:
     # `perf write --json h2` would leave h2 over.  Take it as the peer.

@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import re
+import subprocess
 import textwrap
 from datetime import datetime, timedelta, timezone
 
@@ -333,3 +334,70 @@ def test_run_config_without_features_or_time():
 def test_git_commit_outside_a_checkout(tmp_path):
     assert experiment.git_commit(str(tmp_path)) == "unknown"
     assert experiment.git_commit(str(tmp_path / "missing")) == "unknown"
+
+
+def test_git_commit_only_for_the_top_of_a_checkout(tmp_path):
+    """An installed package in a venv inside some checkout is not that checkout's code."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "f").write_text("x")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "f"], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
+                   check=True)
+    assert re.fullmatch(r"[0-9a-f]{40}", experiment.git_commit(str(tmp_path)))
+    site = tmp_path / "venv" / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    assert experiment.git_commit(str(site)) == "unknown"
+
+
+# --- the built-ins are package data; smoke is short ---------------------------------------------------
+
+def test_builtins_are_files_of_the_package():
+    files = sorted(entry.name for entry in experiment.BUILTIN.iterdir())
+    assert files == [f"{name}.toml" for name in builtin_names()]
+    assert os.path.dirname(str(experiment.BUILTIN)) == os.path.dirname(experiment.__file__)
+
+
+def test_builtin_descriptions_are_one_line_each():
+    descriptions = experiment.builtin_descriptions()
+    assert list(descriptions) == builtin_names()
+    for name, text in descriptions.items():
+        assert text == load_experiment(name).description
+        assert 20 < len(text) <= 100 and len(text.splitlines()) == 1, name
+
+
+def test_smoke_is_one_short_variant():
+    [v] = load_experiment("smoke").variants
+    assert (v.topo, v.fabric, v.collective, v.size, v.warmup + v.iterations) == ("star,3", "lossless", "incast",
+                                                                                64 << 10, 4)
+
+
+# --- bounds of a file: size, variants, names ------------------------------------------------------------
+
+def test_a_file_over_one_mib_is_not_read(tmp_path):
+    path = tmp_path / "exp.toml"
+    path.write_text(MINIMAL + "#" * (1 << 20))
+    with pytest.raises(FabricError, match=r"^exp.toml: larger than 1 MiB; not an experiment file$"):
+        load_experiment(str(path))
+
+
+def test_deeply_nested_arrays_are_one_line(tmp_path):
+    assert load_error(tmp_path, "a = " + "[" * 5000 + "]" * 5000 + "\n") == (
+        "exp.toml: bad TOML: arrays or tables nested too deeply")
+
+
+def test_at_most_256_variants(tmp_path):
+    message = load_error(tmp_path, MINIMAL + "[sweep]\nloss = [" + ", ".join(["0"] * 17) + "]\n"
+                         "bw = [" + ", ".join(['"1gbit"'] * 16) + "]\n")
+    assert message == "exp.toml: 272 variants (1 [[variants]] x the sweep's values); at most 256"
+
+
+def test_names_at_most_100_characters(tmp_path):
+    assert "at most 100" in load_error(tmp_path, MINIMAL.replace('name = "a"', f'name = "{"a" * 101}"'))
+    message = load_error(tmp_path, MINIMAL.replace('name = "a"', f'name = "{"a" * 90}"')
+                         + '[sweep]\ntopo = ["star,4,n=4"]\n')
+    assert "with its sweep suffixes is longer than 100 characters" in message
+
+
+def test_messages_stay_one_line_for_hostile_keys_and_names(tmp_path):
+    assert load_error(tmp_path, '"a\\u2028b" = 1\n' + MINIMAL).startswith('exp.toml: unknown key "a\\u2028b"')
+    assert 'got \'x\\ny\'' in load_error(tmp_path, MINIMAL.replace('name = "a"', 'name = "x\\ny"'))
