@@ -213,6 +213,7 @@ def cmd_topos(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from emulator.demo import run_demo
 
+    link_params({}, {"bw": args.bw})  # the link's range, before the root check
     return run_demo(spec=args.topo, bw=args.bw, seconds=args.seconds, log=progress)
 
 

@@ -235,6 +235,7 @@ NINES_400, NINES_5000 = "9" * 400, "9" * 5000
     (["pingall", "--topo", "star", "--timeout", "nan"], ["--timeout 'nan': must be 0.1 to 60"]),
     (["pingall", "--topo", "star", "--timeout", "1e400"], ["--timeout '1e400': must be 0.1 to 60"]),
     (["demo", "--seconds", "0"], ["--seconds '0': must be 1 to 3600"]),
+    (["demo", "--bw", "200gbit"], ["bad bw '200gbit': a link runs at 1 kbit/s to 100 Gbit/s"]),
     (["pingall", "--topo", "star", "--link", "bw=1bit"], ["bad bw '1bit': a link runs at 1 kbit/s to 100 Gbit/s"]),
     (["pingall", "--topo", "star", "--link", "delay=2s"], ["bad delay '2s': at most 1 s"]),
     (["pingall", "--topo", "star", "--link", f"drop={NINES_5000}"], ["bad drop", "must be 1 to 1000000000000"]),
