@@ -28,6 +28,11 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def one_line(text: str) -> str:
+    """Someone else's message (an exception's, a parser's) as one line."""
+    return printable(" ".join(text.split()))
+
+
 def shown(value: object, depth: int = 2) -> str:
     """A value as a message repeats it: its ``repr``, on one line, shortened.
 

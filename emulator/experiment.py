@@ -1,13 +1,13 @@
 """Experiment files: which collectives to compare on which fabrics, as data.
 
 An experiment is a TOML file (the built-ins are package data in
-``emulator/experiments/``, installed with the package) listing ``[[variants]]`` to compare, such as one
-incast on a lossless and on a lossy fabric, optionally multiplied by a
-``[sweep]``.  Keys at the top level are defaults for every variant; a
-variant's own keys override them (``link`` and ``switch`` tables merge
-option by option); a swept key takes each of its values in turn, over
-the top level (a variant may not set a key it is swept over: one of the
-two would be ignored).  The shorthands ``loss``/``bw`` (link options)
+``emulator/experiments/``, installed with the package) listing
+``[[variants]]`` to compare, such as one incast on a lossless and on a
+lossy fabric, optionally multiplied by a ``[sweep]``.  Keys at the top
+level are defaults for every variant; a variant's own keys override them
+(``link`` and ``switch`` tables merge option by option); a swept key takes
+each of its values in turn, over the top level (a variant may not set a
+key it is swept over: one of the two would be ignored).  The shorthands ``loss``/``bw`` (link options)
 and ``buffer``/``headroom`` (switch options) make sweeps one line.
 
 Everything a run would trip over later (topology specs, link and switch
@@ -36,9 +36,8 @@ from importlib import resources
 from typing import Any, Iterator
 
 from emulator import bounds
-from emulator.bounds import meminfo_bytes
 from emulator.collectives.algorithms import COLLECTIVES, chunk_bytes
-from emulator.errors import FabricError, printable, shown
+from emulator.errors import FabricError, one_line, printable, shown
 from emulator.plan import DEFAULT_LINK, FabricPlan, link_params, make_plan
 from emulator.rdma.memory import MAX_MR_BYTES
 from emulator.rdma.rnic import PATHS_MTU, ROCE_OVERHEAD
@@ -165,7 +164,7 @@ def run_config(experiment: Experiment, features: dict[str, bool] | None,
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "cpu_model": _cpu_model(),
-        "memory_bytes": meminfo_bytes("MemTotal"),
+        "memory_bytes": bounds.meminfo_bytes("MemTotal"),
         "features": features,
         "seeds": sorted({variant.seed for variant in experiment.variants}),
         "variants": [variant.to_json() for variant in experiment.variants],
@@ -266,9 +265,9 @@ def _parse(data: bytes, label: str) -> dict[str, Any]:
     except UnicodeDecodeError as err:
         raise FabricError(f"{printable(label)}: bad TOML: not UTF-8 text") from err
     except tomllib.TOMLDecodeError as err:
-        raise FabricError(f"{printable(label)}: bad TOML: {_one_line(str(err))}") from err
+        raise FabricError(f"{printable(label)}: bad TOML: {one_line(str(err))}") from err
     except ValueError as err:  # tomllib's int() of an integer over 4300 digits
-        raise FabricError(f"{printable(label)}: bad TOML: {_one_line(str(err)).split(';')[0]}") from err
+        raise FabricError(f"{printable(label)}: bad TOML: {one_line(str(err)).split(';')[0]}") from err
     except RecursionError as err:
         raise FabricError(f"{printable(label)}: bad TOML: arrays or tables nested too deeply") from err
 
@@ -536,13 +535,9 @@ def _key(context: str, key: str) -> Iterator[None]:
     try:
         yield
     except FabricError as err:
-        raise FabricError(f"{context}: key {_q(key)}: {_one_line(str(err))}") from err
+        raise FabricError(f"{context}: key {_q(key)}: {one_line(str(err))}") from err
 
 
 def _q(text: str) -> str:
     """Quote a key or name for a message: double quotes, always one line."""
     return printable(json.dumps(text, ensure_ascii=False))
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

@@ -26,7 +26,7 @@ from mininet.topo import Topo
 from mininet.util import splitArgs
 
 from emulator.bounds import check_nodes
-from emulator.errors import FabricError, printable, shown
+from emulator.errors import FabricError, one_line, shown
 from topologies import topos as builtin_topos
 
 TopoFactory = Callable[..., Topo]
@@ -87,7 +87,7 @@ def build_topo(spec: str, custom: str | None = None) -> Topo:
     try:
         topo = factory(*args, **kwargs)
     except ValueError as exc:
-        raise FabricError(f"{origin}topology {shown(spec.strip())}: {_one_line(str(exc))}") from exc
+        raise FabricError(f"{origin}topology {shown(spec.strip())}: {one_line(str(exc))}") from exc
     except (Exception, SystemExit) as exc:
         if mine:
             raise
@@ -117,11 +117,7 @@ def topo_parameters(factory: TopoFactory) -> str:
 
 def _described(exc: BaseException) -> str:
     """An exception from someone else's code as one line: its type and text."""
-    return f"{type(exc).__name__}: {_one_line(str(exc))}"[:2 * MAX_SPEC]
-
-
-def _one_line(text: str) -> str:
-    return printable(" ".join(text.split()))
+    return f"{type(exc).__name__}: {one_line(str(exc))}"[:2 * MAX_SPEC]
 
 
 def _signature(factory: TopoFactory) -> inspect.Signature:
@@ -156,6 +152,6 @@ def _check_arguments(name: str, factory: TopoFactory, args: list[Any],
         elif not takes_var_kwargs and unknown:
             reason = f"got unknown keyword {shown(unknown[0])}"
         else:
-            reason = _one_line(str(exc))
+            reason = one_line(str(exc))
         raise FabricError(f"{origin}topology {shown(name)} takes "
                           f"{topo_parameters(factory)}; {reason}") from exc
