@@ -10,18 +10,20 @@ traceback, and nothing is left behind.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
-from emulator import runstate
+from emulator import bounds, runstate
 from emulator.errors import FabricError
 from emulator.fabric import Fabric, Node, collect_stats, finish_run, require_root
 from emulator.plan import DEFAULT_LINK, link_params
+from emulator.rdma.rnic import PATHS_MTU
 from emulator.switch.params import FABRICS, SWITCH_OPTIONS, parse_overrides
 from emulator.topospec import build_topo, topo_parameters
 from emulator.units import parse_size
@@ -211,6 +213,7 @@ def cmd_topos(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from emulator.demo import run_demo
 
+    link_params({}, {"bw": args.bw})  # the link's range, before the root check
     return run_demo(spec=args.topo, bw=args.bw, seconds=args.seconds, log=progress)
 
 
@@ -236,10 +239,18 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from emulator.experiment import load_experiment
+    from emulator.experiment import builtin_descriptions, load_experiment
     from emulator.report import main_report
     from emulator.runner import run_experiment
 
+    if args.list:
+        descriptions = builtin_descriptions()
+        width = max(map(len, descriptions))
+        for name, description in descriptions.items():
+            print(f"{name:{width}}  {description}")
+        return 0
+    if args.experiment is None:
+        raise FabricError("run needs an experiment: a built-in name (fabric-emu run --list) or a TOML file")
     experiment = load_experiment(args.experiment)
     require_root()
     directory = run_experiment(experiment, args.out, progress)
@@ -278,8 +289,24 @@ def cmd_pcap(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the project's error format: one line, not a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"fabric-emu: {message} (see {self.prog} --help)\n")
+
+
+def _whole(flag: str, allowed: tuple[int, int]) -> Callable[[str], int]:
+    """An argparse type: a whole number within its range, else one line naming the flag."""
+    return lambda text: bounds.whole(flag, text, allowed)
+
+
+def _real(flag: str, allowed: tuple[float, float]) -> Callable[[str], float]:
+    return lambda text: bounds.real(flag, text, allowed)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fabric-emu", description="Packet-level emulator of lossless AI/HPC fabrics.")
+    parser = _Parser(prog="fabric-emu", description="Packet-level emulator of lossless AI/HPC fabrics.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def topo_args(p: argparse.ArgumentParser) -> None:
@@ -291,7 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="lossless: PFC on priority 3 (default); lossy: tail drop everywhere; ib: native IB packets under link credits")
         p.add_argument("--switch", metavar="OPTS",
                        help="switch settings, e.g. buffer=256KiB,headroom=24KiB,alpha=1,kmin=15KiB,lossless=3")
-        p.add_argument("--seed", type=int, default=1, help="seed of ECN marking and injected loss")
+        p.add_argument("--seed", type=_whole("--seed", bounds.SEED), default=1,
+                       help="seed of ECN marking and injected loss (0 to 2**32-1)")
 
     p = sub.add_parser("up", help="build a fabric and leave it running")
     topo_args(p)
@@ -316,7 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("pingall", help="build, ping all host pairs, tear down")
     topo_args(p)
-    p.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for each echo reply")
+    p.add_argument("--timeout", type=_real("--timeout", bounds.PING_TIMEOUT_S), default=1.0,
+                   help="seconds to wait for each echo reply (0.1 to 60)")
     p.set_defaults(func=cmd_pingall)
 
     p = sub.add_parser("clean", help="remove everything any run left behind")
@@ -331,15 +360,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("test", choices=("write", "read", "send", "tcp"), help="RDMA WRITE, READ, SEND, or a TCP stream to compare")
     p.add_argument("peer", nargs="?", help="the server's host name (e.g. h2) or address; omit to be the server")
     p.add_argument("--size", default="64KiB", help="bytes per message (default 64KiB, at most 1GiB)")
-    p.add_argument("--iters", type=int, default=100, help="messages (default 100)")
-    p.add_argument("--mtu", type=int, default=1024, choices=(256, 512, 1024, 2048, 4096), help="path MTU (default 1024)")
-    p.add_argument("--port", type=int, default=18515, help="out-of-band TCP port (default 18515, as perftest)")
-    p.add_argument("--seed", type=int, default=1, help="seed of the data pattern")
+    p.add_argument("--iters", type=_whole("--iters", bounds.PERF_ITERS), default=100,
+                   help="messages (default 100, at most 1000000)")
+    p.add_argument("--mtu", type=_whole("--mtu", (min(PATHS_MTU), max(PATHS_MTU))), default=1024, choices=PATHS_MTU,
+                   help="path MTU (default 1024)")
+    p.add_argument("--port", type=_whole("--port", bounds.PORT), default=18515,
+                   help="out-of-band TCP port (default 18515, as perftest)")
+    p.add_argument("--seed", type=_whole("--seed", bounds.SEED), default=1,
+                   help="seed of the data pattern (0 to 2**32-1)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_perf)
 
-    p = sub.add_parser("run", help="run an experiment: a built-in (headline, straggler, incast-scaling) or a TOML file")
-    p.add_argument("experiment", metavar="EXPERIMENT", help="built-in name or path of a TOML file")
+    p = sub.add_parser("run", help="run an experiment: a built-in (run --list shows them) or a TOML file")
+    p.add_argument("experiment", metavar="EXPERIMENT", nargs="?", help="built-in name or path of a TOML file")
+    p.add_argument("--list", action="store_true", help="list the built-in experiments and what each shows")
     p.add_argument("--out", default="results", metavar="DIR",
                    help="results root (default results/): results go to DIR/<name>/<UTC time>/")
     p.set_defaults(func=cmd_run)
@@ -364,17 +398,48 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the default experiment: pingall and shaped iperf3 runs")
     p.add_argument("--topo", default="leafspine", metavar="SPEC")
     p.add_argument("--bw", default="50mbit")
-    p.add_argument("--seconds", type=int, default=5)
+    p.add_argument("--seconds", type=_whole("--seconds", bounds.DEMO_SECONDS), default=5,
+                   help="each iperf3 run (1 to 3600, default 5)")
     p.set_defaults(func=cmd_demo)
     return parser
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
 def _terminate(signum: int, _frame: object) -> None:
+    """The first SIGTERM or SIGHUP unwinds the command: its with blocks and
+    finally clauses remove what it built.  Later ones must not interrupt
+    that cleanup halfway, so they are noted and dropped."""
+    for stop in STOP_SIGNALS:
+        signal.signal(stop, _already_stopping)
     raise SystemExit(128 + signum)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _already_stopping(_signum: int, _frame: object) -> None:
+    """A stop signal while the first one's cleanup runs: nothing more to do."""
+
+
+def _exit_now(signum: int, _frame: object) -> None:
+    """A stop signal after the command returned (the interpreter is exiting):
+    nothing is left to clean, so exit with the signal's code at once instead
+    of raising SystemExit into an atexit callback (which prints a traceback)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed or broken pipe: nothing to deliver
+    os._exit(128 + signum)
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line; a number out of its range raises FabricError (from its type)."""
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    for arg in itertools.takewhile(lambda a: a != "--", argv):
+        flag, sep, value = arg.partition("=")
+        if flag.startswith("--") and sep and value == "--":  # argparse would make the value []
+            parser.error(f"argument {flag}: expected one argument")
     args, extra = parser.parse_known_args(argv)
     # argparse fills an optional positional before the options that follow it:
     # `perf write --json h2` would leave h2 over.  Take it as the peer.
@@ -382,9 +447,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.peer, extra = extra[0], []
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGHUP, _terminate)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    for stop in STOP_SIGNALS:
+        signal.signal(stop, _terminate)
     try:
+        args = _parse(argv)
         return args.func(args)
     except FabricError as err:
         print(f"fabric-emu: {err}", file=sys.stderr)
@@ -395,6 +465,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except subprocess.TimeoutExpired as err:
         print(f"fabric-emu: timed out: {err}", file=sys.stderr)
         return 1
+    finally:
+        for stop in STOP_SIGNALS:
+            signal.signal(stop, _exit_now)
 
 
 if __name__ == "__main__":

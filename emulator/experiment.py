@@ -1,13 +1,13 @@
 """Experiment files: which collectives to compare on which fabrics, as data.
 
-An experiment is a TOML file (the built-ins live in ``experiments/`` at the
-top of the repository) listing ``[[variants]]`` to compare, such as one
-incast on a lossless and on a lossy fabric, optionally multiplied by a
-``[sweep]``.  Keys at the top level are defaults for every variant; a
-variant's own keys override them (``link`` and ``switch`` tables merge
-option by option); a swept key takes each of its values in turn, over
-the top level (a variant may not set a key it is swept over: one of the
-two would be ignored).  The shorthands ``loss``/``bw`` (link options)
+An experiment is a TOML file (the built-ins are package data in
+``emulator/experiments/``, installed with the package) listing
+``[[variants]]`` to compare, such as one incast on a lossless and on a
+lossy fabric, optionally multiplied by a ``[sweep]``.  Keys at the top
+level are defaults for every variant; a variant's own keys override them
+(``link`` and ``switch`` tables merge option by option); a swept key takes
+each of its values in turn, over the top level (a variant may not set a
+key it is swept over: one of the two would be ignored).  The shorthands ``loss``/``bw`` (link options)
 and ``buffer``/``headroom`` (switch options) make sweeps one line.
 
 Everything a run would trip over later (topology specs, link and switch
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import platform
 import pwd
@@ -31,10 +32,12 @@ import tomllib
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from importlib import resources
 from typing import Any, Iterator
 
+from emulator import bounds
 from emulator.collectives.algorithms import COLLECTIVES, chunk_bytes
-from emulator.errors import FabricError
+from emulator.errors import FabricError, one_line, printable, shown
 from emulator.plan import DEFAULT_LINK, FabricPlan, link_params, make_plan
 from emulator.rdma.memory import MAX_MR_BYTES
 from emulator.rdma.rnic import PATHS_MTU, ROCE_OVERHEAD
@@ -42,8 +45,11 @@ from emulator.switch.params import FABRICS, SWITCH_OPTIONS, derive_config, parse
 from emulator.topospec import build_topo
 from emulator.units import format_size, parse_size
 
-REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILTIN_DIR = os.path.join(REPO_DIR, "experiments")
+# The directory that holds the emulator package: the checkout for a source
+# tree or an editable install, site-packages for an installed one.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILTIN = resources.files("emulator") / "experiments"
+MAX_FILE_BYTES = 1 << 20  # an experiment file is a page of text; refuse to read a disk image
 
 VARIANT_KEYS = ("name", "fabric", "collective", "topo", "size", "iterations", "warmup", "senders",
                 "link", "switch", "seed", "mtu", "capture")
@@ -58,6 +64,8 @@ DEFAULTS: dict[str, Any] = {"fabric": "lossless", "iterations": 10, "warmup": 1,
 _EXPERIMENT_NAME = re.compile(r"[a-z0-9-]+")
 # Variant names become directory names: no '/', no leading '.' or '-'.
 _VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+MAX_NAME = 100  # experiment and variant names (sweep suffixes included) name directories
+MAX_VARIANTS = 256  # each runs on a fabric of its own, for minutes
 _SCALARS = (str, int, float, bool)  # what a swept value may be: it becomes part of a name
 _CHECK_RUN = "check"  # run name of the throw-away plan that validates a variant
 _GIT_TIMEOUT_S = 10
@@ -108,19 +116,25 @@ class _Settings:
 
 
 def builtin_names() -> list[str]:
-    """The experiments shipped in ``experiments/``: file names without ``.toml``."""
-    if not os.path.isdir(BUILTIN_DIR):
-        return []
-    return sorted(name[:-len(".toml")] for name in os.listdir(BUILTIN_DIR) if name.endswith(".toml"))
+    """The experiments shipped with the package: file names without ``.toml``."""
+    return sorted(entry.name[:-len(".toml")] for entry in BUILTIN.iterdir() if entry.name.endswith(".toml"))
+
+
+def builtin_descriptions() -> dict[str, str]:
+    """Each built-in's ``description``, for ``fabric-emu run --list``."""
+    return {name: _parse((BUILTIN / f"{name}.toml").read_bytes(), f"{name}.toml").get("description", "")
+            for name in builtin_names()}
 
 
 def load_experiment(name_or_path: str) -> Experiment:
     """Load a built-in by name, or a TOML file by path; check and expand it."""
     if name_or_path in builtin_names():
-        path, source = os.path.join(BUILTIN_DIR, f"{name_or_path}.toml"), f"built-in:{name_or_path}"
-    else:
-        path = source = os.path.abspath(name_or_path)
-    return _experiment(_read(path), os.path.basename(path), source)
+        label = f"{name_or_path}.toml"
+        data = _parse((BUILTIN / label).read_bytes(), label)
+        return _experiment(data, label, f"built-in:{name_or_path}")
+    path = os.path.abspath(name_or_path)
+    label = printable(os.path.basename(path))
+    return _experiment(_parse(_read(path), label), label, path)
 
 
 def host_count(topo_spec: str) -> int:
@@ -145,12 +159,12 @@ def run_config(experiment: Experiment, features: dict[str, bool] | None,
         "description": experiment.description,
         "source": experiment.source,
         "created_utc": _utc(now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "git_commit": git_commit(REPO_DIR),
+        "git_commit": git_commit(PACKAGE_PARENT),
         "kernel": os.uname().release,
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "cpu_model": _cpu_model(),
-        "memory_bytes": _memory_bytes(),
+        "memory_bytes": bounds.meminfo_bytes("MemTotal"),
         "features": features,
         "seeds": sorted({variant.seed for variant in experiment.variants}),
         "variants": [variant.to_json() for variant in experiment.variants],
@@ -158,8 +172,13 @@ def run_config(experiment: Experiment, features: dict[str, bool] | None,
 
 
 def git_commit(repo: str) -> str:
-    """HEAD of the checkout, with ``-dirty`` if it has changes; ``unknown``
-    outside a git checkout or without git."""
+    """HEAD of the checkout whose top directory is ``repo``, with ``-dirty``
+    if it has changes; ``unknown`` without git or when ``repo`` is not the
+    top of a checkout (an installed package in a venv that happens to sit
+    inside some checkout is not that checkout's code)."""
+    top = _git(repo, "rev-parse", "--show-toplevel")
+    if top is None or os.path.realpath(top) != os.path.realpath(repo):
+        return "unknown"
     head = _git(repo, "rev-parse", "HEAD")
     if head is None:
         return "unknown"
@@ -208,13 +227,6 @@ def _cpu_model() -> str | None:
     return None
 
 
-def _memory_bytes() -> int | None:
-    for line in _proc_lines("/proc/meminfo"):
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) * 1024  # the kernel prints kB
-    return None
-
-
 def _proc_lines(path: str) -> list[str]:
     try:
         with open(path, encoding="ascii", errors="replace") as f:
@@ -230,20 +242,34 @@ def _utc(now: datetime) -> datetime:
     return now.astimezone(timezone.utc)
 
 
-def _read(path: str) -> dict[str, Any]:
+def _read(path: str) -> bytes:
+    """The file's bytes, at most MAX_FILE_BYTES of them."""
     label = os.path.basename(path)
     if not os.path.isfile(path):
-        raise FabricError(f"{path}: no such experiment file or built-in experiment "
+        raise FabricError(f"{printable(path)}: no such experiment file or built-in experiment "
                           f"(built-in: {', '.join(builtin_names())})")
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as err:
-        raise FabricError(f"{label}: bad TOML: {_one_line(str(err))}") from err
-    except UnicodeDecodeError as err:
-        raise FabricError(f"{label}: bad TOML: not UTF-8 text") from err
+            data = f.read(MAX_FILE_BYTES + 1)
     except OSError as err:
-        raise FabricError(f"{label}: cannot read: {err.strerror}") from err
+        raise FabricError(f"{printable(label)}: cannot read: {err.strerror}") from err
+    if len(data) > MAX_FILE_BYTES:
+        raise FabricError(f"{printable(label)}: larger than {format_size(MAX_FILE_BYTES)}; not an experiment file")
+    return data
+
+
+def _parse(data: bytes, label: str) -> dict[str, Any]:
+    """TOML to tables; every way it can fail is one line naming the file."""
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise FabricError(f"{printable(label)}: bad TOML: not UTF-8 text") from err
+    except tomllib.TOMLDecodeError as err:
+        raise FabricError(f"{printable(label)}: bad TOML: {one_line(str(err))}") from err
+    except ValueError as err:  # tomllib's int() of an integer over 4300 digits
+        raise FabricError(f"{printable(label)}: bad TOML: {one_line(str(err)).split(';')[0]}") from err
+    except RecursionError as err:
+        raise FabricError(f"{printable(label)}: bad TOML: arrays or tables nested too deeply") from err
 
 
 def _experiment(data: dict[str, Any], label: str, source: str) -> Experiment:
@@ -252,10 +278,15 @@ def _experiment(data: dict[str, Any], label: str, source: str) -> Experiment:
     name = _name(data, _EXPERIMENT_NAME, "lowercase letters, digits and '-'", label)
     description = data.get("description", "")
     if not isinstance(description, str):
-        raise FabricError(f'{label}: key "description": expected text, got {description!r}')
+        raise FabricError(f'{label}: key "description": expected text, got {shown(description)}')
     defaults = {key: value for key, value in data.items() if key not in EXPERIMENT_KEYS}
     sweep = _sweep(data.get("sweep", {}), label)
-    variants = [variant for index, table in enumerate(_variant_tables(data, label), start=1)
+    tables = _variant_tables(data, label)
+    count = len(tables) * math.prod(len(values) for values in sweep.values())
+    if count > MAX_VARIANTS:
+        raise FabricError(f"{label}: {count} variants ({len(tables)} [[variants]] x the sweep's values); "
+                          f"at most {MAX_VARIANTS}")
+    variants = [variant for index, table in enumerate(tables, start=1)
                 for variant in _expand(table, index, defaults, sweep, label)]
     _check_unique(variants, label)
     return Experiment(name, description, source, variants)
@@ -275,6 +306,9 @@ def _sweep(table: Any, label: str) -> dict[str, list[Any]]:
     for key, values in table.items():
         if not isinstance(values, list) or not values or not all(isinstance(v, _SCALARS) for v in values):
             raise FabricError(f"{label}: sweep: key {_q(key)}: expected a list of values, e.g. {key} = [1, 2]")
+        with _key(f"{label}: sweep", key):
+            for value in values:
+                _text(value)  # a swept value becomes part of a name: it must have a text
     return table
 
 
@@ -291,6 +325,9 @@ def _expand(table: dict[str, Any], index: int, defaults: dict[str, Any], sweep: 
     for values in itertools.product(*sweep.values()):
         point = dict(zip(sweep, values))
         full = name + "".join(f"-{key}{_name_text(value)}" for key, value in point.items())
+        if len(full) > MAX_NAME:
+            raise FabricError(f"{context}: name {_q(full[:MAX_NAME])}... with its sweep suffixes is longer than "
+                              f"{MAX_NAME} characters (it names a directory)")
         variants.append(_variant(full, [defaults, table, point], point, f"{label}: variant {_q(full)}"))
     return variants
 
@@ -328,13 +365,14 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     hosts = len(plan.hosts())
     capture = values["capture"]
     if not isinstance(capture, bool):
-        raise FabricError(f'{context}: key "capture": expected true or false, got {capture!r}')
+        raise FabricError(f'{context}: key "capture": expected true or false, got {shown(capture)}')
     return Variant(
         name=name, fabric=fabric, collective=collective, topo=topo,
         size=_size(values["size"], collective, hosts, context),
-        iterations=_integer(values, "iterations", 1, context), warmup=_integer(values, "warmup", 0, context),
+        iterations=_integer(values, "iterations", bounds.ITERATIONS, context),
+        warmup=_integer(values, "warmup", bounds.WARMUP, context),
         senders=_senders(values, collective, hosts, context), link=link, switch=switch,
-        seed=_integer(values, "seed", 0, context), mtu=_path_mtu(values, plan, context), capture=capture,
+        seed=_integer(values, "seed", bounds.SEED, context), mtu=_path_mtu(values, plan, context), capture=capture,
         params=dict(params),
     )
 
@@ -385,10 +423,10 @@ def _topology(spec: Any, collective: str, link: dict[str, str], context: str) ->
     """The spec and the plan the fabric would build from it (pure)."""
     with _key(context, "topo"):
         if not isinstance(spec, str):
-            raise FabricError(f'expected a spec such as "star,8", got {spec!r}')
+            raise FabricError(f'expected a spec such as "star,8", got {shown(spec)}')
         plan = make_plan(build_topo(spec), _CHECK_RUN, link)
         if len(plan.hosts()) < 2:
-            raise FabricError(f"{collective} needs at least 2 hosts, {spec!r} has {len(plan.hosts())}")
+            raise FabricError(f"{collective} needs at least 2 hosts, {shown(spec)} has {len(plan.hosts())}")
     return spec.strip(), plan
 
 
@@ -418,10 +456,10 @@ def _senders(values: dict[str, Any], collective: str, hosts: int, context: str) 
         return hosts - 1 if collective == "incast" else None
     if collective != "incast":
         raise FabricError(f'{context}: key "senders": only incast has senders, this variant runs {collective}')
-    senders = _integer(values, "senders", 1, context)
+    senders = _integer(values, "senders", (1, bounds.MAX_NODES), context)
     if senders > hosts - 1:
         raise FabricError(f'{context}: key "senders": {senders} senders and a receiver need {senders + 1} hosts, '
-                          f'{values["topo"]!r} has {hosts} (choose 1 to {hosts - 1})')
+                          f'{shown(values["topo"])} has {hosts} (choose 1 to {hosts - 1})')
     return senders
 
 
@@ -429,7 +467,7 @@ def _path_mtu(values: dict[str, Any], plan: FabricPlan, context: str) -> int:
     """The RDMA path MTU must be one verbs knows and fit every link's MTU."""
     mtu = values["mtu"]
     if isinstance(mtu, bool) or not isinstance(mtu, int) or mtu not in PATHS_MTU:
-        raise FabricError(f'{context}: key "mtu": RDMA path MTU {mtu!r}: choose one of '
+        raise FabricError(f'{context}: key "mtu": RDMA path MTU {shown(mtu)}: choose one of '
                           f'{", ".join(map(str, PATHS_MTU))}')
     link_mtu = min(port.params.mtu for port, _ in plan.links)
     if mtu + ROCE_OVERHEAD > link_mtu:
@@ -438,19 +476,18 @@ def _path_mtu(values: dict[str, Any], plan: FabricPlan, context: str) -> int:
     return mtu
 
 
-def _integer(values: dict[str, Any], key: str, minimum: int, context: str) -> int:
+def _integer(values: dict[str, Any], key: str, allowed: tuple[int, int], context: str) -> int:
+    """A whole number within its range (a TOML integer, not text)."""
     value = values[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise FabricError(f"{context}: key {_q(key)}: expected a whole number, got {value!r}")
-    if value < minimum:
-        raise FabricError(f"{context}: key {_q(key)}: must be at least {minimum}, got {value}")
-    return value
+    if isinstance(value, str):
+        raise FabricError(f"{context}: key {_q(key)}: expected a whole number, got {shown(value)}")
+    return bounds.whole(f"{context}: key {_q(key)} =", value, allowed)
 
 
 def _choice(values: dict[str, Any], key: str, choices: tuple[str, ...], context: str) -> str:
     value = values[key]
     if not isinstance(value, str) or value not in choices:
-        raise FabricError(f"{context}: key {_q(key)}: {value!r} is not one of {', '.join(choices)}")
+        raise FabricError(f"{context}: key {_q(key)}: {shown(value)} is not one of {', '.join(choices)}")
     return value
 
 
@@ -458,8 +495,8 @@ def _name(table: dict[str, Any], pattern: re.Pattern[str], allowed: str, context
     if "name" not in table:
         raise FabricError(f'{context}: missing key "name"')
     name = table["name"]
-    if not isinstance(name, str) or not pattern.fullmatch(name):
-        raise FabricError(f'{context}: key "name": expected {allowed}, got {name!r}')
+    if not isinstance(name, str) or not pattern.fullmatch(name) or len(name) > MAX_NAME:
+        raise FabricError(f'{context}: key "name": expected {allowed}, at most {MAX_NAME}, got {shown(name)}')
     return name
 
 
@@ -483,11 +520,13 @@ def _text(value: Any) -> str:
     lists are joined by ':' (drop=100:250, lossless=3:4)."""
     if isinstance(value, bool):
         return "on" if value else "off"
+    if isinstance(value, int) and abs(value) >= 2**63:  # str() of it may fail, and nothing takes it
+        raise FabricError(f"number {shown(value)} is too large")
     if isinstance(value, (str, int, float)):
         return str(value)
     if isinstance(value, list) and all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
-        return ":".join(map(str, value))
-    raise FabricError(f"expected text, a number or a list, got {value!r}")
+        return ":".join(map(_text, value))
+    raise FabricError(f"expected text, a number or a list, got {shown(value)}")
 
 
 @contextmanager
@@ -496,13 +535,9 @@ def _key(context: str, key: str) -> Iterator[None]:
     try:
         yield
     except FabricError as err:
-        raise FabricError(f"{context}: key {_q(key)}: {_one_line(str(err))}") from err
+        raise FabricError(f"{context}: key {_q(key)}: {one_line(str(err))}") from err
 
 
 def _q(text: str) -> str:
     """Quote a key or name for a message: double quotes, always one line."""
-    return json.dumps(text, ensure_ascii=False)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    return printable(json.dumps(text, ensure_ascii=False))

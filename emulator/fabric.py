@@ -27,8 +27,9 @@ from mininet.topo import Topo
 from pyroute2 import IPRoute
 
 from emulator import runstate
+from emulator.bounds import check_capacity
 from emulator.capture import Captures, stop_detached
-from emulator.errors import FabricError, NeedRootError
+from emulator.errors import FabricError, NeedRootError, shown
 from emulator.ethtool import disable_offloads
 from emulator.features import Features, probe_features, probe_namespace
 from emulator.netns import create_namespace, enter_for_exec, entered, existing_namespaces
@@ -117,6 +118,8 @@ class Fabric:
             runstate.check_run_name(name)
         self.run_name = name or runstate.new_run_name()
         self.plan: FabricPlan = make_plan(topo, self.run_name, link)
+        check_capacity(f"topology {shown(spec)}" if spec else "the topology", len(self.plan.nodes),
+                       len(self.plan.links))
         self.spec = spec
         self.fabric = fabric
         self.seed = seed
@@ -450,8 +453,20 @@ def _switch_config(node: NodePlan, fabric: str, overrides: dict[str, str]) -> Mm
 
 
 def collect_stats(state: runstate.RunState) -> dict[str, Any]:
-    """Every agent's live counters and the fabric-wide ``totals``."""
-    stats = {name: query_agent(os.path.join(state.directory, f"{name}.sock"), "stats") for name in state.agents}
+    """Every agent's live counters and the fabric-wide ``totals``.
+
+    Totals over some of the agents would be wrong without saying so, so an
+    agent that does not answer ends it, in one line that names the agent.
+    """
+    stats = {}
+    for name, pid in state.agents.items():
+        try:
+            stats[name] = query_agent(os.path.join(state.directory, f"{name}.sock"), "stats")
+        except (OSError, ValueError) as err:
+            how = "is running" if runstate.alive(pid) else "is gone"
+            raise FabricError(f"{state.nodes[name]['kind']} {name}'s agent (pid {pid}) does not answer "
+                              f"({type(err).__name__}: {err}) and {how}; see {state.directory}/{name}.log, "
+                              f"fabric-emu down --run {state.run} removes the run") from None
     return _with_totals(state, stats)
 
 

@@ -20,15 +20,19 @@ from typing import Any
 
 from mininet.topo import Topo
 
-from emulator.errors import FabricError
+from emulator import bounds
+from emulator.errors import FabricError, shown
 from emulator.mac import mac_text
-from emulator.units import parse_rate, parse_size, parse_time
+from emulator.units import format_rate, format_time, parse_rate, parse_size, parse_time
 
 GATEWAY_IP = "10.255.255.254"
 HOST_NET = ipaddress.IPv4Network("10.0.0.0/8")
 IFNAMSIZ = 15
 DEFAULT_LINK = {"bw": "100mbit", "delay": "0us", "mtu": 1500, "loss": 0, "drop": ""}
 MIN_MTU, MAX_MTU = 576, 9000
+MIN_RATE, MAX_RATE = 1_000, 100_000_000_000  # bit/s: 1 kbit/s to 100 Gbit/s
+MAX_DELAY = 1_000_000_000  # ns: one second each way
+MAX_DROP_FRAME, MAX_DROPS = 10**12, 1000  # drop=N:M: frame numbers, and how many
 
 
 @dataclass(frozen=True)
@@ -96,30 +100,39 @@ def link_params(opts: dict[str, Any], defaults: dict[str, Any]) -> LinkParams:
     mtu = parse_size(merged["mtu"])
     if not MIN_MTU <= mtu <= MAX_MTU:
         raise FabricError(f"bad mtu {mtu}: expected {MIN_MTU} to {MAX_MTU} bytes")
-    return LinkParams(parse_rate(merged["bw"]), parse_time(merged["delay"]), mtu,
-                      _probability(merged["loss"]), _frame_numbers(merged["drop"]))
+    bw = parse_rate(merged["bw"])
+    if not MIN_RATE <= bw <= MAX_RATE:
+        raise FabricError(f"bad bw {shown(merged['bw'])}: a link runs at {format_rate(MIN_RATE)} to "
+                          f"{format_rate(MAX_RATE)}")
+    delay = parse_time(merged["delay"])
+    if delay > MAX_DELAY:
+        raise FabricError(f"bad delay {shown(merged['delay'])}: at most {format_time(MAX_DELAY)}")
+    return LinkParams(bw, delay, mtu, _probability(merged["loss"]), _frame_numbers(merged["drop"]))
 
 
 def _probability(value: Any) -> float:
     try:
         loss = float(value)
-    except (TypeError, ValueError):
-        raise FabricError(f"bad loss {value!r}: expected a probability such as 1e-3") from None
+    except (TypeError, ValueError, OverflowError):
+        raise FabricError(f"bad loss {shown(value)}: expected a probability such as 1e-3") from None
     if not 0 <= loss <= 1:
-        raise FabricError(f"bad loss {value!r}: a probability is 0 to 1")
+        raise FabricError(f"bad loss {shown(value)}: a probability is 0 to 1")
     return loss
 
 
 def _frame_numbers(value: Any) -> tuple[int, ...]:
     if value in ("", None):
         return ()
-    items = value if isinstance(value, (list, tuple)) else str(value).split(":")
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        items = [value] if isinstance(value, int) else str(value).split(":")
+    if len(items) > MAX_DROPS:
+        raise FabricError(f"bad drop {shown(value)}: at most {MAX_DROPS} frame numbers")
     try:
-        numbers = tuple(sorted({int(n) for n in items}))
-    except ValueError:
-        raise FabricError(f"bad drop {value!r}: expected frame numbers joined by ':', e.g. 100:250") from None
-    if numbers and numbers[0] < 1:
-        raise FabricError(f"bad drop {value!r}: frame numbers start at 1")
+        numbers = tuple(sorted({bounds.whole("drop frame", n, (1, MAX_DROP_FRAME)) for n in items}))
+    except FabricError as err:
+        raise FabricError(f"bad drop {shown(value)}: {err}; frame numbers are joined by ':', e.g. 100:250") from None
     return numbers
 
 

@@ -14,13 +14,16 @@ import csv
 import json
 import math
 import os
+import shutil
 import statistics
 from collections import deque
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from emulator.bounds import check_capacity
 from emulator.collectives.algorithms import bus_factor, plan
 from emulator.collectives.coordinator import CollectiveRun, Iteration, run_collective
+from emulator.errors import FabricError
 from emulator.experiment import Experiment, Variant, results_directory, run_config
 from emulator.fabric import Fabric
 from emulator.plan import hop_distances, link_params, make_plan
@@ -35,18 +38,34 @@ COUNTERS = ("drops", "pfc_sent", "ecn_marked", "host_paused_ns")
 
 
 def run_experiment(experiment: Experiment, out_root: str, log: Callable[[str], None]) -> str:
-    """Run every variant; returns the results directory."""
+    """Run every variant; returns the results directory.
+
+    Before any fabric is built: every variant must fit on this machine,
+    and the results directory must be created with its first files.
+    """
+    for variant in experiment.variants:
+        fabric = make_plan(build_topo(variant.topo), "check", variant.link)
+        check_capacity(f"variant {variant.name} ({variant.topo})", len(fabric.nodes), len(fabric.links))
     now = datetime.now(timezone.utc)
     directory = results_directory(out_root, experiment.name, now)
-    os.makedirs(directory)
     config = run_config(experiment, None, now)
-    _write_json(os.path.join(directory, "config.json"), config)
     results: dict[str, Any] = {"experiment": experiment.name, "created_utc": config["created_utc"],
                                "complete": False, "variants": []}
-    _write_json(os.path.join(directory, "results.json"), results)
-    for name, fields in (("iterations.csv", ITERATION_FIELDS), ("flows.csv", FLOW_FIELDS)):
-        with open(os.path.join(directory, name), "w", newline="") as f:
-            csv.writer(f).writerow(fields)
+    try:
+        os.makedirs(directory)
+    except OSError as err:
+        raise FabricError(f"--out {out_root!r}: cannot create {err.filename or directory!r}: "
+                          f"{err.strerror or err}") from None
+    try:
+        _write_json(os.path.join(directory, "config.json"), config)
+        _write_json(os.path.join(directory, "results.json"), results)
+        for name, fields in (("iterations.csv", ITERATION_FIELDS), ("flows.csv", FLOW_FIELDS)):
+            with open(os.path.join(directory, name), "w", newline="") as f:
+                csv.writer(f).writerow(fields)
+    except OSError as err:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise FabricError(f"--out {out_root!r}: cannot write {err.filename or directory!r}: "
+                          f"{err.strerror or err}") from None
     log(f"results go to {directory}")
     for number, variant in enumerate(experiment.variants, start=1):
         log(f"variant {number}/{len(experiment.variants)} {variant.name}: {variant.collective} of "

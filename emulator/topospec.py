@@ -4,7 +4,12 @@ The spec grammar and the custom-file convention are Mininet's own
 (``mn --topo NAME,ARG,KEY=VALUE --custom FILE``), so existing Mininet
 topology files work unchanged.  Unlike Mininet, every mistake a user can
 make here (blank spec, unknown name, wrong arguments, a bad value, a broken
-custom file) becomes a one-line :class:`FabricError` instead of a traceback.
+custom file, a topology over the node cap) becomes a one-line
+:class:`FabricError` instead of a traceback.  Whatever a custom file's
+code raises, when the file runs or when its topology is built, is the
+file's problem and reported as one line naming the file; an exception
+from a built-in topology other than its ``ValueError`` is our bug and
+stays a traceback.
 
 A ``topos`` entry may be a ``Topo`` subclass or any callable returning a
 ``Topo`` (Mininet's own example uses ``lambda: MyTopo()``).
@@ -20,10 +25,12 @@ from typing import Any, Callable
 from mininet.topo import Topo
 from mininet.util import splitArgs
 
-from emulator.errors import FabricError
+from emulator.bounds import check_nodes
+from emulator.errors import FabricError, one_line, shown
 from topologies import topos as builtin_topos
 
 TopoFactory = Callable[..., Topo]
+MAX_SPEC = 200  # characters of a topology spec
 
 
 def parse_spec(spec: str) -> tuple[str, list, dict]:
@@ -36,9 +43,11 @@ def parse_spec(spec: str) -> tuple[str, list, dict]:
     if not text:
         raise FabricError("empty topology spec: expected a name with "
                           "optional arguments, such as fattree,4")
+    if len(text) > MAX_SPEC:
+        raise FabricError(f"bad topology spec {shown(text)}: longer than {MAX_SPEC} characters")
     fields = [field.strip() for field in text.split(",")]
     if not all(fields):
-        raise FabricError(f"bad topology spec {spec!r}: empty name or "
+        raise FabricError(f"bad topology spec {shown(spec)}: empty name or "
                           "argument (expected e.g. leafspine,4,spines=2)")
     return splitArgs(",".join(fields))
 
@@ -49,10 +58,8 @@ def load_custom(path: str) -> dict[str, TopoFactory]:
         raise FabricError(f"custom topology file {path!r} not found")
     try:
         namespace = runpy.run_path(path)
-    except Exception as exc:  # any failure of user code is the user's to fix
-        detail = " ".join(str(exc).split())
-        raise FabricError(f"custom topology file {path!r} failed: "
-                          f"{type(exc).__name__}: {detail}") from exc
+    except (Exception, SystemExit) as exc:  # any failure of user code is the user's to fix
+        raise FabricError(f"custom topology file {path!r} failed: {_described(exc)}") from exc
     custom = namespace.get("topos")
     if not isinstance(custom, dict):
         raise FabricError(f"custom topology file {path!r} defines no "
@@ -60,7 +67,7 @@ def load_custom(path: str) -> dict[str, TopoFactory]:
     for name, factory in custom.items():
         if not isinstance(name, str) or not callable(factory):
             raise FabricError(f"custom topology file {path!r}: topos entry "
-                              f"{name!r} must map a name to a Topo class")
+                              f"{shown(name)} must map a name to a Topo class")
     return custom
 
 
@@ -72,16 +79,24 @@ def build_topo(spec: str, custom: str | None = None) -> Topo:
         known.update(load_custom(custom))
     factory = known.get(name)
     if factory is None:
-        raise FabricError(f"unknown topology {name!r}; "
+        raise FabricError(f"unknown topology {shown(name)}; "
                           f"known: {', '.join(sorted(known))}")
-    _check_arguments(name, factory, args, kwargs)
+    mine = builtin_topos.get(name) is factory
+    origin = "" if mine else f"custom topology file {custom!r}: "
+    _check_arguments(name, factory, args, kwargs, origin)
     try:
         topo = factory(*args, **kwargs)
     except ValueError as exc:
-        raise FabricError(f"topology {spec.strip()!r}: {exc}") from exc
+        raise FabricError(f"{origin}topology {shown(spec.strip())}: {one_line(str(exc))}") from exc
+    except (Exception, SystemExit) as exc:
+        if mine:
+            raise
+        raise FabricError(f"{origin}topology {shown(spec.strip())} failed: {_described(exc)}") from exc
     if not isinstance(topo, Topo):
-        raise FabricError(f"topology {name!r} returned "
+        raise FabricError(f"{origin}topology {shown(name)} returned "
                           f"{type(topo).__name__}, not a Topo")
+    if not mine:
+        check_nodes(f"{origin}topology {shown(spec.strip())}", len(topo.nodes(sort=False)))
     return topo
 
 
@@ -100,6 +115,11 @@ def topo_parameters(factory: TopoFactory) -> str:
     return f"({', '.join(shown)})"
 
 
+def _described(exc: BaseException) -> str:
+    """An exception from someone else's code as one line: its type and text."""
+    return f"{type(exc).__name__}: {one_line(str(exc))}"[:2 * MAX_SPEC]
+
+
 def _signature(factory: TopoFactory) -> inspect.Signature:
     """The parameters a spec can pass: those of ``build()`` for a Topo class
     (``Topo.__init__`` forwards everything to it), else the callable's."""
@@ -110,10 +130,13 @@ def _signature(factory: TopoFactory) -> inspect.Signature:
 
 
 def _check_arguments(name: str, factory: TopoFactory, args: list[Any],
-                     kwargs: dict[str, Any]) -> None:
+                     kwargs: dict[str, Any], origin: str) -> None:
     """Check the spec's arguments against the signature before calling, so a
     mismatch reads as a spec error, not a TypeError from inside build()."""
-    signature = _signature(factory)
+    try:
+        signature = _signature(factory)
+    except (TypeError, ValueError) as exc:  # a callable without one, e.g. a C function
+        raise FabricError(f"{origin}topology {shown(name)}: cannot read its parameters: {_described(exc)}") from exc
     try:
         signature.bind(*args, **kwargs)
     except TypeError as exc:
@@ -127,8 +150,8 @@ def _check_arguments(name: str, factory: TopoFactory, args: list[Any],
             plural = "" if len(args) == 1 else "s"
             reason = f"got {len(args)} positional argument{plural}"
         elif not takes_var_kwargs and unknown:
-            reason = f"got unknown keyword {unknown[0]!r}"
+            reason = f"got unknown keyword {shown(unknown[0])}"
         else:
-            reason = str(exc)
-        raise FabricError(f"topology {name!r} takes "
+            reason = one_line(str(exc))
+        raise FabricError(f"{origin}topology {shown(name)} takes "
                           f"{topo_parameters(factory)}; {reason}") from exc

@@ -34,8 +34,13 @@ Times (``parse_time``):
     ``'5ms'``, and guessing seconds or microseconds for ``5`` would be
     wrong half of the time.  Times must not be negative.
 
+Every parsed value is below 2**63 (``MAX_VALUE``: what the kernel, tc and
+the agents take), and text of more than 64 characters is refused unread;
+the ranges of particular options (a link's rate, a switch's buffer) are
+checked where they are used.
+
 Invalid input raises :class:`FabricError` with one line naming the value
-and what was expected.
+(shortened, if long) and what was expected.
 """
 
 from __future__ import annotations
@@ -43,10 +48,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Context, Decimal, localcontext
 
-from emulator.errors import FabricError
+from emulator.errors import FabricError, shown
 
+MAX_VALUE = 2**63 - 1
+MAX_TEXT = 64  # characters of a quantity's text
+# Exact arithmetic for any text of MAX_TEXT characters (the default context rounds to 28 digits).
+_EXACT = Context(prec=2 * MAX_TEXT)
 _NUMBER_WITH_UNIT = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([a-z/]*)")
 
 
@@ -118,11 +127,11 @@ _WHOLE_BYTES_BELOW = 10_000
 def parse_rate(text: str | int | float) -> int:
     """Return a rate in bit/s; a bare number is Mbit/s (see module doc)."""
     if _is_number(text):
-        bps = _whole(_RATE, text, _number_value(_RATE, text) * 10**6)
+        bps = _whole(_RATE, text, _EXACT.multiply(_number_value(_RATE, text), 10**6))
     else:
         bps = _parse_text(_RATE, text)
     if bps <= 0:
-        raise FabricError(f"bad rate {text!r}: must be greater than 0")
+        raise FabricError(f"bad rate {shown(text)}: must be greater than 0")
     return bps
 
 
@@ -130,8 +139,8 @@ def parse_size(text: str | int) -> int:
     """Return a size in bytes; a bare int or digit string is bytes."""
     if isinstance(text, int) and not isinstance(text, bool):
         if text < 0:
-            raise FabricError(f"bad size {text!r}: must not be negative")
-        return text
+            raise FabricError(f"bad size {shown(text)}: must not be negative")
+        return _bounded(_SIZE, text, text)
     return _parse_text(_SIZE, text)
 
 
@@ -139,7 +148,7 @@ def parse_time(text: str | int | float) -> int:
     """Return a time in ns; a bare number is only accepted when it is 0."""
     if _is_number(text):
         if _number_value(_TIME, text) != 0:
-            raise FabricError(f"bad time {text!r}: missing unit; "
+            raise FabricError(f"bad time {shown(text)}: missing unit; "
                               f"{_TIME.expected}")
         return 0
     return _parse_text(_TIME, text)
@@ -170,9 +179,11 @@ def _number_value(kind: _Kind, value: int | float) -> Decimal:
     """Bare numbers go through ``repr`` so 0.1 stays 0.1, not its binary
     approximation."""
     if isinstance(value, float) and not math.isfinite(value):
-        raise FabricError(f"bad {kind.name} {value!r}: {kind.expected}")
+        raise FabricError(f"bad {kind.name} {shown(value)}: {kind.expected}")
     if value < 0:
-        raise FabricError(f"bad {kind.name} {value!r}: must not be negative")
+        raise FabricError(f"bad {kind.name} {shown(value)}: must not be negative")
+    if value > MAX_VALUE:
+        raise FabricError(f"bad {kind.name} {shown(value)}: too large")
     return Decimal(repr(value))
 
 
@@ -180,28 +191,37 @@ def _parse_text(kind: _Kind, text: object) -> int:
     """Parse '<number><unit>'; the sign is not part of the grammar, so
     negative values get the generic message."""
     if not isinstance(text, str):
-        raise FabricError(f"bad {kind.name} {text!r}: {kind.expected}")
+        raise FabricError(f"bad {kind.name} {shown(text)}: {kind.expected}")
+    if len(text) > MAX_TEXT:
+        raise FabricError(f"bad {kind.name} {shown(text)}: longer than {MAX_TEXT} characters")
     match = _NUMBER_WITH_UNIT.fullmatch(text.strip().lower())
     if match is None:
-        raise FabricError(f"bad {kind.name} {text!r}: {kind.expected}")
+        raise FabricError(f"bad {kind.name} {shown(text)}: {kind.expected}")
     number, unit = Decimal(match.group(1)), match.group(2)
     if unit:
         if unit not in kind.units:
             raise FabricError(
-                f"bad {kind.name} {text!r}: unknown unit {unit!r}; "
+                f"bad {kind.name} {shown(text)}: unknown unit {shown(unit)}; "
                 f"use one of {', '.join(kind.units)}")
-        number *= kind.units[unit]
+        number = _EXACT.multiply(number, kind.units[unit])
     elif kind.unit_required and number != 0:
-        raise FabricError(f"bad {kind.name} {text!r}: missing unit; "
+        raise FabricError(f"bad {kind.name} {shown(text)}: missing unit; "
                           f"{kind.expected}")
     return _whole(kind, text, number)
 
 
 def _whole(kind: _Kind, text: object, value: Decimal) -> int:
-    if value != value.to_integral_value():
-        raise FabricError(f"bad {kind.name} {text!r}: not a whole number of "
-                          f"{kind.base_unit} ({value.normalize():f})")
-    return int(value)
+    with localcontext(_EXACT):
+        if value != value.to_integral_value():
+            raise FabricError(f"bad {kind.name} {shown(text)}: not a whole number of "
+                              f"{kind.base_unit} ({value.normalize():f})")
+        return _bounded(kind, text, int(value))
+
+
+def _bounded(kind: _Kind, text: object, value: int) -> int:
+    if value > MAX_VALUE:
+        raise FabricError(f"bad {kind.name} {shown(text)}: too large (at most 2**63 - 1 {kind.base_unit})")
+    return value
 
 
 def _format(value: int, ladder: list[tuple[int, str]]) -> str:

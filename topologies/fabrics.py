@@ -18,12 +18,18 @@ so the builder and the user never have to guess:
   always faces a host.
 
 ``build()`` validates its arguments and raises ``ValueError`` with a
-one-line message; the spec parser turns that into a user error.
+one-line message; the spec parser turns that into a user error.  Each
+build counts its nodes before adding any, so ``star,100000`` is refused
+at once by the node cap (``emulator.bounds.MAX_NODES``), not after
+minutes of building.
 """
 
 from __future__ import annotations
 
 from mininet.topo import Topo
+
+from emulator.bounds import MAX_NODES
+from emulator.errors import shown
 
 # Mininet's idiom puts the topology parameters in build(), which changes
 # its signature on purpose.
@@ -33,10 +39,17 @@ from mininet.topo import Topo
 def _count(name: str, value: object, minimum: int) -> int:
     """Check a size parameter: an int (not bool, not float) >= minimum."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer (got {value!r})")
+        raise ValueError(f"{name} must be an integer (got {shown(value)})")
     if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum} (got {value})")
+        raise ValueError(f"{name} must be at least {minimum} (got {shown(value)})")
     return value
+
+
+def _size(hosts: int, switches: int) -> None:
+    """Refuse a topology over the node cap before adding a node."""
+    if hosts + switches > MAX_NODES:
+        raise ValueError(f"{shown(hosts + switches)} nodes ({shown(hosts)} hosts, {shown(switches)} switches); "
+                         f"at most {MAX_NODES} nodes on one machine")
 
 
 class _FabricTopo(Topo):
@@ -60,6 +73,7 @@ class StarTopo(_FabricTopo):
     def build(self, n: int = 4) -> None:
         """n: number of hosts."""
         _count("n", n, 1)
+        _size(n, 1)
         switch = self.addSwitch("s1", role="edge")
         self._add_hosts(switch, n)
 
@@ -74,6 +88,7 @@ class DumbbellTopo(_FabricTopo):
     def build(self, n: int = 2) -> None:
         """n: number of hosts on each side."""
         _count("n", n, 1)
+        _size(2 * n, 2)
         left = self.addSwitch("s1", role="edge")
         right = self.addSwitch("s2", role="edge")
         self._add_hosts(left, n)
@@ -95,6 +110,7 @@ class LeafSpineTopo(_FabricTopo):
         _count("leaves", leaves, 1)
         _count("spines", spines, 1)
         _count("hosts", hosts, 1)
+        _size(leaves * hosts, leaves + spines)
         leaf_names = [self.addSwitch(f"s{i + 1}", role="leaf")
                       for i in range(leaves)]
         spine_names = [self.addSwitch(f"s{leaves + i + 1}", role="spine")
@@ -132,8 +148,9 @@ class FatTreeTopo(_FabricTopo):
         """k: switch port count (even, at least 2)."""
         _count("k", k, 2)
         if k % 2:
-            raise ValueError(f"k must be even (got {k})")
+            raise ValueError(f"k must be even (got {shown(k)})")
         half = k // 2
+        _size(k * half * half, k * k + half * half)
         edges = [[self.addSwitch(f"s{pod * half + i + 1}", role="edge",
                                  pod=pod)
                   for i in range(half)] for pod in range(k)]
@@ -167,6 +184,7 @@ class RingTopo(_FabricTopo):
         """n: number of switches; hosts: hosts per switch."""
         _count("n", n, 3)
         _count("hosts", hosts, 1)
+        _size(n * hosts, n)
         switches = [self.addSwitch(f"s{i + 1}", role="edge")
                     for i in range(n)]
         for switch in switches:

@@ -30,10 +30,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from emulator import runstate
-from emulator.errors import FabricError
+from emulator import bounds, runstate
+from emulator.errors import FabricError, shown
 from emulator.jsonlines import JsonLines
 from emulator.rdma.memory import MAX_MR_BYTES
+from emulator.rdma.rnic import PATHS_MTU
 from emulator.rdma.verbs import CQ, MR, PD, QP, Context, RecvWR, SendWR, VerbsError, WcStatus, WrOpcode, find_device
 from emulator.units import format_size
 
@@ -61,12 +62,17 @@ class PerfRequest:
     seed: int = 1
 
     def check(self) -> None:
+        """Every field in its range (the server checks a client's request with it too)."""
         if self.op not in OPERATIONS:
-            raise FabricError(f"unknown perf test {self.op!r}; choose {', '.join(OPERATIONS)}")
+            raise FabricError(f"unknown perf test {shown(self.op)}; choose {', '.join(OPERATIONS)}")
         if self.size < 1 or self.size > MAX_MR_BYTES:
-            raise FabricError(f"--size {self.size}: messages are 1 B to {format_size(MAX_MR_BYTES)}")
+            raise FabricError(f"--size {shown(self.size)}: messages are 1 B to {format_size(MAX_MR_BYTES)}")
         if self.iters < 1:
-            raise FabricError(f"--iters {self.iters}: at least one iteration")
+            raise FabricError(f"--iters {shown(self.iters)}: at least one iteration")
+        bounds.whole("--iters", self.iters, bounds.PERF_ITERS)
+        bounds.whole("--seed", self.seed, bounds.SEED)
+        if self.mtu not in PATHS_MTU:
+            raise FabricError(f"--mtu {shown(self.mtu)}: choose one of {', '.join(map(str, PATHS_MTU))}")
         if self.op in ("send", "tcp") and self.size * self.iters > MAX_MR_BYTES:
             raise FabricError(f"{self.op}: --size x --iters is {format_size(self.size * self.iters)}; the receiver "
                               f"keeps all of it and takes at most {format_size(MAX_MR_BYTES)}")

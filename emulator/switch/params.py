@@ -30,12 +30,14 @@ value can be overridden with ``--switch key=value,...``.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from emulator.errors import FabricError
+from emulator import bounds
+from emulator.errors import FabricError, shown
 from emulator.pfc import MAX_QUANTA, PRIORITIES
 from emulator.switch.mmu import MmuConfig
-from emulator.units import parse_size
+from emulator.units import format_size, parse_size
 
 FABRICS = ("lossless", "lossy", "ib")
 VL_BUFFER_FRAMES = 16  # IB: receive buffer per VL per port, in MTU frames
@@ -47,6 +49,8 @@ RESPONSE_NS = 10_000_000
 # overflowed the inter-switch headroom.
 UPSTREAM_KERNEL_FRAMES = 3
 SHARED_FRAMES_PER_PORT = 64
+MAX_SWITCH_BYTES = 1 << 30  # any --switch size: the agent may hold that much in frames
+_PRIORITY = re.compile(r"\d{1,3}")
 SWITCH_OPTIONS = (
     "buffer", "reserve", "headroom", "alpha", "threshold", "xon_delta", "quanta",
     "lossless", "strict", "ecn", "kmin", "kmax", "pmax", "vl_buffer",
@@ -95,23 +99,30 @@ def derive_config(fabric: str, rate_bps: int, delay_ns: int, mtu: int, ports: in
 def _priorities(text: str, key: str) -> frozenset[int]:
     if text in ("", "none"):
         return frozenset()
-    try:
-        values = frozenset(int(p) for p in text.split(":"))
-    except ValueError:
-        raise FabricError(f"bad --switch {key}={text!r}: expected priorities 0-7 joined by ':', e.g. 3:4") from None
+    items = text.split(":")
+    if not all(_PRIORITY.fullmatch(p.strip()) for p in items):
+        raise FabricError(f"bad --switch {key}={shown(text)}: expected priorities 0-7 joined by ':', e.g. 3:4")
+    values = frozenset(int(p) for p in items)
     if not all(0 <= p < PRIORITIES for p in values):
-        raise FabricError(f"bad --switch {key}={text!r}: priorities are 0 to 7")
+        raise FabricError(f"bad --switch {key}={shown(text)}: priorities are 0 to 7")
     return values
 
 
 def _number(text: str, key: str, low: float, high: float) -> float:
     try:
         value = float(text)
-    except ValueError:
-        raise FabricError(f"bad --switch {key}={text!r}: expected a number") from None
+    except (ValueError, OverflowError):
+        raise FabricError(f"bad --switch {key}={shown(text)}: expected a number") from None
     if not low <= value <= high:
-        raise FabricError(f"bad --switch {key}={text!r}: must be {low:g} to {high:g}")
+        raise FabricError(f"bad --switch {key}={shown(text)}: must be {low:g} to {high:g}")
     return value
+
+
+def _bytes(text: str, key: str) -> int:
+    size = parse_size(text)
+    if size > MAX_SWITCH_BYTES:
+        raise FabricError(f"bad --switch {key}={shown(text)}: at most {format_size(MAX_SWITCH_BYTES)}")
+    return size
 
 
 def parse_overrides(overrides: dict[str, str]) -> dict[str, Any]:
@@ -119,19 +130,19 @@ def parse_overrides(overrides: dict[str, str]) -> dict[str, Any]:
     changes: dict[str, Any] = {}
     for key, text in overrides.items():
         if key not in SWITCH_OPTIONS:
-            raise FabricError(f"unknown --switch option {key!r}; known: {', '.join(SWITCH_OPTIONS)}")
+            raise FabricError(f"unknown --switch option {shown(key)}; known: {', '.join(SWITCH_OPTIONS)}")
         if key in ("buffer", "reserve", "headroom", "threshold", "xon_delta", "kmin", "kmax", "vl_buffer"):
-            changes[key] = parse_size(text)
+            changes[key] = _bytes(text, key)
         elif key == "alpha":
             changes[key] = _number(text, key, 0, 64)
         elif key == "pmax":
             changes[key] = _number(text, key, 0, 1)
         elif key == "quanta":
-            changes[key] = int(_number(text, key, 1, MAX_QUANTA))
+            changes[key] = bounds.whole(f"bad --switch {key} =", text, (1, MAX_QUANTA))
         elif key in ("lossless", "strict"):
             changes[key] = _priorities(text, key)
         elif text in ("on", "off"):
             changes[key] = text == "on"
         else:
-            raise FabricError(f"bad --switch {key}={text!r}: expected on or off")
+            raise FabricError(f"bad --switch {key}={shown(text)}: expected on or off")
     return changes

@@ -8,6 +8,10 @@ namespace calls are replaced by traps that fail the test.
 
 import os
 import signal
+import socket
+import subprocess
+import sys
+import threading
 
 import pytest
 
@@ -210,3 +214,226 @@ def test_geteuid_patch_reaches_require_root(non_root):
     assert os.geteuid() == 1000
     with pytest.raises(FabricError):
         emulator.fabric.require_root()
+
+
+# --- numbers out of range, and the issue's tracebacks, as one line --------------------------------------
+
+NINES_400, NINES_5000 = "9" * 400, "9" * 5000
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["perf", "write", "h2", "--iters", NINES_400], ["--iters '99999", "(400 characters): must be 1 to 1000000"]),
+    (["perf", "write", "h2", "--iters", NINES_5000], ["(5000 characters): must be 1 to 1000000"]),
+    (["perf", "write", "h2", "--iters", "0"], ["--iters '0': must be 1 to 1000000"]),
+    (["perf", "write", "h2", "--port", "65536"], ["--port '65536': must be 1 to 65535"]),
+    (["perf", "write", "h2", "--seed", "-1"], ["--seed '-1': must be 0 to 4294967295"]),
+    (["perf", "write", "h2", "--mtu", NINES_400], ["--mtu '9999", "must be 256 to 4096"]),
+    (["perf", "write", "h2", "--size", NINES_400], ["bad size '9999", "longer than 64 characters"]),
+    (["perf", "write", "h2", "--size", "8EB"], ["bad size '8EB'"]),
+    (["up", "--topo", "star", "--seed", NINES_5000], ["--seed '9999", "must be 0 to 4294967295"]),
+    (["pingall", "--topo", "star", "--seed", "4294967296"], ["--seed '4294967296': must be 0 to 4294967295"]),
+    (["pingall", "--topo", "star", "--timeout", "nan"], ["--timeout 'nan': must be 0.1 to 60"]),
+    (["pingall", "--topo", "star", "--timeout", "1e400"], ["--timeout '1e400': must be 0.1 to 60"]),
+    (["demo", "--seconds", "0"], ["--seconds '0': must be 1 to 3600"]),
+    (["demo", "--bw", "200gbit"], ["bad bw '200gbit': a link runs at 1 kbit/s to 100 Gbit/s"]),
+    (["pingall", "--topo", "star", "--link", "bw=1bit"], ["bad bw '1bit': a link runs at 1 kbit/s to 100 Gbit/s"]),
+    (["pingall", "--topo", "star", "--link", "delay=2s"], ["bad delay '2s': at most 1 s"]),
+    (["pingall", "--topo", "star", "--link", f"drop={NINES_5000}"], ["bad drop", "must be 1 to 1000000000000"]),
+    (["pingall", "--topo", "star", "--link", f"loss={NINES_400}"], ["bad loss", "a probability is 0 to 1"]),
+    (["pingall", "--topo", "star", "--switch", "buffer=2GiB"], ["bad --switch buffer='2GiB': at most 1 GiB"]),
+    (["pingall", "--topo", "star", "--switch", "quanta=1.5"], ["--switch quanta = '1.5': expected a whole number"]),
+    (["pingall", "--topo", "star", "--switch", f"lossless={NINES_5000}"], ["expected priorities 0-7"]),
+    (["pingall", "--topo", "star,100000"], ["'star,100000': 100001 nodes", "at most 2048 nodes"]),
+    (["up", "--topo", "fattree,k=40"], ["'fattree,k=40': 18000 nodes (16000 hosts, 2000 switches)", "at most 2048"]),
+    (["ibroute", "--topo", "star,100000"], ["at most 2048 nodes"]),
+    (["ibroute", "--topo", f"ring,{NINES_5000}"], ["ring,9999", "(5005 characters): longer than 200 characters"]),
+    (["ibroute", "--topo", f"ring,{NINES_400[:150]}"], ["nodes", "at most 2048 nodes"]),
+])
+def test_numbers_out_of_range_are_one_line(capsys, non_root, argv, fragments):
+    code, out, err = run(capsys, *argv)
+    assert_one_line_error(code, out, err, *fragments)
+    assert code == 1   # an input error, found before any root check
+
+
+def test_a_value_of_double_dash_is_one_line_not_an_empty_list(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["up", "--topo", "star", "--seed=--"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == "fabric-emu: argument --seed: expected one argument (see fabric-emu --help)\n"
+
+
+def test_argparse_errors_are_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["perf", "write", "h2", "--mtu", "300"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == ("fabric-emu: argument --mtu: invalid choice: 300 (choose from 256, 512, "
+                                       "1024, 2048, 4096) (see fabric-emu perf --help)\n")
+
+
+def test_ranges_take_their_bounds(capsys):
+    args = cli._parse(["perf", "write", "h2", "--iters", "1000000", "--port", "1", "--seed", "4294967295"])
+    assert (args.iters, args.port, args.seed) == (1_000_000, 1, 2**32 - 1)
+    assert cli._parse(["pingall", "--topo", "star", "--timeout", "0.1"]).timeout == 0.1
+
+
+EXPERIMENT = """
+name = "mine"
+topo = "star,3"
+collective = "incast"
+size = "64KiB"
+{extra}
+
+[[variants]]
+name = "a"
+"""
+
+
+@pytest.mark.parametrize("extra, fragments", [
+    (f'size = "{NINES_400}"', ['variant "a": key "size": bad size \'9999', "longer than 64 characters"]),
+    (f"size = {NINES_400}", ['key "size": bad size 999999999999... (400 digits): too large']),
+    (f"seed = {NINES_5000}", ["mine.toml: bad TOML: Exceeds the limit (4300 digits) for integer string conversion"]),
+    (f"seed = {NINES_400}", ['key "seed" = 999999999999... (400 digits): must be 0 to 4294967295']),
+    ("iterations = 100000", ['key "iterations" = 100000: must be 1 to 10000']),
+    (f"link = {{ mtu = {NINES_400} }}", ['key "link.mtu": number 999999999999... (400 digits) is too large']),
+    (f"[sweep]\nsize = [{NINES_400}]", ['mine.toml: sweep: key "size": number 999999999999... (400 digits)']),
+    (f"mtu = {NINES_400}", ['key "mtu": RDMA path MTU 999999999999... (400 digits): choose one of']),
+])
+def test_run_with_huge_numbers_in_the_file_is_one_line(capsys, non_root, tmp_path, extra, fragments):
+    path = tmp_path / "mine.toml"
+    text = EXPERIMENT.format(extra=extra)
+    if extra.startswith("size"):
+        text = text.replace('size = "64KiB"\n', "")
+    path.write_text(text)
+    code, out, err = run(capsys, "run", str(path))
+    assert_one_line_error(code, out, err, "mine.toml: ", *fragments)
+    assert code == 1
+
+
+def test_run_list_prints_every_builtin_with_its_description(capsys, non_root):
+    code, out, err = run(capsys, "run", "--list")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines] == ["headline", "incast-scaling", "smoke", "straggler"]
+    assert lines[0] == ("headline        Incast and ring all-reduce on star,8: lossless and lossy Ethernet, "
+                        "and InfiniBand-like credits.")
+    assert all(len(line.split(None, 1)[1]) > 20 for line in lines)
+
+
+def test_run_without_an_experiment_is_one_line(capsys, non_root):
+    code, out, err = run(capsys, "run")
+    assert_one_line_error(code, out, err, "run needs an experiment", "run --list")
+
+
+@pytest.fixture
+def root_granted(monkeypatch):
+    """The command's root check passes; the traps of no_side_effects still stop any build."""
+    monkeypatch.setattr(cli, "require_root", lambda: None)
+
+
+def test_run_out_on_an_existing_file_is_one_line(capsys, root_granted, tmp_path):
+    existing = tmp_path / "results"
+    existing.write_text("not a directory")
+    code, out, err = run(capsys, "run", "smoke", "--out", str(existing))
+    assert_one_line_error(code, out, err, f"--out {str(existing)!r}: cannot create", "Not a directory")
+    assert existing.read_text() == "not a directory"
+
+
+def test_run_out_on_an_unwritable_path_is_one_line(capsys, root_granted):
+    """/proc takes no directories, not even from root."""
+    code, out, err = run(capsys, "run", "smoke", "--out", "/proc/fabric-emu-results")
+    assert_one_line_error(code, out, err, "--out '/proc/fabric-emu-results': cannot create")
+    assert not os.path.exists("/proc/fabric-emu-results")
+
+
+def test_run_refuses_a_variant_the_machine_cannot_hold(capsys, root_granted, tmp_path, monkeypatch):
+    import emulator.bounds
+
+    monkeypatch.setattr(emulator.bounds, "meminfo_bytes", lambda field, path="/proc/meminfo": 512 << 20)
+    path = tmp_path / "mine.toml"
+    path.write_text(EXPERIMENT.format(extra="").replace("star,3", "star,30"))
+    code, out, err = run(capsys, "run", str(path), "--out", str(tmp_path / "out"))
+    assert_one_line_error(code, out, err, "variant a (star,30) needs about 511 MiB of memory (31 nodes x 16 MiB",
+                          "this machine has 512 MiB available")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_custom_topology_whose_build_raises_is_one_line_naming_the_file(capsys, non_root, tmp_path):
+    custom = tmp_path / "mytopo.py"
+    custom.write_text("from mininet.topo import Topo\n"
+                      "class Broken(Topo):\n"
+                      "    def build(self):\n"
+                      "        raise RuntimeError('the cabling plan is lost\\nsecond line')\n"
+                      "topos = {'broken': Broken}\n")
+    for command in (["pingall"], ["up"], ["ibroute"]):
+        code, out, err = run(capsys, *command, "--topo", "broken", "--custom", str(custom))
+        assert_one_line_error(code, out, err, f"custom topology file {str(custom)!r}: topology 'broken' failed: "
+                              "RuntimeError: the cabling plan is lost second line")
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_stats_with_a_dead_agent_names_it_in_one_line(capsys, root_granted, tmp_path):
+    state = runstate.RunState(run="dead1", owner_pid=0, created=1.0, topo="star,1", namespaces=[],
+                              nodes={"s1": {"kind": "switch", "netns": "dead1-s1", "ip": None},
+                                     "h1": {"kind": "host", "netns": "dead1-h1", "ip": "10.0.0.1"}},
+                              agents={"s1": os.getpid(), "h1": _dead_pid()}, detached=True)
+    state.save()
+    # s1 answers as a live agent would; h1's agent is dead and its socket gone.
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(os.path.join(state.directory, "s1.sock"))
+    server.listen(1)
+
+    def answer() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(100)
+            conn.sendall(b'{"totals": {}}')
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        code, out, err = run(capsys, "stats")
+    finally:
+        thread.join(timeout=5)
+        server.close()
+    assert_one_line_error(code, out, err, f"host h1's agent (pid {state.agents['h1']}) does not answer",
+                          "and is gone", "h1.log", "fabric-emu down --run dead1")
+
+
+# --- stop signals: quiet, and the first one's cleanup is not interrupted ----------------------------------------
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, env=env)
+
+
+def test_sigterm_while_the_interpreter_exits_is_quiet():
+    """The perf client's 'Exception ignored in atexit callback ... SystemExit: 143': a SIGTERM that
+    arrives after the command returned, here from an atexit callback, must end it with 143 and nothing
+    on stderr, its output delivered."""
+    done = _python("import atexit, os, signal, sys, time\n"
+                   "from emulator import cli\n"
+                   "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(5)))\n"
+                   "sys.exit(cli.main(['topos']))\n")
+    assert (done.returncode, done.stderr) == (143, "")
+    assert done.stdout.startswith("dumbbell(n=2): ")
+
+
+def test_a_second_sigterm_does_not_interrupt_the_cleanup():
+    done = _python("import os, signal, sys, time\n"
+                   "from emulator import cli\n"
+                   "def command(args):\n"
+                   "    try:\n"
+                   "        os.kill(os.getpid(), signal.SIGTERM)\n"
+                   "        time.sleep(5)\n"
+                   "    finally:\n"
+                   "        os.kill(os.getpid(), signal.SIGTERM)\n"
+                   "        time.sleep(0.2)\n"
+                   "        print('cleaned up', flush=True)\n"
+                   "cli.cmd_topos = command\n"
+                   "sys.exit(cli.main(['topos']))\n")
+    assert (done.returncode, done.stdout, done.stderr) == (143, "cleaned up\n", "")

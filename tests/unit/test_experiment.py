@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import re
+import subprocess
 import textwrap
 from datetime import datetime, timedelta, timezone
 
@@ -48,7 +49,7 @@ def by_name(exp) -> dict[str, Variant]:
 # --- the built-ins ---------------------------------------------------------
 
 def test_builtin_names():
-    assert builtin_names() == ["headline", "incast-scaling", "straggler"]
+    assert builtin_names() == ["headline", "incast-scaling", "smoke", "straggler"]
 
 
 def test_headline():
@@ -198,13 +199,13 @@ def test_unknown_variant_key_message_in_full(tmp_path):
     ('size = 0', 'variant "a": key "size": 0 B: messages are 1 B to'),
     ('size = 1.5', 'variant "a": key "size": bad size'),
     ('senders = 4', 'variant "a": key "senders": 4 senders and a receiver need 5 hosts, \'star,4\' has 4'),
-    ('senders = 0', 'variant "a": key "senders": must be at least 1'),
+    ('senders = 0', 'variant "a": key "senders" = 0: must be 1 to 2048'),
     ('topo = "nosuch,3"', 'variant "a": key "topo": unknown topology \'nosuch\''),
     ('topo = "star,x"', 'variant "a": key "topo": topology \'star,x\': n must be an integer'),
     ('topo = "star,1"', 'variant "a": key "topo": incast needs at least 2 hosts'),
     ('topo = 8', 'variant "a": key "topo": expected a spec such as "star,8"'),
-    ('iterations = 0', 'variant "a": key "iterations": must be at least 1, got 0'),
-    ('warmup = -1', 'variant "a": key "warmup": must be at least 0, got -1'),
+    ('iterations = 0', 'variant "a": key "iterations" = 0: must be 1 to 10000'),
+    ('warmup = -1', 'variant "a": key "warmup" = -1: must be 0 to 1000'),
     ('seed = "one"', 'variant "a": key "seed": expected a whole number'),
     ('mtu = 1000', 'variant "a": key "mtu": RDMA path MTU 1000: choose one of 256, 512, 1024, 2048, 4096'),
     ('mtu = 2048', 'variant "a": key "mtu": path MTU 2048 needs a link MTU of 2112, the links have 1500'),
@@ -285,7 +286,7 @@ def test_missing_file_names_it_and_the_builtins(tmp_path):
         load_experiment(missing)
     message = str(info.value)
     assert message.startswith(f"{missing}: no such experiment file") and "\n" not in message
-    assert "headline, incast-scaling, straggler" in message
+    assert "headline, incast-scaling, smoke, straggler" in message
 
 
 def test_a_directory_is_not_an_experiment(tmp_path):
@@ -333,3 +334,70 @@ def test_run_config_without_features_or_time():
 def test_git_commit_outside_a_checkout(tmp_path):
     assert experiment.git_commit(str(tmp_path)) == "unknown"
     assert experiment.git_commit(str(tmp_path / "missing")) == "unknown"
+
+
+def test_git_commit_only_for_the_top_of_a_checkout(tmp_path):
+    """An installed package in a venv inside some checkout is not that checkout's code."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "f").write_text("x")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "f"], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
+                   check=True)
+    assert re.fullmatch(r"[0-9a-f]{40}", experiment.git_commit(str(tmp_path)))
+    site = tmp_path / "venv" / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    assert experiment.git_commit(str(site)) == "unknown"
+
+
+# --- the built-ins are package data; smoke is short ---------------------------------------------------
+
+def test_builtins_are_files_of_the_package():
+    files = sorted(entry.name for entry in experiment.BUILTIN.iterdir())
+    assert files == [f"{name}.toml" for name in builtin_names()]
+    assert os.path.dirname(str(experiment.BUILTIN)) == os.path.dirname(experiment.__file__)
+
+
+def test_builtin_descriptions_are_one_line_each():
+    descriptions = experiment.builtin_descriptions()
+    assert list(descriptions) == builtin_names()
+    for name, text in descriptions.items():
+        assert text == load_experiment(name).description
+        assert 20 < len(text) <= 100 and len(text.splitlines()) == 1, name
+
+
+def test_smoke_is_one_short_variant():
+    [v] = load_experiment("smoke").variants
+    assert (v.topo, v.fabric, v.collective, v.size, v.warmup + v.iterations) == ("star,3", "lossless", "incast",
+                                                                                64 << 10, 4)
+
+
+# --- bounds of a file: size, variants, names ------------------------------------------------------------
+
+def test_a_file_over_one_mib_is_not_read(tmp_path):
+    path = tmp_path / "exp.toml"
+    path.write_text(MINIMAL + "#" * (1 << 20))
+    with pytest.raises(FabricError, match=r"^exp.toml: larger than 1 MiB; not an experiment file$"):
+        load_experiment(str(path))
+
+
+def test_deeply_nested_arrays_are_one_line(tmp_path):
+    assert load_error(tmp_path, "a = " + "[" * 5000 + "]" * 5000 + "\n") == (
+        "exp.toml: bad TOML: arrays or tables nested too deeply")
+
+
+def test_at_most_256_variants(tmp_path):
+    message = load_error(tmp_path, MINIMAL + "[sweep]\nloss = [" + ", ".join(["0"] * 17) + "]\n"
+                         "bw = [" + ", ".join(['"1gbit"'] * 16) + "]\n")
+    assert message == "exp.toml: 272 variants (1 [[variants]] x the sweep's values); at most 256"
+
+
+def test_names_at_most_100_characters(tmp_path):
+    assert "at most 100" in load_error(tmp_path, MINIMAL.replace('name = "a"', f'name = "{"a" * 101}"'))
+    message = load_error(tmp_path, MINIMAL.replace('name = "a"', f'name = "{"a" * 90}"')
+                         + '[sweep]\ntopo = ["star,4,n=4"]\n')
+    assert "with its sweep suffixes is longer than 100 characters" in message
+
+
+def test_messages_stay_one_line_for_hostile_keys_and_names(tmp_path):
+    assert load_error(tmp_path, '"a\\u2028b" = 1\n' + MINIMAL).startswith('exp.toml: unknown key "a\\u2028b"')
+    assert 'got \'x\\ny\'' in load_error(tmp_path, MINIMAL.replace('name = "a"', 'name = "x\\ny"'))

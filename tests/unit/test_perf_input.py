@@ -44,3 +44,18 @@ def test_other_stray_arguments_are_still_refused(capsys):
         main(["topos", "extra"])
     assert exit_.value.code == 2
     assert "unrecognized arguments: extra" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("request_,message", [
+    (PerfRequest("write", 4096, 10**6 + 1), "--iters 1000001: must be 1 to 1000000"),
+    (PerfRequest("write", 4096, 10**400), "--iters 100000000000... (401 digits): must be 1 to 1000000"),
+    (PerfRequest("write", 10**400, 1), "--size 100000000000... (401 digits): messages are 1 B to 1 GiB"),
+    (PerfRequest("write", 4096, 1, seed=2**32), "--seed 4294967296: must be 0 to 4294967295"),
+    (PerfRequest("write", 4096, 1, mtu=300), "--mtu 300: choose one of 256, 512, 1024, 2048, 4096"),
+    (PerfRequest("send", 1 << 30, 10**6), "send: --size x --iters is 976.56 TiB; the receiver keeps all of it"),
+], ids=["iters", "iters-huge", "size-huge", "seed", "mtu", "send-total"])
+def test_a_request_is_checked_field_by_field(request_, message):
+    """The server checks a client's request with the same check: every field in its range."""
+    with pytest.raises(FabricError) as err:
+        request_.check()
+    assert str(err.value).startswith(message)

@@ -13,7 +13,7 @@ import pytest
 from mininet.topo import Topo
 
 from emulator.errors import FabricError
-from emulator.plan import make_plan
+from emulator.plan import link_params, make_plan
 from topologies import (DumbbellTopo, FatTreeTopo, LeafSpineTopo, RingTopo,
                         StarTopo)
 
@@ -509,3 +509,27 @@ def test_dumbbell_routes_cross_the_bottleneck():
     assert plan.routes["s1"]["10.0.0.3"] == ["s1-eth3"]
     assert plan.routes["s2"]["10.0.0.1"] == ["s2-eth3"]
     assert peer_of(plan, "s1", "s1-eth3") == "s2"
+
+
+# --- link ranges ------------------------------------------------------------------------------------
+
+def test_link_ranges_take_their_bounds():
+    low = link_params({}, {"bw": "1kbit", "delay": "1s", "drop": ":".join(map(str, range(1, 1001)))})
+    assert (low.bw_bps, low.delay_ns, len(low.drop)) == (1000, 10**9, 1000)
+    assert link_params({}, {"bw": "100gbit", "drop": str(10**12)}).bw_bps == 100 * 10**9
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"bw": "999bit"}, "bad bw '999bit': a link runs at 1 kbit/s to 100 Gbit/s"),
+    ({"bw": "101gbit"}, "bad bw '101gbit': a link runs at 1 kbit/s to 100 Gbit/s"),
+    ({"delay": "1000001us"}, "bad delay '1000001us': at most 1 s"),
+    ({"drop": ":".join(map(str, range(1, 1002)))},
+     "bad drop '1:2:3:4:5:6:7:8:9:10:11:12:13:14:15:16:1'... (3897 characters): at most 1000 frame numbers"),
+    ({"drop": str(10**12 + 1)}, "bad drop '1000000000001': drop frame '1000000000001': must be 1 to 1000000000000"),
+    ({"drop": 10**400}, "bad drop 100000000000... (401 digits): drop frame 100000000000... (401 digits): must be"),
+    ({"loss": 10**400}, "bad loss 100000000000... (401 digits): expected a probability"),
+])
+def test_link_values_out_of_range(options, message):
+    with pytest.raises(FabricError) as err:
+        link_params({}, options)
+    assert str(err.value).startswith(message)

@@ -1,10 +1,12 @@
 """Built-in topologies: counts, shape, naming and argument checks."""
 
+import time
 from collections import Counter, deque
 
 import pytest
 from mininet.topo import Topo
 
+from topologies import fabrics
 from topologies import (DumbbellTopo, FatTreeTopo, LeafSpineTopo, RingTopo,
                         StarTopo, topos)
 
@@ -223,3 +225,34 @@ def test_invalid_arguments(cls, args, message):
     with pytest.raises(ValueError) as err:
         cls(**args)
     assert str(err.value) == message
+
+
+# --- the node cap: counted before any node is added ------------------------------------------------------
+
+@pytest.mark.parametrize("cls, args", [
+    (StarTopo, {"n": 5}), (DumbbellTopo, {"n": 3}), (LeafSpineTopo, {"leaves": 3, "spines": 2, "hosts": 4}),
+    (FatTreeTopo, {"k": 4}), (FatTreeTopo, {"k": 6}), (RingTopo, {"n": 4, "hosts": 3}),
+])
+def test_the_cap_counts_exactly_the_nodes_built(monkeypatch, cls, args):
+    """The count each build checks is the count it builds: with the cap at that count it
+    builds, one below it refuses."""
+    nodes = len(cls(**args).nodes())
+    monkeypatch.setattr(fabrics, "MAX_NODES", nodes)
+    assert len(cls(**args).nodes()) == nodes
+    monkeypatch.setattr(fabrics, "MAX_NODES", nodes - 1)
+    with pytest.raises(ValueError, match=f"^{nodes} nodes .*; at most {nodes - 1} nodes on one machine$"):
+        cls(**args)
+
+
+@pytest.mark.parametrize("cls, args, message", [
+    (StarTopo, {"n": 100_000}, "100001 nodes (100000 hosts, 1 switches); at most 2048 nodes on one machine"),
+    (FatTreeTopo, {"k": 40}, "18000 nodes (16000 hosts, 2000 switches); at most 2048 nodes on one machine"),
+    (RingTopo, {"n": 10**400}, "200000000000... (401 digits) nodes (100000000000... (401 digits) hosts, "
+                               "100000000000... (401 digits) switches); at most 2048 nodes on one machine"),
+])
+def test_absurd_sizes_are_refused_at_once(cls, args, message):
+    began = time.monotonic()
+    with pytest.raises(ValueError) as err:
+        cls(**args)
+    assert str(err.value) == message
+    assert time.monotonic() - began < 0.05

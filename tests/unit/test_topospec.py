@@ -147,7 +147,7 @@ def test_custom_file_wins_over_builtin(tmp_path):
     topo = build_topo("star", custom=path)
     assert type(topo).__name__ == "MyStar"
     assert error(build_topo, "star,4", custom=path) == (
-        "topology 'star' takes (); got 1 positional argument")
+        f"custom topology file {path!r}: topology 'star' takes (); got 1 positional argument")
 
 
 def test_custom_lambda_entry(tmp_path):
@@ -161,7 +161,7 @@ def test_custom_lambda_entry(tmp_path):
 def test_custom_errors_are_wrapped(tmp_path):
     path = write(tmp_path, CUSTOM)
     assert error(build_topo, "pair,0", custom=path) == (
-        "topology 'pair,0': n must be at least 1 (got 0)")
+        f"custom topology file {path!r}: topology 'pair,0': n must be at least 1 (got 0)")
     assert "known: dumbbell, fattree, leafspine, minimal, pair, ring, star" \
         in error(build_topo, "nope", custom=path)
 
@@ -209,4 +209,66 @@ def test_custom_file_that_fails(tmp_path, body, part):
 def test_custom_factory_that_returns_no_topo(tmp_path):
     path = write(tmp_path, "topos = {'odd': lambda: 42}\n")
     assert error(build_topo, "odd", custom=path) == (
-        "topology 'odd' returned int, not a Topo")
+        f"custom topology file {path!r}: topology 'odd' returned int, not a Topo")
+
+
+# --- whatever a custom file's code does is one line naming the file ---------------------------------------
+
+@pytest.mark.parametrize("body, part", [
+    ("raise RuntimeError('no cables\\nat all')", "topology 'x' failed: RuntimeError: no cables at all"),
+    ("raise SystemExit(3)", "topology 'x' failed: SystemExit: 3"),
+    ("return 1 / 0", "topology 'x' failed: ZeroDivisionError: division by zero"),
+    ("raise KeyError('s9')", "topology 'x' failed: KeyError: 's9'"),
+])
+def test_custom_build_that_raises_names_the_file(tmp_path, body, part):
+    path = write(tmp_path, f"""
+        from mininet.topo import Topo
+        class X(Topo):
+            def build(self):
+                {body}
+        topos = {{"x": X}}
+        """)
+    assert error(build_topo, "x", custom=path) == f"custom topology file {path!r}: {part}"
+
+
+def test_custom_file_that_exits_while_loading(tmp_path):
+    path = write(tmp_path, "import sys\nsys.exit('bye')\n")
+    assert error(load_custom, path) == f"custom topology file {path!r} failed: SystemExit: bye"
+
+
+def test_custom_topology_over_the_node_cap(tmp_path):
+    path = write(tmp_path, """
+        from mininet.topo import Topo
+        class Big(Topo):
+            def build(self):
+                s = self.addSwitch("s1")
+                for i in range(2100):
+                    self.addHost(f"h{i + 1}")
+        topos = {"big": Big}
+        """)
+    assert error(build_topo, "big", custom=path) == (
+        f"custom topology file {path!r}: topology 'big': 2101 nodes (hosts and switches); at most 2048 on one machine")
+
+
+def test_custom_entry_without_a_readable_signature(tmp_path):
+    path = write(tmp_path, "topos = {'m': max}\n")
+    assert error(build_topo, "m", custom=path).startswith(
+        f"custom topology file {path!r}: topology 'm': cannot read its parameters: ValueError: ")
+
+
+def test_a_spec_longer_than_200_characters():
+    assert error(parse_spec, "star," + "1" * 300) == (
+        "bad topology spec 'star,11111111111111111111111111111111111'... (305 characters): "
+        "longer than 200 characters")
+
+
+def test_a_builtin_topology_bug_is_not_hidden(monkeypatch):
+    """Only a custom file's failures are the user's; ours stay tracebacks."""
+    from topologies import fabrics
+
+    def broken(self, n=4):
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(fabrics.StarTopo, "build", broken)
+    with pytest.raises(RuntimeError, match="a bug of ours"):
+        build_topo("star")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from emulator.errors import FabricError
+from emulator.errors import FabricError, shown
 from emulator.units import (format_rate, format_size, format_time,
                             parse_rate, parse_size, parse_time)
 
@@ -183,3 +183,39 @@ def test_size_round_trip(n):
 @pytest.mark.parametrize("ns", [0, 100, 27_000, 1_500_000, 2_000_000_000])
 def test_time_round_trip(ns):
     assert parse_time(format_time(ns)) == ns
+
+
+# --- huge and long values: one line, never a traceback -------------------------------------------------
+
+@pytest.mark.parametrize("parse", [parse_rate, parse_size, parse_time])
+def test_text_over_64_characters_is_refused_unread(parse):
+    with pytest.raises(FabricError) as err:
+        parse("9" * 5000 + "k")
+    assert str(err.value).endswith("(5001 characters): longer than 64 characters")
+
+
+@pytest.mark.parametrize("parse, value, message", [
+    (parse_size, 10**5000, "bad size 100000000000... (5001 digits): too large (at most 2**63 - 1 bytes)"),
+    (parse_size, 2**63, "bad size 9223372036854775808: too large"),
+    (parse_size, "9000000000g", "bad size '9000000000g': too large"),
+    (parse_rate, 10**400, "bad rate 100000000000... (401 digits): too large"),
+    (parse_rate, 1e300, "bad rate 1e+300: too large"),
+    (parse_rate, "99999999999tbit", "bad rate '99999999999tbit': too large"),
+    (parse_time, "9999999999999s", "bad time '9999999999999s': too large"),
+], ids=lambda v: getattr(v, "__name__", None) or shown(v)[:20])
+def test_values_of_2_63_and_up_are_refused(parse, value, message):
+    with pytest.raises(FabricError) as err:
+        parse(value)
+    assert str(err.value).startswith(message)
+
+
+def test_the_largest_values_parse_exactly():
+    assert parse_size(2**63 - 1) == 2**63 - 1
+    assert parse_size("9223372036854775807") == 2**63 - 1
+    assert parse_rate("9223372036854775.807kbit") == 2**63 - 1
+
+
+def test_long_fractions_are_not_rounded_into_whole_numbers():
+    """Decimal's default context keeps 28 digits: 1024.000...0001 would round to 1024."""
+    with pytest.raises(FabricError, match="not a whole number of bytes"):
+        parse_size("1." + "0" * 40 + "1kib")

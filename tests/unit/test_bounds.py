@@ -1,0 +1,122 @@
+"""Bounds: what one machine holds, the ranges of numbers, and hostile values in messages."""
+
+import pytest
+
+from emulator import bounds
+from emulator.errors import FabricError, printable, shown
+
+GIB = 1 << 30
+
+
+def error(call, *args, **kwargs) -> str:
+    with pytest.raises(FabricError) as info:
+        call(*args, **kwargs)
+    message = str(info.value)
+    assert len(message.splitlines()) == 1, message
+    return message
+
+
+# --- whole and real ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value, expected", [(0, 0), (4294967295, 4294967295), ("17", 17), (" +5 ", 5), ("007", 7)])
+def test_whole_accepts_its_range(value, expected):
+    assert bounds.whole("seed", value, bounds.SEED) == expected
+
+
+@pytest.mark.parametrize("value, message", [
+    (-1, "seed -1: must be 0 to 4294967295"),
+    (2**32, "seed 4294967296: must be 0 to 4294967295"),
+    ("-1", "seed '-1': must be 0 to 4294967295"),
+    ("9" * 400, "seed '9999999999999999999999999999999999999999'... (400 characters): must be 0 to 4294967295"),
+    ("9" * 5000, "(5000 characters): must be 0 to 4294967295"),
+    ("1.5", "seed '1.5': expected a whole number, 0 to 4294967295"),
+    ("", "seed '': expected a whole number"),
+    (True, "seed True: expected a whole number"),
+    (1.0, "seed 1.0: expected a whole number"),
+    ("0x10", "seed '0x10': expected a whole number"),
+])
+def test_whole_refuses_in_one_line(value, message):
+    assert message in error(bounds.whole, "seed", value, bounds.SEED)
+
+
+def test_whole_refuses_an_integer_too_long_to_print():
+    message = error(bounds.whole, "seed", 10**5000 - 1, bounds.SEED)
+    assert message == "seed 999999999999... (5000 digits): must be 0 to 4294967295"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400", float("nan"), 0.05, 61, "x", None, True, 10**300])
+def test_real_refuses_what_is_not_a_finite_number_in_range(value):
+    message = error(bounds.real, "--timeout", value, bounds.PING_TIMEOUT_S)
+    assert message.startswith("--timeout ") and "0.1 to 60" in message
+
+
+def test_real_accepts_its_range():
+    assert bounds.real("--timeout", "0.1", bounds.PING_TIMEOUT_S) == 0.1
+    assert bounds.real("--timeout", 60, bounds.PING_TIMEOUT_S) == 60.0
+
+
+# --- capacity ------------------------------------------------------------------------------------
+
+def test_the_issues_fattree_8_needs_more_than_three_gib():
+    """208 agents of 14.7 MiB measured 3.07 GiB; the estimate must not be below that."""
+    assert bounds.fabric_bytes(208, 384) >= 208 * 14.7 * (1 << 20)
+    message = error(bounds.check_capacity, "topology 'fattree,8'", 208, 384, available=3 * GIB, namespaces=10**5)
+    assert message == ("topology 'fattree,8' needs about 3.44 GiB of memory (208 nodes x 16 MiB, 384 links x "
+                       "512 KiB); this machine has 3 GiB available and keeps 256 MiB free: use a smaller topology")
+
+
+def test_a_fabric_that_fits_passes():
+    bounds.check_capacity("star,8", 9, 8, available=GIB, namespaces=100)
+    need = bounds.fabric_bytes(9, 8)
+    bounds.check_capacity("star,8", 9, 8, available=need + bounds.KEEP_FREE_BYTES, namespaces=10)
+    error(bounds.check_capacity, "star,8", 9, 8, available=need + bounds.KEEP_FREE_BYTES - 1, namespaces=10)
+
+
+def test_namespaces_are_a_limit_too():
+    assert "needs 10 network namespaces; the kernel allows 9 more" in error(
+        bounds.check_capacity, "star,8", 9, 8, available=100 * GIB, namespaces=9)
+
+
+def test_the_node_cap_comes_first():
+    assert "2049 nodes (hosts and switches); at most 2048 on one machine" in error(
+        bounds.check_capacity, "big", 2049, 0, available=10**6 * GIB, namespaces=10**6)
+
+
+def test_check_capacity_reads_this_machine():
+    """With nothing injected it reads /proc: a star,2 fits on any machine that runs the tests."""
+    bounds.check_capacity("star,2", 3, 2)
+    assert bounds.meminfo_bytes("MemAvailable") > 0
+
+
+def test_meminfo_bytes(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24684448 kB\nMemAvailable:    1024 kB\nBroken:\n")
+    assert bounds.meminfo_bytes("MemTotal", str(meminfo)) == 24684448 * 1024
+    assert bounds.meminfo_bytes("MemAvailable", str(meminfo)) == 1024 * 1024
+    assert bounds.meminfo_bytes("Broken", str(meminfo)) is None
+    assert bounds.meminfo_bytes("MemFree", str(meminfo)) is None
+    assert bounds.meminfo_bytes("MemTotal", str(tmp_path / "absent")) is None
+
+
+# --- hostile values in messages -------------------------------------------------------------------
+
+@pytest.mark.parametrize("digits", [40, 41, 400, 4300, 4301, 5000, 12345])
+def test_shown_counts_the_digits_of_integers_too_long_to_print(digits):
+    assert shown(10**digits - 1) == f"999999999999... ({digits} digits)"
+    assert shown(-(10 ** (digits - 1))) == f"-100000000000... ({digits} digits)"
+
+
+def test_shown_keeps_short_values_as_repr_and_shortens_long_ones():
+    assert shown(1500) == "1500" and shown("64KiB") == "'64KiB'" and shown(1.5) == "1.5"
+    assert shown("x" * 100) == repr("x" * 40) + "... (100 characters)"
+    assert shown([1, 2, 3, 4]) == "[1, 2, 3, ...]"
+    assert shown({"a": 10**5000}) == "{'a': 100000000000... (5001 digits)}"
+    deep = []
+    for _ in range(5000):
+        deep = [deep]
+    assert shown(deep) == "[[[...]]]"
+
+
+def test_printable_escapes_what_would_break_the_line():
+    assert printable("a\nb\u2028c\x85d\ud800") == "a\\nb\\u2028c\\x85d\\ud800"
+    assert printable("plain é ü") == "plain é ü"
