@@ -33,11 +33,12 @@ class JsonLines:
         self.file.write(json.dumps(message).encode() + b"\n")
         self.file.flush()
 
-    def receive(self, what: str, fields: dict[str, type] | None = None) -> dict[str, Any]:
+    def receive(self, what: str, fields: dict[str, type] | None = None,
+                optional: dict[str, type] | None = None) -> dict[str, Any]:
         """The next message; ``what`` says what it should be, for the errors.
 
-        ``fields`` names keys the message must have, with their types (an
-        int is never a bool or a float here).
+        ``fields`` names keys the message must have, ``optional`` keys it
+        may have, with their types (an int is never a bool or a float here).
         """
         try:
             line = self.file.readline(LINE_MAX + 1)
@@ -57,11 +58,15 @@ class JsonLines:
             raise FabricError(f"{self.peer} sent something that is no JSON object instead of {what}")
         if "error" in message:
             raise FabricError(f"{self.peer}: {' '.join(str(message['error']).split())[:200]}")
-        for key, kind in (fields or {}).items():
-            value = message.get(key)
-            if type(value) is not kind:
-                raise FabricError(f"{self.peer} sent {what} without a valid {key!r} ({kind.__name__})")
+        self.require(message, what, fields or {})
+        self.require(message, what, {key: kind for key, kind in (optional or {}).items() if key in message})
         return message
+
+    def require(self, message: dict[str, Any], what: str, fields: dict[str, type]) -> None:
+        """FabricError unless ``message`` has each of ``fields`` with its type."""
+        for key, kind in fields.items():
+            if type(message.get(key)) is not kind:
+                raise FabricError(f"{self.peer} sent {what} without a valid {key!r} ({kind.__name__})")
 
     def close(self) -> None:
         self.file.close()

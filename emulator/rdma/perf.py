@@ -48,6 +48,9 @@ OPCODES = {"write": WrOpcode.RDMA_WRITE, "read": WrOpcode.RDMA_READ, "send": WrO
 TX_DEPTH = 64  # work requests the client keeps outstanding
 CONNECT_TIMEOUT_S = 5.0
 STALL_TIMEOUT_S = 30.0  # no completion for this long: the transfer is stuck
+# What the peer's messages must carry (the server listens on the fabric: anyone may talk to it).
+QP_FIELDS = {"qpn": int, "psn": int, "gid": str}
+CHECK_FIELDS = {"verified": bool, "detail": str, "server_cpu_s": float}
 TCP_CHUNK = 1 << 16
 
 
@@ -112,15 +115,16 @@ def serve(op: str, port: int = PERF_PORT, log: Callable[[str], None] = lambda m:
         listener.close()
     channel = JsonLines(conn, "the perf client")
     try:
-        hello = channel.receive("the client's request")
-        request = PerfRequest(hello["op"], int(hello["size"]), int(hello["iters"]), int(hello.get("mtu", 1024)),
-                              int(hello.get("seed", 1)))
+        hello = channel.receive("the client's request", {"op": str, "size": int, "iters": int},
+                                {"mtu": int, "seed": int})
+        request = PerfRequest(hello["op"], hello["size"], hello["iters"], hello.get("mtu", 1024), hello.get("seed", 1))
         try:
             if request.op != op:
                 raise FabricError(f"this server runs perf {op}, the client asked for perf {request.op}")
             request.check()
             if op == "tcp":
                 return _serve_tcp(channel, request, peer)
+            channel.require(hello, "the client's request", QP_FIELDS)
             return _serve_rdma(ctx, channel, request, hello, peer)
         except FabricError as err:
             channel.send({"error": str(err)})
@@ -141,7 +145,7 @@ def _serve_rdma(ctx: Context, channel: JsonLines, request: PerfRequest, hello: d
     if request.op == "read":
         mr.buf[:] = expected
     qp = QP(pd, cq, cq)
-    qp.connect(int(hello["qpn"]), int(hello["psn"]), str(hello["gid"]), mtu=request.mtu)
+    qp.connect(hello["qpn"], hello["psn"], hello["gid"], mtu=request.mtu)
     if request.op == "send":
         qp.post_recv([RecvWR(i, mr.addr + i * request.size, request.size, mr.lkey) for i in range(request.iters)])
     cpu_before = cpu_seconds()
@@ -243,13 +247,13 @@ def run_client(request: PerfRequest, peer: str, port: int = PERF_PORT,
         try:
             channel.send({"op": request.op, "size": request.size, "iters": request.iters, "mtu": request.mtu,
                           "seed": request.seed, "qpn": qp.qp_num, "psn": qp.psn, "gid": ctx.attr["gid"]})
-            remote = channel.receive("the server's QP")
-            qp.connect(int(remote["qpn"]), int(remote["psn"]), str(remote["gid"]), mtu=request.mtu)
+            remote = channel.receive("the server's QP", {**QP_FIELDS, "addr": int, "rkey": int})
+            qp.connect(remote["qpn"], remote["psn"], remote["gid"], mtu=request.mtu)
             log(f"{TITLES[request.op]}: {request.iters} x {format_size(request.size)} to {peer}")
-            seconds = _transfer(qp, cq, mr, request, int(remote["addr"]), int(remote["rkey"]))
+            seconds = _transfer(qp, cq, mr, request, remote["addr"], remote["rkey"])
             counters = qp.query()["counters"]
             channel.send({"done": True})
-            server = channel.receive("the server's check")
+            server = channel.receive("the server's check", CHECK_FIELDS)
         finally:
             channel.close()
         verified = server["verified"]
@@ -295,7 +299,7 @@ def _result(request: PerfRequest, peer: str, seconds: float, verified: bool, ser
     if server.get("detail"):
         result["detail"] = server["detail"]
     if qp is not None and remote is not None:
-        result["local_qpn"], result["remote_qpn"] = qp.qp_num, int(remote["qpn"])
+        result["local_qpn"], result["remote_qpn"] = qp.qp_num, remote["qpn"]
     return result
 
 
@@ -311,7 +315,7 @@ def _client_tcp(request: PerfRequest, peer: str, address: str, port: int) -> dic
         channel.file.flush()
         channel.receive("the server's receipt")
         seconds = time.monotonic() - began
-        server = channel.receive("the server's check")
+        server = channel.receive("the server's check", CHECK_FIELDS)
     finally:
         channel.close()
     return _result(request, peer, seconds, server["verified"], server, {}, None, None)

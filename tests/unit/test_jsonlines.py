@@ -60,3 +60,44 @@ def test_fuzz_jsonlines_receive(data):
         assert "\n" not in str(err)
     else:
         assert isinstance(message, dict) and type(message["qpn"]) is int
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("hello, message", [
+    (b'{"op": "tcp", "size": "1MiB", "iters": 1}\n', "without a valid 'size' (int)"),
+    (b'{"op": "tcp", "size": 1024, "iters": 1, "seed": 1e400}\n', "without a valid 'seed' (int)"),
+    (b'{"op": "tcp", "size": 1024, "iters": 10000000000, "seed": 1}\n', "iters"),
+    (b"\xff" * 100 + b"\n", "not JSON"),
+])
+def test_a_perf_server_refuses_a_hostile_client_in_one_line(hello, message):
+    """The perf server listens on the fabric: anyone in a host may connect and send anything."""
+    import threading
+
+    from emulator.rdma import perf
+
+    port = free_port()
+    outcome: list[BaseException | dict] = []
+
+    def server() -> None:
+        try:
+            outcome.append(perf.serve("tcp", port=port))
+        except FabricError as err:
+            outcome.append(err)
+
+    thread = threading.Thread(target=server)
+    thread.start()
+    for _ in range(100):  # until the server listens
+        try:
+            client = socket.create_connection(("127.0.0.1", port), timeout=5)
+            break
+        except ConnectionRefusedError:
+            threading.Event().wait(0.05)
+    with client:
+        client.sendall(hello)
+        thread.join(10)
+    assert isinstance(outcome[0], FabricError) and message in str(outcome[0]) and "\n" not in str(outcome[0])
