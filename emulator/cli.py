@@ -187,19 +187,18 @@ def cmd_stats(args: argparse.Namespace) -> int:
     for switch in sorted(stats["switches"], key=_natural):
         for ifname, port in stats["switches"][switch]["ports"].items():
             prios = port["priorities"]
-            drops = sum(sum(q["drops"].values()) for q in prios) + port["rx_kernel_drops"]
             print(f"{ifname:14} {sum(q['rx_frames'] for q in prios):>10} {sum(q['tx_frames'] for q in prios):>10} "
-                  f"{sum(q['tx_bytes'] for q in prios):>12} {drops:>6} "
+                  f"{sum(q['tx_bytes'] for q in prios):>12} {port['dropped']:>6} "
                   f"{sum(q['pfc_sent']['xoff'] + q['pfc_sent']['xon'] for q in prios):>8} "
                   f"{sum(q['pfc_received'] for q in prios):>8} {sum(q['paused_ns'] for q in prios) / 1e9:>8.3f} "
                   f"{sum(q['ecn_marked'] for q in prios):>6}")
     for host in sorted(stats["hosts"], key=_natural):
         counters = stats["hosts"][host]
-        print(f"{host + ' (host)':14} {'':>10} {'':>10} {'':>12} {'':>6} {'':>8} "
+        print(f"{host + ' (host)':14} {'':>10} {'':>10} {'':>12} {counters['drops']['malformed']:>6} {'':>8} "
               f"{sum(counters['pfc_received']):>8} {sum(counters['paused_ns']) / 1e9:>8.3f}")
     totals = stats["totals"]
-    print(f"totals: drops {totals['drops']}, PFC sent {totals['pfc_sent']}, PFC received {totals['pfc_received']}, "
-          f"ECN marked {totals['ecn_marked']}")
+    print(f"totals: drops {totals['drops']} (malformed {totals['malformed']}), PFC sent {totals['pfc_sent']}, "
+          f"PFC received {totals['pfc_received']}, ECN marked {totals['ecn_marked']}")
     return 0
 
 

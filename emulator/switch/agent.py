@@ -392,16 +392,15 @@ class SwitchAgent(AgentBase):
                     "egress_bytes": mmu.egress_bytes(i, p), "egress_peak": c.egress_peak,
                 }
                 priorities.append(entry)
-                totals["drops"] += sum(entry["drops"].values())
                 totals["pfc_sent"] += c.pfc_xoff_sent + c.pfc_xon_sent
                 totals["pfc_received"] += port.pfc_received[p]
                 totals["ecn_marked"] += c.ecn_marked
                 totals["rx_frames"] += port.rx_frames[p]
                 totals["tx_frames"] += c.tx_frames
-            # Frames lost in the fabric; not_for_us and unsupported are what a router ignores, not losses.
-            totals["drops"] += (kernel_drops + port.tx_errors
-                                + sum(port.drops[k] for k in ("malformed", "no_route", "ttl", "mtu")))
-            totals["malformed"] += port.drops["malformed"]
+            # Frames lost at this port; not_for_us and unsupported are what a router ignores, not losses.
+            dropped = (sum(sum(entry["drops"].values()) for entry in priorities) + kernel_drops + port.tx_errors
+                       + sum(port.drops[k] for k in ("malformed", "no_route", "ttl", "mtu")))
+            malformed = port.drops["malformed"]
             ports[port.ifname] = {
                 "priorities": priorities,
                 "rx_kernel_drops": kernel_drops,
@@ -411,13 +410,15 @@ class SwitchAgent(AgentBase):
                 "arp_replies": port.arp_replies,
             }
             if self.ib is not None:
-                ports[port.ifname]["ib"] = self.ib.stats(i)
+                ib = ports[port.ifname]["ib"] = self.ib.stats(i)
+                dropped += sum(ib["drops"].values()) + ib["tx_errors"]
+                malformed += ib["drops"]["malformed"]
+            ports[port.ifname]["dropped"] = dropped
+            totals["drops"] += dropped
+            totals["malformed"] += malformed
         if self.ib is not None:
             for cause in IB_DROPS:
                 totals[f"ib_{cause}"] = self.ib.total(cause)
-                totals["drops"] += self.ib.total(cause)
-            totals["malformed"] += self.ib.total("malformed")
-            totals["drops"] += sum(self.ib.tx_errors)
         return {"switch": self.name, "scheduling": self.scheduling, "ports": ports, "totals": totals,
                 "rps_failed": self.unordered}
 
