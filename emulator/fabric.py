@@ -33,6 +33,7 @@ from emulator.ethtool import disable_offloads
 from emulator.features import Features, probe_features, probe_namespace
 from emulator.netns import create_namespace, enter_for_exec, entered, existing_namespaces
 from emulator.plan import GATEWAY_IP, FabricPlan, NodePlan, make_plan
+from emulator.processes import ProcessId, running
 from emulator.ib.subnet import Subnet
 from emulator.ib.subnet import assign as assign_subnet
 from emulator.rdma.verbs import verbs_socket
@@ -122,8 +123,8 @@ class Fabric:
         self.seed = seed
         self.mmu_configs = {node.name: _switch_config(node, fabric, switch or {}) for node in self.plan.switches()}
         self.subnet = assign_subnet(self.plan) if fabric == "ib" else None
-        self.capture_dir = capture
-        self.telemetry_dir = telemetry
+        self.capture_dir = os.path.abspath(capture) if capture else None  # `down` may run in another directory
+        self.telemetry_dir = os.path.abspath(telemetry) if telemetry else None
         self.captures: Captures | None = None
         self.features: Features | None = None
         self.nodes = {n.name: Node(n.name, n.kind, n.netns, n.ip) for n in self.plan.nodes.values()}
@@ -176,9 +177,10 @@ class Fabric:
             nodes={n.name: {"kind": n.kind, "netns": n.netns, "ip": n.ip} for n in self.plan.nodes.values()},
             fabric=self.fabric, capture_dir=self.capture_dir, telemetry_dir=self.telemetry_dir,
         )
-        self.state.save()
-        _raise_open_file_limit()
+        self.state.note_started([self.state.owner_pid])
         try:
+            self.state.save()
+            _raise_open_file_limit()
             began = time.monotonic()
             self._build()
             self.timings["build_s"] = time.monotonic() - began
@@ -286,19 +288,21 @@ class Fabric:
         pending = {}
         for index, node in enumerate(self.plan.nodes.values(), start=1):
             config_path = os.path.join(self.directory, f"{node.name}.json")
-            with open(config_path, "w") as f:
+            with runstate.create_file(config_path) as f:
                 json.dump(self._agent_config(node, index), f)
             module = "emulator.switch.agent" if node.kind == "switch" else "emulator.host.agent"
             read_fd, write_fd = os.pipe()
-            with open(self.agent_log(node.name), "w") as log:
+            # Uninterrupted: an agent started but not recorded would outlive the run.
+            with runstate.create_file(self.agent_log(node.name)) as log, runstate.uninterrupted():
                 proc = subprocess.Popen(
                     [sys.executable, "-m", module, config_path, str(write_fd)],
                     pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     start_new_session=True, cwd=_package_root(),
                 )
+                self._agents[node.name] = proc
+                self.state.agents[node.name] = proc.pid
+                self.state.note_started([proc.pid])
             os.close(write_fd)
-            self._agents[node.name] = proc
-            self.state.agents[node.name] = proc.pid
             pending[node.name] = read_fd
         self.state.save()
         deadline = time.monotonic() + AGENT_READY_TIMEOUT
@@ -319,6 +323,7 @@ class Fabric:
         self.captures = Captures(ports, self.capture_dir, self.directory)
         self.captures.start()
         self.state.captures = self.captures.pids
+        self.state.note_started(self.state.captures.values())
         self.state.save()
         self._log(f"capturing {len(ports)} link ends into {self.capture_dir}")
 
@@ -401,6 +406,7 @@ class Fabric:
         self._stopping.set()
         self._close_handles()
 
+    @runstate.uninterrupted()
     def stop(self) -> None:
         """Tear everything down; safe to call twice and after a failed build.
 
@@ -465,33 +471,40 @@ def _with_totals(state: runstate.RunState, stats: dict[str, dict[str, Any]]) -> 
     return {"run": state.run, "fabric": state.fabric, "totals": totals, "switches": switches, "hosts": hosts}
 
 
+@runstate.uninterrupted()
 def finish_run(state: runstate.RunState, children: dict[str, subprocess.Popen] | None = None) -> runstate.Removed:
     """Stop a run's captures and agents, keep its telemetry, remove the run.
 
     ``children`` are the agents' Popen objects when this process started
     them (so they are reaped); for a run started by ``fabric-emu up`` the
-    agents are waited for by pid.
+    agents are waited for by their recorded identity (pid and start time).
+    Signals that arrive meanwhile wait until the run is gone.
     """
-    if state.captures and state.capture_dir:
-        stop_detached(state.captures, state.capture_dir)
+    captures = {ifname: proc for ifname, pid in state.captures.items() if (proc := state.process(pid))}
+    if captures and state.capture_dir:
+        stop_detached(captures, state.capture_dir)
+    stopping = []
     for name in state.agents:
         try:
             query_agent(os.path.join(state.directory, f"{name}.sock"), "stop", timeout=0.5)
+            stopping.append(name)
         except (OSError, ValueError):
-            pass  # a dead or stuck agent: destroy() kills it
+            pass  # a dead, stuck or still starting agent: destroy() kills it
     deadline = time.monotonic() + 3
-    for name, pid in state.agents.items():
-        proc = (children or {}).get(name)
-        while time.monotonic() < deadline:
-            if proc is not None:
-                if proc.poll() is not None:
-                    break
-            elif not os.path.exists(f"/proc/{pid}"):
-                break
+    for name in stopping:
+        child, recorded = (children or {}).get(name), state.process(state.agents[name])
+        while time.monotonic() < deadline and not _ended(child, recorded):
             time.sleep(0.01)
     if state.telemetry_dir:
         write_telemetry(state, state.telemetry_dir)
     return runstate.destroy(state)
+
+
+def _ended(child: subprocess.Popen | None, recorded: ProcessId | None) -> bool:
+    """Whether an agent exited: our child by its Popen, another's by its recorded identity."""
+    if child is not None:
+        return child.poll() is not None
+    return recorded is None or not running(recorded)
 
 
 def write_telemetry(state: runstate.RunState, directory: str) -> None:
