@@ -180,11 +180,20 @@ def stop_detached(tcpdumps: dict[str, ProcessId], directory: str) -> list[str]:
 
 
 def convert_to_pcapng(pcaps: list[str]) -> list[str]:
-    """``editcap -F pcapng`` each file, deleting the pcap; the pcapng paths."""
+    """``editcap -F pcapng`` each file, deleting the pcap; the pcapng paths.
+
+    A pcap already converted (by a teardown cut short) is taken as it is.
+    editcap runs in a session of its own: a Ctrl-C at the terminal during
+    a teardown must not cut the conversion short.
+    """
     paths, failures = [], []
     for pcap in pcaps:
         pcapng = pcap + "ng"
-        done = subprocess.run(["editcap", "-F", "pcapng", pcap, pcapng], capture_output=True, text=True)
+        if not os.path.exists(pcap) and os.path.exists(pcapng):
+            paths.append(pcapng)
+            continue
+        done = subprocess.run(["editcap", "-F", "pcapng", pcap, pcapng], capture_output=True, text=True,
+                              start_new_session=True)
         if done.returncode == 0:
             os.unlink(pcap)
             paths.append(pcapng)

@@ -418,16 +418,18 @@ class Fabric:
             return
         began = time.monotonic()
         self._stopping.set()
-        if self.captures is not None:
-            self.captures.stop()
-            self.state.captures = {}
-            lost = {ifname: n for ifname, n in self.captures.dropped.items() if n}
-            if lost:
-                self._log(f"captures incomplete: tcpdump dropped {sum(lost.values())} frames "
-                          f"({', '.join(f'{k} {v}' for k, v in sorted(lost.items()))}); the CPU was busy")
-        self._close_handles()
-        finish_run(self.state, self._agents)
-        self.state = None
+        try:
+            if self.captures is not None:
+                self.captures.stop()
+                self.state.captures = {}
+                lost = {ifname: n for ifname, n in self.captures.dropped.items() if n}
+                if lost:
+                    self._log(f"captures incomplete: tcpdump dropped {sum(lost.values())} frames "
+                              f"({', '.join(f'{k} {v}' for k, v in sorted(lost.items()))}); the CPU was busy")
+        finally:  # a capture that cannot be converted must not keep the run alive
+            self._close_handles()
+            finish_run(self.state, self._agents)
+            self.state = None
         self.timings["teardown_s"] = time.monotonic() - began
 
     def _close_handles(self) -> None:
@@ -478,11 +480,30 @@ def finish_run(state: runstate.RunState, children: dict[str, subprocess.Popen] |
     ``children`` are the agents' Popen objects when this process started
     them (so they are reaped); for a run started by ``fabric-emu up`` the
     agents are waited for by their recorded identity (pid and start time).
-    Signals that arrive meanwhile wait until the run is gone.
+    Signals that arrive meanwhile wait until the run is gone.  The run is
+    removed even if its captures cannot be converted or its telemetry not
+    written; that error is raised afterwards.
     """
+    failure: FabricError | None = None
     captures = {ifname: proc for ifname, pid in state.captures.items() if (proc := state.process(pid))}
     if captures and state.capture_dir:
-        stop_detached(captures, state.capture_dir)
+        try:
+            stop_detached(captures, state.capture_dir)
+        except FabricError as err:
+            failure = err
+    try:
+        _stop_agents(state, children or {})
+        if state.telemetry_dir:
+            write_telemetry(state, state.telemetry_dir)
+    finally:
+        removed = runstate.destroy(state)
+    if failure:
+        raise failure
+    return removed
+
+
+def _stop_agents(state: runstate.RunState, children: dict[str, subprocess.Popen]) -> None:
+    """Ask every agent to stop (they write their final counters) and wait up to 3 s for those that heard."""
     stopping = []
     for name in state.agents:
         try:
@@ -492,12 +513,9 @@ def finish_run(state: runstate.RunState, children: dict[str, subprocess.Popen] |
             pass  # a dead, stuck or still starting agent: destroy() kills it
     deadline = time.monotonic() + 3
     for name in stopping:
-        child, recorded = (children or {}).get(name), state.process(state.agents[name])
+        child, recorded = children.get(name), state.process(state.agents[name])
         while time.monotonic() < deadline and not _ended(child, recorded):
             time.sleep(0.01)
-    if state.telemetry_dir:
-        write_telemetry(state, state.telemetry_dir)
-    return runstate.destroy(state)
 
 
 def _ended(child: subprocess.Popen | None, recorded: ProcessId | None) -> bool:

@@ -78,8 +78,8 @@ def create_namespace(name: str) -> None:
             _check(_mount("/proc/thread-self/ns/net", path, _MS_BIND), f"bind-mount namespace {name}")
         finally:
             setns(home)
-    except BaseException:
-        os.unlink(path)
+    except BaseException:  # also Ctrl-C, which may land after the mount: unmount too
+        remove_namespace(name)
         raise
     finally:
         os.close(home)

@@ -611,3 +611,28 @@ def test_fuzz_run_root_entries(run_root, entry, content):
         _check_loaded(state, str(run_root))
         assert state.run == entry == "zzdemo"
     assert all(runstate.run_dir(name) == str(run_root / name) for name in found.orphans)
+
+
+# --- teardown that cannot convert its captures ------------------------------------------------------
+
+
+def test_finish_run_removes_the_run_even_if_its_captures_fail(run_root, monkeypatch):
+    import emulator.fabric
+
+    def broken(tcpdumps, directory):
+        raise FabricError("editcap could not convert h1-eth0.pcap")
+
+    monkeypatch.setattr(emulator.fabric, "stop_detached", broken)
+    state = make_state("zzcaps", captures={"h1-eth0": 4242}, started={"4242": 1}, capture_dir="/nonexistent/caps")
+    state.save()
+    with pytest.raises(FabricError, match="editcap could not convert"):
+        emulator.fabric.finish_run(state)
+    assert not (run_root / "zzcaps").exists()
+
+
+def test_a_capture_converted_by_an_earlier_teardown_is_taken_as_it_is(tmp_path, monkeypatch):
+    from emulator import capture
+
+    (tmp_path / "s1-eth1.pcapng").write_bytes(b"converted")
+    monkeypatch.setattr(capture.subprocess, "run", lambda *a, **k: pytest.fail("editcap ran again"))
+    assert capture.convert_to_pcapng([str(tmp_path / "s1-eth1.pcap")]) == [str(tmp_path / "s1-eth1.pcapng")]
