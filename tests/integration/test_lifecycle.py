@@ -258,18 +258,22 @@ def _teardown_begun(state: runstate.RunState, timeout: float = 30) -> None:
 
 
 def _child_running(parent: int, command: str, timeout: float = 30) -> None:
-    """Until ``parent`` has a child running ``command``."""
+    """Until ``parent`` has a child running ``command`` (polled fast: editcap takes milliseconds)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{parent}/task/{parent}/children") as f:
+                children = f.read().split()
+        except OSError:
+            children = []
+        for child in children:
             try:
-                with open(f"/proc/{entry}/stat") as f:
-                    name, fields = f.read().rsplit(")", 1)
+                with open(f"/proc/{child}/comm") as f:
+                    if f.read().strip() == command:
+                        return
             except OSError:
                 continue
-            if name.endswith(f"({command}") and int(fields.split()[1]) == parent:
-                return
-        time.sleep(0.001)
+        time.sleep(0.0005)
     pytest.fail(f"pid {parent} never ran {command}")
 
 
