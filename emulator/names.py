@@ -30,7 +30,8 @@ IFNAME = re.compile(r"(?P<node>[a-z][a-z0-9-]*)-eth[0-9]{1,3}")
 def check_run_name(name: object) -> str:
     """``name`` if it is a run name, else FabricError naming the rule."""
     if not isinstance(name, str) or not RUN_NAME.fullmatch(name):
-        raise FabricError(f"bad run name {quoted(name)}: use 1 to 12 lowercase letters and digits, starting with a letter")
+        raise FabricError(f"bad run name {quoted(name)}: use 1 to 12 lowercase letters and digits, "
+                          "starting with a letter")
     return name
 
 

@@ -38,7 +38,7 @@ import signal
 import stat
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator
 
 from emulator import processes
 from emulator.errors import FabricError
@@ -145,7 +145,7 @@ def _is_directory_path(value: object) -> bool:
     return value is None or (_is_text(value) and os.path.isabs(value) and os.path.normpath(value) == value)
 
 
-def _check_name(check: Any, value: object) -> None:
+def _check_name(check: Callable[[object], str], value: object) -> None:
     try:
         check(value)
     except FabricError as err:
@@ -174,7 +174,7 @@ def _is_ipv4(text: str) -> bool:
         return False
 
 
-def _check_pids(what: str, pids: object, known: Any) -> None:
+def _check_pids(what: str, pids: object, known: Callable[[str], None]) -> None:
     _require(isinstance(pids, dict), f"{what} is not an object")
     for key, pid in pids.items():
         known(key)
@@ -195,11 +195,11 @@ def check_record(state: RunState) -> None:
     _require(isinstance(state.namespaces, list) and all(isinstance(n, str) for n in state.namespaces),
              "namespaces is not a list of names")
     for name in state.namespaces:
-        _require(owns_namespace(state.run, name), f"namespace {name!r} is not {state.run}-<node>")
+        _require(owns_namespace(state.run, name), f"namespace {quoted(name)} is not {state.run}-<node>")
     _check_nodes(state)
 
     def known_node(name: object) -> None:
-        _require(name in state.nodes, f"agents: {name!r} is no node of the record")
+        _require(name in state.nodes, f"agents: {quoted(name)} is no node of the record")
 
     _check_pids("agents", state.agents, known_node)
     _check_pids("captures", state.captures, lambda ifname: _check_capture(state, ifname))
@@ -237,8 +237,8 @@ def parse_record(run: str, raw: bytes) -> RunState:
         raise BadRecord(f"not JSON: {str(err).splitlines()[0][:100]}") from None
     _require(isinstance(data, dict), "not a JSON object")
     unknown, missing = set(data) - _FIELDS, _REQUIRED - set(data)
-    _require(not unknown, f"unknown field {min(unknown, default='')!r}")
-    _require(not missing, f"missing field {min(missing, default='')!r}")
+    _require(not unknown, f"unknown field {quoted(min(unknown, default=''))}")
+    _require(not missing, f"missing field {quoted(min(missing, default=''))}")
     state = RunState(**data)
     check_record(state)
     _require(state.run == run, f"names run {state.run!r}, not {run!r}")
@@ -367,7 +367,8 @@ def load(run: str) -> RunState:
     try:
         return _read_record(run)
     except FileNotFoundError:
-        raise FabricError(f"run {run} has no {STATE_FILE} (its runner died early); fabric-emu clean removes it") from None
+        raise FabricError(f"run {run} has no {STATE_FILE} (its runner died early); "
+                          "fabric-emu clean removes it") from None
     except BadRecord as err:
         raise FabricError(f"{os.path.join(run_dir(run), STATE_FILE)}: {err}; left alone") from None
 

@@ -245,7 +245,8 @@ def _intact(run: str) -> bool:
     """Whether ``run`` is all there: its record, every namespace, every agent running."""
     state = runstate.load(run)
     present = existing_namespaces()
-    return all(info["netns"] in present for info in state.nodes.values()) and state.agents_running() == len(state.agents)
+    namespaces = all(info["netns"] in present for info in state.nodes.values())
+    return namespaces and state.agents_running() == len(state.agents)
 
 
 def _teardown_begun(state: runstate.RunState, timeout: float = 30) -> None:
