@@ -43,8 +43,9 @@ import subprocess
 import time
 from typing import TYPE_CHECKING
 
-from emulator import runstate
 from emulator.errors import FabricError
+from emulator.processes import ProcessId, running, send_signal
+from emulator.runstate import create_file
 
 if TYPE_CHECKING:
     from emulator.fabric import Node
@@ -96,7 +97,7 @@ class Captures:
         # messages go to a file, not a pipe, so it can outlive this process
         # (``fabric-emu up --capture``) without dying of SIGPIPE at exit.
         try:
-            with open(self._log(ifname), "wb") as log:
+            with create_file(self._log(ifname), binary=True) as log:
                 proc = node.popen(
                     ["tcpdump", "-i", ifname, "-w", self._pcap(ifname), "-U", "--immediate-mode", "-n", "-B", str(RING_KIB),
                      "-s", str(self.snaplen), f"--time-stamp-precision={precision}", "-Z", "root"],
@@ -159,32 +160,40 @@ class Captures:
         return self.paths
 
 
-def stop_detached(pids: dict[str, int], directory: str) -> list[str]:
+def stop_detached(tcpdumps: dict[str, ProcessId], directory: str) -> list[str]:
     """Stop the tcpdumps of a run started by another process; the pcapng paths.
 
     Same as :meth:`Captures.stop`, for ``fabric-emu down`` after ``up``:
-    the tcpdumps are not our children, so we wait for their pids to vanish.
+    the tcpdumps are not our children, so they are known by their recorded
+    identity (a reused pid is never signalled) and we wait for them to exit.
     """
-    for pid in pids.values():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGINT)
+    for proc in tcpdumps.values():
+        send_signal(proc, signal.SIGINT)
     deadline = time.monotonic() + STOP_TIMEOUT
-    while any(runstate.alive(pid) and not runstate.is_zombie(pid) for pid in pids.values()):
+    while any(map(running, tcpdumps.values())):
         if time.monotonic() > deadline:
-            for pid in pids.values():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            for proc in tcpdumps.values():
+                send_signal(proc, signal.SIGKILL)
             break
         time.sleep(0.02)
-    return convert_to_pcapng([os.path.join(directory, f"{ifname}.pcap") for ifname in pids])
+    return convert_to_pcapng([os.path.join(directory, f"{ifname}.pcap") for ifname in tcpdumps])
 
 
 def convert_to_pcapng(pcaps: list[str]) -> list[str]:
-    """``editcap -F pcapng`` each file, deleting the pcap; the pcapng paths."""
+    """``editcap -F pcapng`` each file, deleting the pcap; the pcapng paths.
+
+    A pcap already converted (by a teardown cut short) is taken as it is.
+    editcap runs in a session of its own: a Ctrl-C at the terminal during
+    a teardown must not cut the conversion short.
+    """
     paths, failures = [], []
     for pcap in pcaps:
         pcapng = pcap + "ng"
-        done = subprocess.run(["editcap", "-F", "pcapng", pcap, pcapng], capture_output=True, text=True)
+        if not os.path.exists(pcap) and os.path.exists(pcapng):
+            paths.append(pcapng)
+            continue
+        done = subprocess.run(["editcap", "-F", "pcapng", pcap, pcapng], capture_output=True, text=True,
+                              start_new_session=True)
         if done.returncode == 0:
             os.unlink(pcap)
             paths.append(pcapng)

@@ -78,8 +78,12 @@ def _pick_run(run: str | None) -> runstate.RunState:
 
 def cmd_up(args: argparse.Namespace) -> int:
     fabric = _fabric(args)
-    fabric.start()
-    fabric.detach()
+    try:
+        fabric.start()
+        fabric.detach()
+    except BaseException:  # Ctrl-C or SIGTERM between the build and the hand-over too
+        fabric.stop()
+        raise
     hosts = " ".join(f"{n.name}={n.ip}" for n in fabric.hosts)
     print(f"run {fabric.run_name} is up: {len(fabric.hosts)} hosts, {len(fabric.switches)} switches, "
           f"{len(fabric.plan.links)} links (built in {fabric.timings['build_s']:.2f} s)")
@@ -94,6 +98,8 @@ def cmd_down(args: argparse.Namespace) -> int:
     state = _pick_run(args.run)
     removed = finish_run(state)
     print(f"run {state.run} is down: {removed.summary()}")
+    for line in removed.refused:
+        progress(line)
     if state.telemetry_dir:
         print(f"telemetry: {state.telemetry_dir}/stats.json, occupancy.csv")
     if state.capture_dir:
@@ -102,7 +108,10 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    existing = runstate.runs()
+    found = runstate.scan()
+    for line in found.refused:
+        progress(line)
+    existing = found.runs
     if args.json:
         print(json.dumps([{"run": s.run, "topo": s.topo, "nodes": s.nodes, "owner_pid": s.owner_pid,
                            "detached": s.detached} for s in existing], indent=1))
@@ -113,7 +122,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     print(f"{'RUN':10} {'TOPOLOGY':20} {'HOSTS':>5} {'SWITCHES':>8}  STATUS")
     for s in existing:
         kinds = [n["kind"] for n in s.nodes.values()]
-        alive = sum(1 for pid in s.agents.values() if runstate.alive(pid))
+        alive = s.agents_running()
         if s.detached:
             status = f"up ({alive}/{len(s.agents)} agents running)"
         elif s.owner_alive():
@@ -171,8 +180,11 @@ def cmd_pingall(args: argparse.Namespace) -> int:
 
 def cmd_clean(args: argparse.Namespace) -> int:
     require_root()
-    print(runstate.clean_all().summary())
-    return 0
+    removed = runstate.clean_all()
+    print(removed.summary())
+    for line in removed.refused:
+        progress(line)
+    return 1 if removed.refused else 0
 
 
 def cmd_stats(args: argparse.Namespace) -> int:

@@ -34,6 +34,7 @@ from emulator.ethtool import disable_offloads
 from emulator.features import Features, probe_features, probe_namespace
 from emulator.netns import create_namespace, enter_for_exec, entered, existing_namespaces
 from emulator.plan import GATEWAY_IP, FabricPlan, NodePlan, make_plan
+from emulator.processes import ProcessId, running
 from emulator.ib.subnet import Subnet
 from emulator.ib.subnet import assign as assign_subnet
 from emulator.rdma.verbs import verbs_socket
@@ -125,8 +126,8 @@ class Fabric:
         self.seed = seed
         self.mmu_configs = {node.name: _switch_config(node, fabric, switch or {}) for node in self.plan.switches()}
         self.subnet = assign_subnet(self.plan) if fabric == "ib" else None
-        self.capture_dir = capture
-        self.telemetry_dir = telemetry
+        self.capture_dir = os.path.abspath(capture) if capture else None  # `down` may run in another directory
+        self.telemetry_dir = os.path.abspath(telemetry) if telemetry else None
         self.captures: Captures | None = None
         self.features: Features | None = None
         self.nodes = {n.name: Node(n.name, n.kind, n.netns, n.ip) for n in self.plan.nodes.values()}
@@ -179,9 +180,10 @@ class Fabric:
             nodes={n.name: {"kind": n.kind, "netns": n.netns, "ip": n.ip} for n in self.plan.nodes.values()},
             fabric=self.fabric, capture_dir=self.capture_dir, telemetry_dir=self.telemetry_dir,
         )
-        self.state.save()
-        _raise_open_file_limit()
+        self.state.note_started([self.state.owner_pid])
         try:
+            self.state.save()
+            _raise_open_file_limit()
             began = time.monotonic()
             self._build()
             self.timings["build_s"] = time.monotonic() - began
@@ -289,19 +291,21 @@ class Fabric:
         pending = {}
         for index, node in enumerate(self.plan.nodes.values(), start=1):
             config_path = os.path.join(self.directory, f"{node.name}.json")
-            with open(config_path, "w") as f:
+            with runstate.create_file(config_path) as f:
                 json.dump(self._agent_config(node, index), f)
             module = "emulator.switch.agent" if node.kind == "switch" else "emulator.host.agent"
             read_fd, write_fd = os.pipe()
-            with open(self.agent_log(node.name), "w") as log:
+            # Uninterrupted: an agent started but not recorded would outlive the run.
+            with runstate.create_file(self.agent_log(node.name)) as log, runstate.uninterrupted():
                 proc = subprocess.Popen(
                     [sys.executable, "-m", module, config_path, str(write_fd)],
                     pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     start_new_session=True, cwd=_package_root(),
                 )
+                self._agents[node.name] = proc
+                self.state.agents[node.name] = proc.pid
+                self.state.note_started([proc.pid])
             os.close(write_fd)
-            self._agents[node.name] = proc
-            self.state.agents[node.name] = proc.pid
             pending[node.name] = read_fd
         self.state.save()
         deadline = time.monotonic() + AGENT_READY_TIMEOUT
@@ -322,6 +326,7 @@ class Fabric:
         self.captures = Captures(ports, self.capture_dir, self.directory)
         self.captures.start()
         self.state.captures = self.captures.pids
+        self.state.note_started(self.state.captures.values())
         self.state.save()
         self._log(f"capturing {len(ports)} link ends into {self.capture_dir}")
 
@@ -404,6 +409,7 @@ class Fabric:
         self._stopping.set()
         self._close_handles()
 
+    @runstate.uninterrupted()
     def stop(self) -> None:
         """Tear everything down; safe to call twice and after a failed build.
 
@@ -415,16 +421,18 @@ class Fabric:
             return
         began = time.monotonic()
         self._stopping.set()
-        if self.captures is not None:
-            self.captures.stop()
-            self.state.captures = {}
-            lost = {ifname: n for ifname, n in self.captures.dropped.items() if n}
-            if lost:
-                self._log(f"captures incomplete: tcpdump dropped {sum(lost.values())} frames "
-                          f"({', '.join(f'{k} {v}' for k, v in sorted(lost.items()))}); the CPU was busy")
-        self._close_handles()
-        finish_run(self.state, self._agents)
-        self.state = None
+        try:
+            if self.captures is not None:
+                self.captures.stop()
+                self.state.captures = {}
+                lost = {ifname: n for ifname, n in self.captures.dropped.items() if n}
+                if lost:
+                    self._log(f"captures incomplete: tcpdump dropped {sum(lost.values())} frames "
+                              f"({', '.join(f'{k} {v}' for k, v in sorted(lost.items()))}); the CPU was busy")
+        finally:  # a capture that cannot be converted must not keep the run alive
+            self._close_handles()
+            finish_run(self.state, self._agents)
+            self.state = None
         self.timings["teardown_s"] = time.monotonic() - began
 
     def _close_handles(self) -> None:
@@ -463,7 +471,7 @@ def collect_stats(state: runstate.RunState) -> dict[str, Any]:
         try:
             stats[name] = query_agent(os.path.join(state.directory, f"{name}.sock"), "stats")
         except (OSError, ValueError) as err:
-            how = "is running" if runstate.alive(pid) else "is gone"
+            how = "is running" if (proc := state.process(pid)) and running(proc) else "is gone"
             raise FabricError(f"{state.nodes[name]['kind']} {name}'s agent (pid {pid}) does not answer "
                               f"({type(err).__name__}: {err}) and {how}; see {state.directory}/{name}.log, "
                               f"fabric-emu down --run {state.run} removes the run") from None
@@ -482,33 +490,56 @@ def _with_totals(state: runstate.RunState, stats: dict[str, dict[str, Any]]) -> 
     return {"run": state.run, "fabric": state.fabric, "totals": totals, "switches": switches, "hosts": hosts}
 
 
+@runstate.uninterrupted()
 def finish_run(state: runstate.RunState, children: dict[str, subprocess.Popen] | None = None) -> runstate.Removed:
     """Stop a run's captures and agents, keep its telemetry, remove the run.
 
     ``children`` are the agents' Popen objects when this process started
     them (so they are reaped); for a run started by ``fabric-emu up`` the
-    agents are waited for by pid.
+    agents are waited for by their recorded identity (pid and start time).
+    Signals that arrive meanwhile wait until the run is gone.  The run is
+    removed even if its captures cannot be converted or its telemetry not
+    written; that error is raised afterwards.
     """
-    if state.captures and state.capture_dir:
-        stop_detached(state.captures, state.capture_dir)
+    failure: FabricError | None = None
+    captures = {ifname: proc for ifname, pid in state.captures.items() if (proc := state.process(pid))}
+    if captures and state.capture_dir:
+        try:
+            stop_detached(captures, state.capture_dir)
+        except FabricError as err:
+            failure = err
+    try:
+        _stop_agents(state, children or {})
+        if state.telemetry_dir:
+            write_telemetry(state, state.telemetry_dir)
+    finally:
+        removed = runstate.destroy(state)
+    if failure:
+        raise failure
+    return removed
+
+
+def _stop_agents(state: runstate.RunState, children: dict[str, subprocess.Popen]) -> None:
+    """Ask every agent to stop (they write their final counters) and wait up to 3 s for those that heard."""
+    stopping = []
     for name in state.agents:
         try:
             query_agent(os.path.join(state.directory, f"{name}.sock"), "stop", timeout=0.5)
+            stopping.append(name)
         except (OSError, ValueError):
-            pass  # a dead or stuck agent: destroy() kills it
+            pass  # a dead, stuck or still starting agent: destroy() kills it
     deadline = time.monotonic() + 3
-    for name, pid in state.agents.items():
-        proc = (children or {}).get(name)
-        while time.monotonic() < deadline:
-            if proc is not None:
-                if proc.poll() is not None:
-                    break
-            elif not os.path.exists(f"/proc/{pid}"):
-                break
+    for name in stopping:
+        child, recorded = children.get(name), state.process(state.agents[name])
+        while time.monotonic() < deadline and not _ended(child, recorded):
             time.sleep(0.01)
-    if state.telemetry_dir:
-        write_telemetry(state, state.telemetry_dir)
-    return runstate.destroy(state)
+
+
+def _ended(child: subprocess.Popen | None, recorded: ProcessId | None) -> bool:
+    """Whether an agent exited: our child by its Popen, another's by its recorded identity."""
+    if child is not None:
+        return child.poll() is not None
+    return recorded is None or not running(recorded)
 
 
 def write_telemetry(state: runstate.RunState, directory: str) -> None:

@@ -16,7 +16,7 @@ import json
 import socket
 from typing import Any
 
-from emulator.errors import FabricError
+from emulator.errors import FabricError, one_line
 
 LINE_MAX = 1 << 20
 
@@ -57,7 +57,7 @@ class JsonLines:
         if not isinstance(message, dict):
             raise FabricError(f"{self.peer} sent something that is no JSON object instead of {what}")
         if "error" in message:
-            raise FabricError(f"{self.peer}: {' '.join(str(message['error']).split())[:200]}")
+            raise FabricError(f"{self.peer}: {one_line(str(message['error']))[:200]}")
         self.require(message, what, fields or {})
         self.require(message, what, {key: kind for key, kind in (optional or {}).items() if key in message})
         return message

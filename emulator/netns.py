@@ -24,6 +24,7 @@ _MS_REC = 0x4000
 _MS_SLAVE = 1 << 19
 _MS_SHARED = 1 << 20
 _MNT_DETACH = 2
+_UMOUNT_NOFOLLOW = 8
 _EINVAL = 22
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -77,17 +78,20 @@ def create_namespace(name: str) -> None:
             _check(_mount("/proc/thread-self/ns/net", path, _MS_BIND), f"bind-mount namespace {name}")
         finally:
             setns(home)
-    except BaseException:
-        os.unlink(path)
+    except BaseException:  # also Ctrl-C, which may land after the mount: unmount too
+        remove_namespace(name)
         raise
     finally:
         os.close(home)
 
 
 def remove_namespace(name: str) -> None:
-    """Unmount and delete /run/netns/NAME, as ``ip netns delete NAME`` does."""
+    """Unmount and delete /run/netns/NAME, as ``ip netns delete NAME`` does.
+
+    A symbolic link there is removed, never followed to unmount its target.
+    """
     path = netns_path(name)
-    _libc.umount2(path.encode(), _MNT_DETACH)
+    _libc.umount2(path.encode(), _MNT_DETACH | _UMOUNT_NOFOLLOW)
     os.unlink(path)
 
 
@@ -133,16 +137,19 @@ def enter_for_exec(name: str) -> None:
     _mount(name, "/sys", 0, "sysfs")
 
 
-def namespace_inode(name: str) -> int | None:
-    """The nsfs inode of a named namespace, or None if it does not exist.
+def namespace_id(name: str) -> tuple[int, int] | None:
+    """The (device, inode) of a named namespace's file, or None if there is none.
 
-    Processes whose /proc/PID/ns/net has this inode live in that namespace;
-    that is how cleanup finds every process a run left behind.
+    Processes whose /proc/PID/ns/net has the same pair live in that
+    namespace; that is how cleanup finds every process a run left behind.
+    The device tells a mounted namespace (nsfs) from a plain file left by a
+    removal cut short, whose inode number could equal some namespace's.
     """
     try:
-        return os.stat(netns_path(name)).st_ino
+        st = os.lstat(netns_path(name))  # a symbolic link is not a namespace of ours
     except FileNotFoundError:
         return None
+    return st.st_dev, st.st_ino
 
 
 def existing_namespaces() -> set[str]:

@@ -23,11 +23,11 @@ from mininet.topo import Topo
 from emulator import bounds
 from emulator.errors import FabricError, shown
 from emulator.mac import mac_text
+from emulator.names import IFNAMSIZ, check_node_name
 from emulator.units import format_rate, format_time, parse_rate, parse_size, parse_time
 
 GATEWAY_IP = "10.255.255.254"
 HOST_NET = ipaddress.IPv4Network("10.0.0.0/8")
-IFNAMSIZ = 15
 DEFAULT_LINK = {"bw": "100mbit", "delay": "0us", "mtu": 1500, "loss": 0, "drop": ""}
 MIN_MTU, MAX_MTU = 576, 9000
 MIN_RATE, MAX_RATE = 1_000, 100_000_000_000  # bit/s: 1 kbit/s to 100 Gbit/s
@@ -173,6 +173,8 @@ def make_plan(topo: Topo, run: str, link_defaults: dict[str, Any] | None = None)
         nodes[n2].ports.append(pb)
         links.append((pa, pb))
 
+    for name in nodes:
+        check_node_name(name)  # they name namespaces, interfaces and the run's files
     for node in nodes.values():
         if node.kind != "host":
             continue

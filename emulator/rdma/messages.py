@@ -16,6 +16,8 @@ import ipaddress
 import json
 from typing import Any
 
+from emulator.errors import shown
+
 MESSAGE_MAX = 1 << 20  # bytes of one request or reply
 MAX_WRS = 4096  # work requests in one post
 U24, U32, U64 = (1 << 24) - 1, (1 << 32) - 1, (1 << 64) - 1
@@ -52,18 +54,12 @@ def _field(request: dict[str, Any], key: str) -> Any:
     return request[key]
 
 
-def _shown(number: int) -> str:
-    """An integer for a one-line message: its digits, or their start and count when there are many."""
-    text = str(number)
-    return text if len(text) <= 24 else f"{text[:12]}... ({len(text.lstrip('-'))} digits)"
-
-
 def check_int(value: Any, name: str, low: int, high: int) -> int:
     """``value`` if it is a JSON integer (not a bool or float) within [low, high]."""
     if type(value) is not int:
         raise BadRequest(f"{name} must be an integer, not {type(value).__name__}")
     if not low <= value <= high:
-        raise BadRequest(f"{name} {_shown(value)} is out of range ({low} to {high})")
+        raise BadRequest(f"{name} {shown(value)} is out of range ({low} to {high})")
     return value
 
 
@@ -83,7 +79,7 @@ def ipv4(request: dict[str, Any], key: str) -> str:
     try:
         return str(ipaddress.IPv4Address(value if isinstance(value, str) else None))
     except ValueError:
-        raise BadRequest(f"{key} must be an IPv4 address, not {str(value)[:40]!r}") from None
+        raise BadRequest(f"{key} must be an IPv4 address, not {shown(value)}") from None
 
 
 def rows(request: dict[str, Any], key: str, columns: tuple[tuple[str, int, int], ...]) -> list[list[int]]:

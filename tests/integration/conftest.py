@@ -9,13 +9,16 @@ namespaces, and a silent skip there would hide a broken set-up.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 
-from emulator import runstate
+from emulator import processes, runstate
 from emulator.netns import existing_namespaces
+from emulator.processes import ProcessId
 
 
 def _missing_capability() -> str | None:
@@ -44,14 +47,58 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.skip(reason=MISSING))
 
 
+def fabric_processes() -> set[ProcessId]:
+    """Processes a fabric may have started: any in another network namespace than ours, and agents
+    (which start in ours and enter their node's namespace after their imports)."""
+    ours = os.stat("/proc/self/ns/net")
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or processes.is_zombie(int(entry)):
+            continue
+        try:
+            netns = os.stat(f"/proc/{entry}/ns/net")
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if (netns.st_dev, netns.st_ino) != (ours.st_dev, ours.st_ino) or AGENT_COMMAND.search(cmdline):
+            found.add(processes.identify(int(entry)))
+    return found - {None}
+
+
+AGENT_COMMAND = re.compile(rb"emulator\.(switch|host)\.agent")
+
+
+def leaked_processes(before: set[ProcessId]) -> list[str]:
+    """Fabric processes that were not there ``before`` and do not end within REAP_WAIT; their
+    command lines.  They are killed, so that one leak does not spoil the next test."""
+    deadline = time.monotonic() + processes.REAP_WAIT
+    while (new := fabric_processes() - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    leaked = sorted(_command(p.pid) for p in new)
+    processes.terminate(list(new), grace=0.5)
+    return leaked
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f"{pid}: " + f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return f"{pid}: (gone)"
+
+
 @pytest.fixture(autouse=True)
 def no_leftovers():
-    """Every test must leave no namespace, run directory or agent behind."""
-    before = existing_namespaces()
+    """Every test must leave no namespace, run directory or process behind."""
+    before, before_procs = existing_namespaces(), fabric_processes()
     yield
-    runs = [s.run for s in runstate.runs()]
+    found = runstate.scan()
+    runs = [s.run for s in found.runs] + found.orphans
     leaked = sorted(existing_namespaces() - before)
     if runs or leaked:
         runstate.clean_all()
+    procs = leaked_processes(before_procs)
     assert not runs, f"test left runs behind: {runs}"
     assert not leaked, f"test left namespaces behind: {leaked}"
+    assert not procs, f"test left processes behind: {procs}"

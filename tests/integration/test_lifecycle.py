@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
-from emulator import runstate
+import pytest
+
+from emulator import processes, runstate
 from emulator.netns import existing_namespaces
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -71,7 +75,7 @@ def test_clean_after_runner_killed_with_sigkill():
     assert holder.stdout.readline().strip() == "up"
     state = runstate.load("crash1")
     time.sleep(0.3)  # let iperf3 daemonize
-    in_fabric = runstate.processes_in(state.namespaces)
+    in_fabric = [proc.pid for proc in processes.in_namespaces(state.namespaces)]
     assert len(in_fabric) >= 2  # the switch agent and iperf3
     holder.send_signal(signal.SIGKILL)
     holder.wait()
@@ -123,3 +127,199 @@ def test_link_delay_is_modelled_and_said_so():
     done = cli("pingall", "--topo", "star,2", "--link", "delay=5ms")
     assert done.returncode == 0, done.stderr
     assert "link delay 5 ms modelled by the switch agents" in done.stderr
+
+
+# --- signals: Ctrl-C and SIGTERM during up, pingall and down; kill -9 during clean ---------------------
+#
+# Each command is started in a session of its own, as a shell starts a foreground job: Ctrl-C is
+# SIGINT to that process group (the command and the children it did not put in sessions of their
+# own), SIGTERM goes to the command alone, as `kill PID` sends it.  Moments are fixed delays
+# (0.3 s: often still in Python's start-up, before the command did anything) and points in the
+# command's progress.  Whatever the moment, nothing may be left: no namespace, no run directory,
+# and (checked by the no_leftovers fixture) no process.
+
+
+class Command:
+    """A fabric-emu command running in the background; its stderr read line by line."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "emulator", *args], cwd=REPO, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.err: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.err.append(line)
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def wait_for(self, fragment: str, timeout: float = 60) -> None:
+        """Until a line of stderr holds ``fragment``; fails the test if the command ends first."""
+        deadline = time.monotonic() + timeout
+        while (line := self._lines.get(timeout=max(deadline - time.monotonic(), 0.01))) is not None:
+            if fragment in line:
+                return
+        pytest.fail(f"the command ended before printing {fragment!r}: {''.join(self.err)}")
+
+    def interrupt(self, signum: int) -> None:
+        if signum == signal.SIGINT:
+            os.killpg(self.proc.pid, signal.SIGINT)
+        else:
+            self.proc.send_signal(signum)
+
+    def finish(self) -> tuple[int, str]:
+        out = self.proc.stdout.read()
+        self.proc.wait(timeout=120)
+        self._reader.join(timeout=10)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        return self.proc.returncode, out
+
+
+def _gone(run: str) -> None:
+    assert not any(n.startswith(f"{run}-") for n in existing_namespaces()), existing_namespaces()
+    assert not os.path.lexists(runstate.run_dir(run))
+    assert not runstate.runs()
+
+
+def _handled(signum: int, code: int, err: list[str]) -> None:
+    """The command had installed its handlers: one clean exit, no traceback."""
+    text = "".join(err)
+    assert "Traceback" not in text, text
+    if signum == signal.SIGINT:
+        assert code == 130, text
+        assert err[-1] == "fabric-emu: interrupted; everything this command created was removed\n", text
+    else:
+        assert code == 143, text
+
+
+SIGNALS = pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+
+
+@SIGNALS
+@pytest.mark.parametrize("moment", ["0.3s", "1s", "building", "configuring"])
+def test_signal_during_up_leaves_nothing(tmp_path, signum, moment):
+    """Interrupted, up removes all it built.  After a fixed delay up may have finished first: then
+    the run must be whole (and is taken down here)."""
+    up = Command("up", "--topo", "star,3", "--name", "sigup", "--capture", str(tmp_path / "caps"))
+    if moment.endswith("s"):
+        time.sleep(float(moment[:-1]))
+    else:
+        up.wait_for("kernel features" if moment == "building" else "created 3 links")
+    up.interrupt(signum)
+    code, out = up.finish()
+    if moment.endswith("s") and "run sigup is up" in out:  # the signal came as it exited, or after
+        assert _intact("sigup")
+        assert cli("down", "--run", "sigup").returncode == 0
+    else:
+        assert code != 0 and "is up" not in out, (moment, out)
+    if not moment.endswith("s"):
+        _handled(signum, code, up.err)
+    _gone("sigup")
+
+
+@SIGNALS
+@pytest.mark.parametrize("moment", ["0.3s", "building", "pinging"])
+def test_signal_during_pingall_leaves_nothing(signum, moment):
+    """With every frame lost, each ping waits out its 5 s timeout: the signal lands while pinging."""
+    before = existing_namespaces()
+    pingall = Command("pingall", "--topo", "star,3", "--link", "loss=1", "--timeout", "5")
+    if moment == "0.3s":
+        time.sleep(0.3)
+    else:
+        pingall.wait_for("kernel features" if moment == "building" else "started 1 switch agents")
+        time.sleep(0.3 if moment == "pinging" else 0)
+    pingall.interrupt(signum)
+    code, out = pingall.finish()
+    assert code != 0 and "reachable" not in out, (moment, out)
+    if moment != "0.3s":
+        _handled(signum, code, pingall.err)
+    assert existing_namespaces() == before
+    assert not runstate.runs() and not runstate.orphan_dirs()
+
+
+def _intact(run: str) -> bool:
+    """Whether ``run`` is all there: its record, every namespace, every agent running."""
+    state = runstate.load(run)
+    present = existing_namespaces()
+    namespaces = all(info["netns"] in present for info in state.nodes.values())
+    return namespaces and state.agents_running() == len(state.agents)
+
+
+def _teardown_begun(state: runstate.RunState, timeout: float = 30) -> None:
+    """Until one of the run's agents has stopped: the command is tearing the run down."""
+    agents = [state.process(pid) for pid in state.agents.values()]
+    deadline = time.monotonic() + timeout
+    while all(processes.running(a) for a in agents):
+        assert time.monotonic() < deadline, "the teardown did not begin"
+        time.sleep(0.002)
+
+
+def _child_running(parent: int, command: str, timeout: float = 30) -> None:
+    """Until ``parent`` has a child running ``command`` (polled fast: editcap takes milliseconds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{parent}/task/{parent}/children") as f:
+                children = f.read().split()
+        except OSError:
+            children = []
+        for child in children:
+            try:
+                with open(f"/proc/{child}/comm") as f:
+                    if f.read().strip() == command:
+                        return
+            except OSError:
+                continue
+        time.sleep(0.0005)
+    pytest.fail(f"pid {parent} never ran {command}")
+
+
+@SIGNALS
+@pytest.mark.parametrize("moment", ["0.3s", "1s", "converting", "tearing-down"])
+def test_signal_during_down_leaves_all_or_nothing(tmp_path, signum, moment):
+    """A down that began tearing down finishes; one stopped before it began leaves the run whole.
+
+    "converting": while editcap turns the captures into pcapng.  Ctrl-C reaches editcap too unless
+    it runs in a session of its own; a failed conversion once aborted the teardown, and every later
+    down failed on the pcaps the first had already converted.
+    """
+    up = cli("up", "--topo", "star,3", "--name", "sigdown", "--capture", str(tmp_path / "caps"))
+    assert up.returncode == 0, up.stderr
+    state = runstate.load("sigdown")
+    down = Command("down", "--run", "sigdown")
+    if moment == "tearing-down":
+        _teardown_begun(state)
+    elif moment == "converting":
+        _child_running(down.proc.pid, "editcap")
+    else:
+        time.sleep(float(moment[:-1]))
+    down.interrupt(signum)
+    code, out = down.finish()
+    if moment in ("converting", "tearing-down"):
+        _handled(signum, code, down.err)
+        assert sorted(os.listdir(tmp_path / "caps")) == sorted(f"{i}.pcapng" for i in state.captures)
+    if os.path.lexists(state.directory):
+        assert moment != "tearing-down" and code != 0 and _intact("sigdown"), (code, down.err)
+        assert cli("down", "--run", "sigdown").returncode == 0
+    _gone("sigdown")
+
+
+@pytest.mark.parametrize("moment", ["0.3s", "1s", "tearing-down"])
+def test_kill_9_during_clean_then_clean_again_leaves_nothing(tmp_path, moment):
+    up = cli("up", "--topo", "star,3", "--name", "sigclean", "--capture", str(tmp_path / "caps"))
+    assert up.returncode == 0, up.stderr
+    state = runstate.load("sigclean")
+    clean = Command("clean")
+    if moment == "tearing-down":
+        _teardown_begun(state)
+    else:
+        time.sleep(float(moment[:-1]))
+    clean.interrupt(signal.SIGKILL)
+    assert clean.finish()[0] == -signal.SIGKILL
+    again = cli("clean")
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    _gone("sigclean")

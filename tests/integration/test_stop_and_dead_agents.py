@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from emulator import runstate
+from emulator import processes, runstate
 from emulator.fabric import Fabric
 from emulator.rdma.perf import run_pair
 from topologies import StarTopo
@@ -68,10 +68,11 @@ def test_stats_with_a_dead_agent_is_one_line_naming_it():
     up = _cli("up", "--topo", "star,2", "--name", "deadag")
     assert up.returncode == 0, up.stderr
     try:
-        pid = runstate.load("deadag").agents["h1"]
+        state = runstate.load("deadag")
+        pid = state.agents["h1"]
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
-        while runstate.alive(pid) and time.monotonic() < deadline:
+        while processes.exists(state.process(pid)) and time.monotonic() < deadline:
             time.sleep(0.02)
         stats = _cli("stats", "--run", "deadag")
     finally:
