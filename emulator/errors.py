@@ -17,3 +17,14 @@ class NeedRootError(FabricError):
     """The command needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN)."""
 
     exit_code = 2
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable escaped (``\\n``, ``\\x1b``).
+
+    For names taken from files and directories someone else wrote: a file
+    name with a newline must not split a one-line message, and an escape
+    sequence must not reach the terminal.
+    """
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+

@@ -347,7 +347,8 @@ def test_tshark_reads_the_erf_capture_as_infiniband(tshark, tmp_path):
     frames = capture_frames()
     stamps = [T0 + i * 1_000_003 for i in range(len(frames))]
     path = str(tmp_path / "ib.pcap")
-    assert erf.write_erf(path, ((ns, *erf.ib_record(f)) for ns, f in zip(stamps, frames))) == len(frames)
+    with open(path, "wb") as out:
+        assert erf.write_erf(out, ((ns, *erf.ib_record(f)) for ns, f in zip(stamps, frames))) == len(frames)
     check_capture(tshark, path, frames, stamps)
 
 
