@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 SETUP_KEYS = ("collective", "topo", "hosts", "size", "senders", "link", "switch", "mtu")
 MISSING = "-"
 PLOT_DPI = 120
+SHADE_RESOLUTION = 1000  # shaded spans per plot at most; finer detail is below a pixel
 
 
 # --- the table -----------------------------------------------------------------------------------
@@ -354,11 +355,31 @@ def _queue(variant: str, rows: list[Sample], switch: str, port: str) -> Figure:
         ax.step(ms, kib, where="post", label=f"priority {priority}")
     if not series:
         ax.text(0.5, 0.5, "the queue stayed empty", transform=ax.transAxes, ha="center")
-    _shade(ax, xoff_intervals(rows, switch), "tab:red", f"PFC XOFF asserted (by {switch}, any port)")
-    _shade(ax, egress_paused_intervals(rows, switch, port), "tab:purple", "egress paused")
+    first, last = _span(rows)
+    span_ms = (last - first) / 1e6
+    _shade(ax, visible_intervals(xoff_intervals(rows, switch), span_ms), "tab:red",
+           f"PFC XOFF asserted (by {switch}, any port)")
+    _shade(ax, visible_intervals(egress_paused_intervals(rows, switch, port), span_ms), "tab:purple", "egress paused")
     ax.set_ylim(0, ax.get_ylim()[1] * 1.3)  # room above the queue for the legend
     _legend(ax, "upper right")
     return fig
+
+
+def visible_intervals(intervals: list[tuple[float, float]], span: float) -> list[tuple[float, float]]:
+    """``intervals`` (sorted, disjoint) with every gap narrower than 1/:data:`SHADE_RESOLUTION` of ``span``
+    closed: at most that many remain.
+
+    A plot is about a thousand pixels wide, so nothing visible is lost, and
+    telemetry whose flag toggles every sample (a million rows) cannot make
+    the plot take minutes: matplotlib draws a span in about a millisecond.
+    """
+    merged: list[tuple[float, float]] = []
+    for start, end in intervals:
+        if merged and start - merged[-1][1] < span / SHADE_RESOLUTION:
+            merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def _shade(ax: Axes, intervals: list[tuple[float, float]], color: str, label: str) -> None:

@@ -24,6 +24,7 @@ and, where there is one, the line (CSV, JSON syntax) or the JSON location.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
@@ -31,7 +32,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, TypeVar
 
 from emulator.errors import FabricError, printable
 from emulator.safefiles import read_inside
@@ -39,14 +40,20 @@ from emulator.safefiles import read_inside
 MAX_JSON_BYTES = 16 << 20  # results.json and config.json are kilobytes
 MAX_CSV_BYTES = 64 << 20  # iterations.csv and occupancy.csv: megabytes for long runs
 MAX_CSV_ROWS = 1_000_000
+MAX_VARIANTS = 1000  # an experiment runs tens; each is a line in a plot and may have a plot of its own
 MAX_JSON_DEPTH = 32  # what run writes nests 4 deep
 MAX_NUMBER = 2**63 - 1  # every number, JSON or CSV, lies within +-MAX_NUMBER
+_MAX_NUMBER_TEXT = "2^63-1"
 # Variant, experiment, switch and port names: file names and plot labels (no '/', no '..', no '$' of mathtext).
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 NAME_RULE = "1 to 200 letters, digits, '.', '_' or '-', the first a letter or digit"
 _EXCERPT = 40  # characters of a bad value quoted in a message
-_INTEGER = re.compile(r"[0-9]{1,19}")
+_INTEGER_DIGITS = len(str(MAX_NUMBER))
+_FLAGS = {"0": False, "1": True}
 _DECIMAL = re.compile(r"(?:[0-9]{1,30}(?:\.[0-9]{0,30})?|\.[0-9]{1,30})(?:[eE][-+]?[0-9]{1,3})?")
+
+
+Row = TypeVar("Row")
 
 
 class Sample(NamedTuple):
@@ -71,7 +78,7 @@ class Iteration(NamedTuple):
 
 
 class Column(NamedTuple):
-    """A CSV column the report uses: ``parse`` raises ValueError on text that is not ``expected``."""
+    """A CSV column the report uses: ``parse`` raises ValueError (or KeyError) on text that is not ``expected``."""
 
     name: str
     parse: Callable[[str], Any]
@@ -80,9 +87,12 @@ class Column(NamedTuple):
 
 def _integer(high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        if not _INTEGER.fullmatch(text) or int(text) > high:
+        if len(text) > _INTEGER_DIGITS or not (text.isascii() and text.isdigit()):  # int() takes "+1", "1_0", " 1"
             raise ValueError(text)
-        return int(text)
+        value = int(text)
+        if value > high:
+            raise ValueError(text)
+        return value
 
     return parse
 
@@ -95,27 +105,35 @@ def _decimal(text: str) -> float:
 
 
 def _flag(text: str) -> bool:
-    if text not in ("0", "1"):
-        raise ValueError(text)
-    return text == "1"
+    return _FLAGS[text]  # KeyError for anything but 0 and 1
 
 
+@functools.lru_cache(maxsize=4096)  # occupancy repeats a few switch and port names a million times
 def _name(text: str) -> str:
     if not NAME.fullmatch(text):
         raise ValueError(text)
-    return sys.intern(text)  # occupancy repeats a few switch and port names a million times
+    return sys.intern(text)
 
 
 def _integer_column(name: str, high: int = MAX_NUMBER) -> Column:
-    return Column(name, _integer(high), f"an integer from 0 to {high}")
+    return Column(name, _integer(high), f"an integer from 0 to {_MAX_NUMBER_TEXT if high == MAX_NUMBER else high}")
 
 
 def _name_column(name: str) -> Column:
     return Column(name, _name, f"a name of {NAME_RULE}")
 
 
-ITERATION_COLUMNS = (_name_column("variant"), _integer_column("iteration"),
-                     Column("cct_us", _decimal, f"a decimal number from 0 to {MAX_NUMBER}"))
+def _iteration_columns(variants: set[str]) -> tuple[Column, ...]:
+    """iterations.csv's columns; the variant must be one of results.json's."""
+    def variant(text: str) -> str:
+        if text not in variants:
+            raise ValueError(text)
+        return text
+
+    return (Column("variant", variant, "the name of a variant in results.json"), _integer_column("iteration"),
+            Column("cct_us", _decimal, f"a decimal number from 0 to {_MAX_NUMBER_TEXT}"))
+
+
 OCCUPANCY_COLUMNS = (_integer_column("time_ns"), _name_column("switch"), _name_column("port"),
                      _integer_column("priority", 7), _integer_column("ingress_bytes"), _integer_column("egress_bytes"),
                      Column("egress_paused", _flag, "0 or 1"), Column("xoff", _flag, "0 or 1"))
@@ -143,8 +161,7 @@ class Results:
         """The variant's occupancy rows, or None when it has no telemetry."""
         if not NAME.fullmatch(variant):
             raise ValueError(f"not a variant name: {variant!r}")  # names are checked at loading
-        rows = _read_csv(self.directory, f"telemetry/{variant}/occupancy.csv", OCCUPANCY_COLUMNS)
-        return None if rows is None else [Sample(*row) for row in rows]
+        return _read_csv(self.directory, f"telemetry/{variant}/occupancy.csv", OCCUPANCY_COLUMNS, Sample)
 
 
 def load_results(directory: str) -> Results:
@@ -161,6 +178,8 @@ def load_results(directory: str) -> Results:
     variants = results.get("variants")
     if not isinstance(variants, list) or not all(isinstance(v, dict) and "name" in v for v in variants):
         raise FabricError(f"{results_path}: \"variants\" must be a list of objects with a \"name\"")
+    if len(variants) > MAX_VARIANTS:
+        raise FabricError(f"{results_path}: {len(variants)} variants, more than the {MAX_VARIANTS} a report shows")
     seen = set()
     for i, variant in enumerate(variants):
         _check_name(results_path, f"variants[{i}].name", variant["name"])
@@ -171,8 +190,8 @@ def load_results(directory: str) -> Results:
     for path, data in ((results_path, results), (printable(os.path.join(directory, "config.json")), config)):
         if data.get("experiment") is not None:
             _check_name(path, "experiment", data["experiment"])
-    rows = _read_csv(directory, "iterations.csv", ITERATION_COLUMNS) or []
-    return Results(directory, config, results, [Iteration(*row) for row in rows])
+    iterations = _read_csv(directory, "iterations.csv", _iteration_columns(seen), Iteration) or []
+    return Results(directory, config, results, iterations)
 
 
 def _check_name(path: str, where: str, name: Any) -> None:
@@ -239,8 +258,8 @@ def _check_json(path: str, value: Any) -> None:
     while stack:
         where, item, depth = stack.pop()
         if isinstance(item, _Refused):
-            raise FabricError(f"{path}: {where.lstrip('.') or 'the document'}: number {_excerpt(item.text)} is "
-                              f"not finite or beyond +-{MAX_NUMBER}")
+            raise FabricError(f"{path}: {where.lstrip('.') or 'the document'}: number {_excerpt(item.text)} out of "
+                              f"range (finite, at most {_MAX_NUMBER_TEXT} in magnitude)")
         children = (item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ())
         for key, child in children:
             if isinstance(child, (dict, list)) and depth + 1 >= MAX_JSON_DEPTH:
@@ -252,8 +271,9 @@ def _check_json(path: str, value: Any) -> None:
 # --- CSV -----------------------------------------------------------------------------------------
 
 
-def _read_csv(directory: str, relative: str, columns: tuple[Column, ...]) -> list[list[Any]] | None:
-    """The values of the named columns of every row of DIR/relative, checked; None when the file is missing.
+def _read_csv(directory: str, relative: str, columns: tuple[Column, ...],
+              row_type: Callable[..., Row]) -> list[Row] | None:
+    """``row_type`` of the named columns of every row of DIR/relative, checked; None when the file is missing.
 
     Columns are found by name, so extra ones do no harm; empty lines are skipped.
     """
@@ -267,24 +287,31 @@ def _read_csv(directory: str, relative: str, columns: tuple[Column, ...]) -> lis
         missing = [c.name for c in columns if c.name not in header]
         if missing:
             raise FabricError(f"{path}: no column {', '.join(missing)} in the header")
-        index = [header.index(c.name) for c in columns]
+        parsers = [(column.parse, header.index(column.name)) for column in columns]
         rows = []
         for row in reader:
             if not row:
                 continue
             if len(rows) == MAX_CSV_ROWS:
                 raise FabricError(f"{path} line {reader.line_num}: more than {MAX_CSV_ROWS} rows")
-            rows.append([_value(path, reader.line_num, column, row, i) for column, i in zip(columns, index)])
+            try:
+                rows.append(row_type(*[parse(row[i]) for parse, i in parsers]))
+            except (ValueError, KeyError, IndexError):
+                raise _bad_row(path, reader.line_num, columns, parsers, row) from None
         return rows
     except csv.Error as err:
         raise FabricError(f"{path} line {reader.line_num}: {err}") from None
 
 
-def _value(path: str, line: int, column: Column, row: list[str], i: int) -> Any:
-    if i >= len(row):
-        raise FabricError(f"{path} line {line}: no value in column {column.name} (the row has {len(row)})")
-    try:
-        return column.parse(row[i])
-    except ValueError:
-        raise FabricError(f"{path} line {line}: bad value '{_excerpt(row[i])}' in column {column.name} "
-                          f"(expected {column.expected})") from None
+def _bad_row(path: str, line: int, columns: tuple[Column, ...], parsers: list[tuple[Callable[[str], Any], int]],
+             row: list[str]) -> FabricError:
+    """The one-line error for a row that failed: its first missing or bad value."""
+    for column, (parse, i) in zip(columns, parsers):
+        if i >= len(row):
+            return FabricError(f"{path} line {line}: no value in column {column.name} (the row has {len(row)})")
+        try:
+            parse(row[i])
+        except (ValueError, KeyError):
+            return FabricError(f"{path} line {line}: bad value '{_excerpt(row[i])}' in column {column.name} "
+                               f"(expected {column.expected})")
+    raise AssertionError(f"{path} line {line}: a row failed that checks again as good")
