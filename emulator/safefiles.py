@@ -89,10 +89,12 @@ def _open_below(dir_fd: int, name: str, flags: int, wanted: Callable[[int], bool
 def open_inside(directory: str, relative: str) -> BinaryIO | None:
     """The regular file ``directory/relative`` open for reading; None when it (or a directory on the way) is missing.
 
-    ``relative`` is a '/'-separated path chosen by the caller; no link below
-    ``directory`` is followed.
+    ``relative`` is a '/'-separated path the caller built from checked
+    names; no link below ``directory`` is followed.
     """
     parts = relative.split("/")
+    if any(part in ("", ".", "..") or "\0" in part for part in parts):
+        raise ValueError(f"not a path below a directory: {relative!r}")
     fd: int | None = _open_directory(directory)
     try:
         for depth, part in enumerate(parts[:-1]):
