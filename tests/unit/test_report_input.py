@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from emulator import report, results
@@ -324,3 +324,205 @@ def test_visible_intervals_close_gaps_below_a_pixel():
     spaced = [(300.0 * i, 300.0 * i + 1) for i in range(1000)]  # gaps of 299: wider than 1/1000 of 299000
     assert report.visible_intervals(spaced, 299_000.0) == spaced
     assert len(report.visible_intervals(spaced, 600_000.0)) == 1
+
+
+# --- fuzzing -----------------------------------------------------------------------------------------
+# Mutations of a valid directory: a JSON value or raw number token replaced, a CSV cell replaced, bytes
+# flipped/inserted/deleted/cut, a whole file replaced, a file turned into a link, FIFO, directory or
+# nothing, and the plots directory prepared as a trap.
+
+JSON_FILES = ("results.json", "config.json", "telemetry/incast-lossless/stats.json")
+CSV_FILES = ("iterations.csv", "flows.csv", "telemetry/incast-lossless/occupancy.csv")
+FILES = JSON_FILES + CSV_FILES
+KEYS = ("name", "variants", "experiment", "cct_us", "p50", "mean", "fabric", "prediction", "p", "params",
+        "description", "predicted_gbn_us", "baseline_mean_us", "complete", "seeds")
+HOSTILE_TEXT = st.sampled_from([
+    "a/../../x", "..", ".", "", "/etc/passwd", "$\\frac{$", "x\x00y", "1e400", "-1", "NaN", "inf", "1" * 400,
+    "9" * 25, "\x1b[31m", "a\nb", "a,b", '"', "x" * 300, "0", "1", "7", "8", "s1", "eth1", "1_000", " 1", "+1",
+    "\u0661", "\ufeff", "incast-lossless", "incast-lossy", "loss-1e-3", "0.5e-3",
+]) | st.text(max_size=20)
+RAW_TOKENS = st.sampled_from(["1e400", "-1e400", "1" + "0" * 400, "NaN", "Infinity", "-Infinity", "9223372036854775808",
+                              "-0", "1E-400", "5e-324", "[" * 40 + "]" * 40, '"\\ud800"', '"\\u0000"'])
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | HOSTILE_TEXT,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=4),
+                                                                      children, max_size=3),
+    max_leaves=8)
+POSITION = st.integers(0, 10**6)
+MUTATION = st.one_of(
+    st.tuples(st.just("json_value"), st.sampled_from(JSON_FILES), POSITION, JSON_VALUES),
+    st.tuples(st.just("json_raw"), st.sampled_from(JSON_FILES), POSITION, RAW_TOKENS),
+    st.tuples(st.just("csv_cell"), st.sampled_from(CSV_FILES), POSITION, st.integers(0, 12), HOSTILE_TEXT),
+    st.tuples(st.just("bytes"), st.sampled_from(FILES),
+              st.lists(st.tuples(POSITION, st.sampled_from(["flip", "insert", "delete", "cut"]), st.integers(0, 255)),
+                       min_size=1, max_size=4)),
+    st.tuples(st.just("replace"), st.sampled_from(FILES), st.binary(max_size=200)),
+    st.tuples(st.just("kind"), st.sampled_from(FILES + ("telemetry", "telemetry/incast-lossless")),
+              st.sampled_from(["missing", "link_outside", "link_elsewhere", "directory", "fifo", "empty"])),
+    st.tuples(st.just("plots"), st.sampled_from(["link_elsewhere", "file", "linked_pngs", "directory_at_png"])),
+)
+MARK = "\x00mark"
+
+
+def _slots(data) -> list:
+    """(container, key) of every value in a JSON document."""
+    slots, stack = [], [data]
+    while stack:
+        item = stack.pop()
+        pairs = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
+        for key, child in pairs:
+            slots.append((item, key))
+            stack.append(child)
+    return slots
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def mutate(root: str, mutation: tuple) -> None:
+    """Apply one mutation to root/d; one that no longer applies (its file is gone or unreadable) does nothing."""
+    kind, *args = mutation
+    d = os.path.join(root, "d")
+    try:
+        if kind in ("json_value", "json_raw"):
+            name, position, value = args
+            with open(os.path.join(d, name)) as f:
+                data = json.load(f)
+            slots = _slots(data)
+            if slots:
+                container, key = slots[position % len(slots)]
+                container[key] = value if kind == "json_value" else MARK
+                text = json.dumps(data)
+                if kind == "json_raw":
+                    text = text.replace(json.dumps(MARK), value)
+                with open(os.path.join(d, name), "w") as f:
+                    f.write(text)
+        elif kind == "csv_cell":
+            name, position, column, text = args
+            with open(os.path.join(d, name), newline="") as f:
+                rows = list(csv.reader(f))
+            row = rows[position % len(rows)] if rows else []
+            if row:
+                row[column % len(row)] = text
+                out = io.StringIO()
+                csv.writer(out, lineterminator="\n").writerows(rows)
+                with open(os.path.join(d, name), "w") as f:
+                    f.write(out.getvalue())
+        elif kind == "bytes":
+            name, edits = args
+            with open(os.path.join(d, name), "rb") as f:
+                data = bytearray(f.read())
+            for position, edit, byte in edits:
+                at = position % (len(data) + 1)
+                if edit == "flip" and at < len(data):
+                    data[at] ^= byte or 0x80
+                elif edit == "insert":
+                    data[at:at] = bytes([byte])
+                elif edit == "delete":
+                    del data[at:at + 1 + byte % 8]
+                elif edit == "cut":
+                    del data[at:]
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+        elif kind == "replace":
+            name, data = args
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+        elif kind == "kind":
+            name, new = args
+            path = os.path.join(d, name)
+            _remove(path)
+            if new == "link_outside":
+                os.symlink(os.path.join(root, "outside.txt"), path)
+            elif new == "link_elsewhere":
+                os.symlink(os.path.join(root, "elsewhere"), path)
+            elif new == "directory":
+                os.mkdir(path)
+            elif new == "fifo":
+                os.mkfifo(path)
+            elif new == "empty":
+                open(path, "w").close()
+        else:
+            (trap,) = args
+            plots = os.path.join(d, "plots")
+            _remove(plots)
+            if trap == "link_elsewhere":
+                os.symlink(os.path.join(root, "elsewhere"), plots)
+            elif trap == "file":
+                open(plots, "w").close()
+            else:
+                os.mkdir(plots)
+                for png in ("cct_cdf.png", "queue_incast-lossless.png"):
+                    if trap == "linked_pngs":
+                        os.symlink(os.path.join(root, "outside.txt"), os.path.join(plots, png))
+                    else:
+                        os.mkdir(os.path.join(plots, png))
+    except (OSError, ValueError, csv.Error):  # ValueError: JSON or UTF-8 already broken by an earlier mutation
+        pass
+
+
+def read_everything(d: str) -> list[str]:
+    """What the report computes before it draws: the table's lines, every variant's telemetry and plot data."""
+    loaded = results.load_results(d)
+    lines = report.table(loaded).splitlines()
+    report.cct_by_variant(loaded.iterations)
+    for v in loaded.variants:
+        rows = loaded.occupancy(v["name"]) or []
+        busiest = report.busiest_port(rows)
+        if busiest:
+            first, last = rows and (min(r.time_ns for r in rows), max(r.time_ns for r in rows))
+            report.port_series(rows, *busiest)
+            report.visible_intervals(report.xoff_intervals(rows, busiest[0]), (last - first) / 1e6)
+            report.visible_intervals(report.egress_paused_intervals(rows, *busiest), (last - first) / 1e6)
+    return lines
+
+
+@given(st.lists(MUTATION, min_size=1, max_size=3))
+def test_fuzz_results_directory_is_read_or_refused_in_one_line(mutations):
+    with tempfile.TemporaryDirectory() as root:
+        d = build(root)
+        for mutation in mutations:
+            mutate(root, mutation)
+        before = snapshot(root)
+        try:
+            lines = read_everything(d)
+        except FabricError as err:
+            assert "\n" not in str(err) and str(err).isprintable(), str(err)
+            event("refused in one line")
+        else:
+            assert all(line.isprintable() for line in lines)
+            event("read")
+        assert snapshot(root) == before
+
+
+# A slow target: rendering the four plots takes about a second per directory that passes, so it runs a thirtieth
+# of the profile's examples, at least 10 (10 by default, 666 under scripts/fuzz.sh 20000); the target above fuzzes
+# everything before the drawing with the full count.
+@settings(max_examples=max(10, settings().max_examples // 30))
+@given(st.lists(MUTATION, min_size=1, max_size=3))
+def test_fuzz_report_writes_only_its_plots_or_fails_in_one_line(mutations):
+    with tempfile.TemporaryDirectory() as root:
+        d = build(root)
+        for mutation in mutations:
+            mutate(root, mutation)
+        before = snapshot(root)
+        code, out, err = run_cli("report", d)
+        after = snapshot(root)
+        if code == 0:
+            assert err == ""
+            assert all(line.isprintable() for line in out.splitlines())
+            assert all(path.startswith(os.path.join("d", "plots")) for path in changed(before, after))
+            for path, (kind, *_) in after.items():
+                if path.startswith(os.path.join("d", "plots", "")) and changed(before, after) & {path}:
+                    assert kind == "file"
+                    with open(os.path.join(root, path), "rb") as f:
+                        assert f.read(8) == PNG_SIGNATURE
+            event("reported")
+        else:
+            assert_one_line_error(code, err)
+            assert after == before
+            event("refused in one line")
