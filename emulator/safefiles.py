@@ -48,12 +48,14 @@ def _open_directory(path: str) -> int:
         raise FabricError(f"cannot open the directory {printable(path)}: {err.strerror}") from None
 
 
-def _lstat_below(dir_fd: int, name: str) -> os.stat_result | None:
+def _lstat_below(dir_fd: int, name: str, shown: str) -> os.stat_result | None:
     """What ``name`` in ``dir_fd`` is, the link itself for a link; None when it does not exist."""
     try:
         return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
+    except OSError as err:
+        raise FabricError(f"cannot look at {shown}: {err.strerror}") from None
 
 
 def _check_kind(st: os.stat_result, wanted: Callable[[int], bool], kind: str, shown: str) -> None:
@@ -70,7 +72,7 @@ def _open_below(dir_fd: int, name: str, flags: int, wanted: Callable[[int], bool
     lstat first, so a FIFO or device is never opened; fstat after, in case
     the name was replaced in between.
     """
-    before = _lstat_below(dir_fd, name)
+    before = _lstat_below(dir_fd, name, shown)
     if before is None:
         return None
     _check_kind(before, wanted, kind, shown)
@@ -223,9 +225,10 @@ class Outputs:
         half-way).  A subdirectory this created and left empty is removed with the rest."""
         renaming = bool(self._pending)
         for _, name in self._pending:
-            st = _lstat_below(self._fd, name)
+            shown = printable(os.path.join(self.path, name))
+            st = _lstat_below(self._fd, name, shown)
             if st is not None and stat.S_ISDIR(st.st_mode):
-                raise FabricError(f"cannot write {printable(os.path.join(self.path, name))}: a directory has that name")
+                raise FabricError(f"cannot write {shown}: a directory has that name")
         while self._pending:
             temporary, name = self._pending[0]
             try:
@@ -243,8 +246,8 @@ class Outputs:
             for temporary, _ in self._pending:
                 try:
                     os.unlink(temporary, dir_fd=self._fd)
-                except FileNotFoundError:
-                    pass
+                except OSError:
+                    pass  # gone already, or the directory's mode changed: the error that brought us here matters
             os.close(self._fd)
         self._pending, self._fd = [], None
         if self._parent_fd is not None:
