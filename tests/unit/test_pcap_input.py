@@ -318,3 +318,36 @@ def test_fuzz_capture_is_converted_or_refused_in_one_line(data):
                 records = frames_of(f.read())
             assert [(ns, linktype) for _, ns, linktype, _ in records] == [(ns, erf.LINKTYPE_ERF) for _, ns, _, _ in ib]
             event("converted")
+
+
+IB_ETHERNET = bytes.fromhex("020100000101020000000100") + b"\x88\xb6"
+
+
+FRAME = st.one_of(
+    st.binary(max_size=120).map(IB_ETHERNET.__add__),  # IB's EtherType, anything after it
+    st.binary(max_size=120),
+    st.sampled_from(FRAMES),  # real IB data and link packets, whole, cut or with a byte changed
+    st.tuples(st.sampled_from(FRAMES), st.integers(0, 1200)).map(lambda frame_cut: frame_cut[0][:frame_cut[1]]),
+    st.tuples(st.sampled_from(FRAMES), st.integers(0, 1200), st.integers(1, 255)).map(lambda f: _flipped(*f)),
+)
+
+
+def _flipped(frame: bytes, position: int, mask: int) -> bytes:
+    at = position % len(frame)
+    return frame[:at] + bytes([frame[at] ^ mask]) + frame[at + 1:]
+
+
+@given(st.lists(st.tuples(st.integers(0, (1 << 32) * NS - 1), FRAME), max_size=8))
+def test_fuzz_valid_capture_of_hostile_frames_is_converted(frames):
+    """A well-formed capture whose frames are anything: every IB packet converted with its time, the rest
+    skipped."""
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "c.pcapng"), "wb") as f:
+            f.write(pcapng(frames))
+        (written,) = erf.convert_directory(d)
+        with open(written, "rb") as f:
+            records = frames_of(f.read())
+    expected = [(ns, erf.erf_record(ns, *erf.ib_record(frame))) for ns, frame in frames
+                if erf.ib_record(frame) is not None]
+    assert [(ns, data) for _, ns, _, data in records] == expected
+    event("with IB packets" if expected else "nothing to convert")
