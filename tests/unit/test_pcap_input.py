@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -98,6 +99,22 @@ def test_agrees_with_scapy_on_a_capture_as_tcpdump_writes_it():
         with RawPcapNgReader(f.name) as reader:
             theirs = [((meta.tshigh << 32 | meta.tslow) * NS // meta.tsresol, data) for data, meta in reader]
     assert [(ns, frame) for _, ns, _, frame in frames_of(CAPTURE)] == theirs
+
+
+def test_reads_what_editcap_writes(tmp_path):
+    """Captures are tcpdump's nanosecond pcaps converted by ``editcap -F pcapng`` (emulator/capture.py): section
+    and interface options, perhaps statistics blocks, all as editcap writes them."""
+    editcap = shutil.which("editcap") or shutil.which("editcap", path="/usr/bin")
+    if editcap is None:
+        pytest.skip("editcap is not installed (apt-get install tshark)")
+    frames = list(zip(STAMPS, FRAMES[:3] + [ipv4_frame()] + FRAMES[3:]))
+    (tmp_path / "c.pcap").write_bytes(classic_pcap(frames, nanoseconds=True))
+    subprocess.run([editcap, "-F", "pcapng", str(tmp_path / "c.pcap"), str(tmp_path / "c.pcapng")], check=True,
+                   capture_output=True)
+    data = (tmp_path / "c.pcapng").read_bytes()
+    assert data != pcapng(frames)  # editcap's own layout, not ours
+    assert [(ns, linktype, frame) for _, ns, linktype, frame in frames_of(data)] == [
+        (ns, 1, frame) for ns, frame in frames]
 
 
 # --- the reproducers: one line naming the file and the offset ------------------------------------------
