@@ -288,7 +288,7 @@ CAPTURE_BYTES = st.one_of(
     st.binary(max_size=400),
     st.tuples(st.sampled_from([b"\x0a\x0d\x0d\x0a", b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"]), st.binary(max_size=200))
     .map(b"".join),
-    st.tuples(st.sampled_from(BASES), st.lists(EDIT, min_size=1, max_size=4)).map(lambda base_edits: _edited(*base_edits)),
+    st.tuples(st.sampled_from(BASES), st.lists(EDIT, min_size=1, max_size=4)).map(lambda edits: _edited(*edits)),
     st.lists(st.tuples(st.sampled_from([INTERFACE, ENHANCED_PACKET, SIMPLE_PACKET, 2, 5, 0x0BAD]),
                        st.binary(max_size=40)), max_size=5)
     .map(lambda blocks: section() + b"".join(block(kind, body) for kind, body in blocks)),
