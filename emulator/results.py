@@ -34,7 +34,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, TypeVar
 
-from emulator.errors import FabricError, printable
+from emulator.errors import SHOWN_CHARS, FabricError, printable, shown
 from emulator.safefiles import read_inside
 
 MAX_JSON_BYTES = 16 << 20  # results.json and config.json are kilobytes
@@ -47,7 +47,6 @@ _MAX_NUMBER_TEXT = "2^63-1"
 # Variant, experiment, switch and port names: file names and plot labels (no '/', no '..', no '$' of mathtext).
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 NAME_RULE = "1 to 200 letters, digits, '.', '_' or '-', the first a letter or digit"
-_EXCERPT = 40  # characters of a bad value quoted in a message
 _INTEGER_DIGITS = len(str(MAX_NUMBER))
 _FLAGS = {"0": False, "1": True}
 _DECIMAL = re.compile(r"(?:[0-9]{1,30}(?:\.[0-9]{0,30})?|\.[0-9]{1,30})(?:[eE][-+]?[0-9]{1,3})?")
@@ -196,12 +195,7 @@ def load_results(directory: str) -> Results:
 
 def _check_name(path: str, where: str, name: Any) -> None:
     if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise FabricError(f"{path}: {where}: expected {NAME_RULE}, got {_excerpt(json.dumps(name))}")
-
-
-def _excerpt(text: str) -> str:
-    """A bad value for a message: printable, and cut at :data:`_EXCERPT` characters."""
-    return printable(text[:_EXCERPT]) + ("..." if len(text) > _EXCERPT else "")
+        raise FabricError(f"{path}: {where}: expected {NAME_RULE}, got {shown(name)}")
 
 
 def _decode(path: str, data: bytes) -> str:
@@ -258,13 +252,13 @@ def _check_json(path: str, value: Any) -> None:
     while stack:
         where, item, depth = stack.pop()
         if isinstance(item, _Refused):
-            raise FabricError(f"{path}: {where.lstrip('.') or 'the document'}: number {_excerpt(item.text)} out of "
+            raise FabricError(f"{path}: {where.lstrip('.') or 'the document'}: number {shown(item.text)} out of "
                               f"range (finite, at most {_MAX_NUMBER_TEXT} in magnitude)")
         children = (item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ())
         for key, child in children:
             if isinstance(child, (dict, list)) and depth + 1 >= MAX_JSON_DEPTH:
                 raise FabricError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels")
-            label = f"[{key}]" if isinstance(key, int) else f".{_excerpt(key)}"
+            label = f"[{key}]" if isinstance(key, int) else f".{printable(key[:SHOWN_CHARS])}"
             stack.append((where + label, child, depth + 1))
 
 
@@ -312,6 +306,6 @@ def _bad_row(path: str, line: int, columns: tuple[Column, ...], parsers: list[tu
         try:
             parse(row[i])
         except (ValueError, KeyError):
-            return FabricError(f"{path} line {line}: bad value '{_excerpt(row[i])}' in column {column.name} "
+            return FabricError(f"{path} line {line}: bad value {shown(row[i])} in column {column.name} "
                                f"(expected {column.expected})")
     raise AssertionError(f"{path} line {line}: a row failed that checks again as good")

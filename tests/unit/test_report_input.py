@@ -180,7 +180,7 @@ def test_report_on_a_json_number_out_of_range(sandbox, number):
     ("iterations.csv", "incast-lossy,5,0,abc,0", "bad value 'abc' in column cct_us (expected a decimal number"),
     ("iterations.csv", "incast-lossy,1_0,0,1.0,0", "bad value '1_0' in column iteration"),
     ("iterations.csv", "incast-lossy," + "1" * 5000 + ",0,1.0,0",
-     "bad value '" + "1" * 40 + "...' in column iteration"),
+     "bad value '" + "1" * 40 + "'... (5000 characters) in column iteration"),
     ("iterations.csv", "incast-lossy", "no value in column iteration (the row has 1)"),
     ("telemetry/incast-lossless/occupancy.csv", "9223372036854775808,s1,eth1,3,0,0,0,0",
      "bad value '9223372036854775808' in column time_ns (expected an integer from 0 to 2^63-1)"),
