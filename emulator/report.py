@@ -1,11 +1,14 @@
 """Tables and plots from a results directory (``fabric-emu report DIR``).
 
 ``fabric-emu run`` writes a results directory (layout in docs/results.md);
-this module reads it back and needs nothing else: no root, no fabric, no
-agents, so a directory copied off the test machine reports the same.  It
-prints one comparison table (with lossy/lossless ratios and, for the
-straggler experiment, measured against predicted CCT) and writes PNG plots
-into ``DIR/plots``.
+this module reports on it, read back and checked by :mod:`emulator.results`,
+and needs nothing else: no root, no fabric, no agents, so a directory copied
+off the test machine reports the same.  It prints one comparison table
+(with lossy/lossless ratios and, for the straggler experiment, measured
+against predicted CCT) and writes PNG plots into ``DIR/plots`` through
+:class:`emulator.safefiles.Outputs`: never through a symbolic link, never
+outside DIR, all plots or none.  Text from the directory is printed with
+its control characters escaped.
 
 Everything but :func:`make_plots` and :func:`main_report` is pure and works
 on what :func:`load_results` returns, so the unit tests feed it synthetic
@@ -19,148 +22,25 @@ and pause computations here carry values forward accordingly.
 
 from __future__ import annotations
 
-import csv
-import json
 import math
-import os
 import sys
-from dataclasses import dataclass
 from itertools import groupby
-from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, TextIO
 
-from emulator.errors import FabricError
+from emulator.errors import printable
+from emulator.results import Iteration, Results, Sample, load_results
+from emulator.safefiles import Outputs
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-OCCUPANCY_COLUMNS = ("time_ns", "switch", "port", "priority", "ingress_bytes", "egress_bytes", "egress_paused", "xoff")
-ITERATION_COLUMNS = ("variant", "iteration", "cct_us")
 # Two variants that agree on these (and on ``params`` but for a swept fabric) differ only in
 # the fabric: the ratio lines compare such pairs.  Keys a variant lacks count as equal.
 SETUP_KEYS = ("collective", "topo", "hosts", "size", "senders", "link", "switch", "mtu")
 MISSING = "-"
 PLOT_DPI = 120
-
-Row = TypeVar("Row")
-
-
-class Sample(NamedTuple):
-    """One occupancy row: the values of a (switch, port, priority) from ``time_ns`` on."""
-
-    time_ns: int
-    switch: str
-    port: str
-    priority: int
-    ingress_bytes: int
-    egress_bytes: int
-    egress_paused: bool
-    xoff: bool
-
-
-class Iteration(NamedTuple):
-    """The columns of iterations.csv that the report uses."""
-
-    variant: str
-    iteration: int
-    cct_us: float
-
-
-@dataclass(frozen=True)
-class Results:
-    """A loaded results directory; occupancy is read per variant on demand because it can be large."""
-
-    directory: str
-    config: dict[str, Any]
-    results: dict[str, Any]
-    iterations: list[Iteration]
-
-    @property
-    def variants(self) -> list[dict[str, Any]]:
-        return self.results["variants"]
-
-    def occupancy(self, variant: str) -> list[Sample] | None:
-        """The variant's occupancy rows, or None when it has no telemetry."""
-        path = os.path.join(self.directory, "telemetry", variant, "occupancy.csv")
-        if not os.path.exists(path):
-            return None
-        return _read_csv(path, OCCUPANCY_COLUMNS, _sample)
-
-
-# --- loading -------------------------------------------------------------------------------------
-
-
-def load_results(directory: str) -> Results:
-    """Read DIR's results.json, config.json and iterations.csv.
-
-    results.json is what makes a directory a results directory; config.json
-    and iterations.csv may be missing (a run interrupted early), and the
-    report then shows what there is.
-    """
-    if not os.path.isdir(directory):
-        raise FabricError(f"no such directory: {directory}")
-    results_path = os.path.join(directory, "results.json")
-    if not os.path.exists(results_path):
-        raise FabricError(f"no results.json in {directory}: not a results directory")
-    results = _read_json(results_path)
-    variants = results.get("variants")
-    if not isinstance(variants, list) or not all(isinstance(v, dict) and "name" in v for v in variants):
-        raise FabricError(f"{results_path}: \"variants\" must be a list of objects with a \"name\"")
-    config_path = os.path.join(directory, "config.json")
-    config = _read_json(config_path) if os.path.exists(config_path) else {}
-    iterations_path = os.path.join(directory, "iterations.csv")
-    iterations: list[Iteration] = []
-    if os.path.exists(iterations_path):
-        iterations = _read_csv(iterations_path, ITERATION_COLUMNS, _iteration)
-    return Results(directory, config, results, iterations)
-
-
-def _read_json(path: str) -> dict[str, Any]:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except ValueError as err:
-        raise FabricError(f"{path} is not valid JSON: {err}") from None
-    except OSError as err:
-        raise FabricError(f"cannot read {path}: {err.strerror}") from None
-    if not isinstance(data, dict):
-        raise FabricError(f"{path}: expected a JSON object")
-    return data
-
-
-def _read_csv(path: str, columns: tuple[str, ...], convert: Callable[[list[str]], Row]) -> list[Row]:
-    """``convert`` applied to the named columns of every row; columns found by name so extra ones do no harm."""
-    try:
-        with open(path, newline="") as f:
-            reader = csv.reader(f)
-            header = next(reader, [])
-            missing = [c for c in columns if c not in header]
-            if missing:
-                raise FabricError(f"{path}: no column {', '.join(missing)} in the header")
-            index = [header.index(c) for c in columns]
-            rows = []
-            for line, row in enumerate(reader, start=2):
-                try:
-                    rows.append(convert([row[i] for i in index]))
-                except (ValueError, IndexError):
-                    raise FabricError(f"{path} line {line}: malformed row {','.join(row)!r}") from None
-            return rows
-    except OSError as err:
-        raise FabricError(f"cannot read {path}: {err.strerror}") from None
-
-
-def _flag(text: str) -> bool:
-    if text not in ("0", "1"):
-        raise ValueError(text)
-    return text == "1"
-
-
-def _sample(f: list[str]) -> Sample:
-    return Sample(int(f[0]), f[1], f[2], int(f[3]), int(f[4]), int(f[5]), _flag(f[6]), _flag(f[7]))
-
-
-def _iteration(f: list[str]) -> Iteration:
-    return Iteration(f[0], int(f[1]), float(f[2]))
+SHADE_RESOLUTION = 1000  # shaded spans per plot at most; finer detail is below a pixel
 
 
 # --- the table -----------------------------------------------------------------------------------
@@ -187,10 +67,9 @@ def table(results: Results) -> str:
 def _heading(results: Results) -> list[str]:
     """What ran, when and on what, so a pasted table says where it came from."""
     config = results.config
-    name = results.results.get("experiment") or config.get("experiment") or "experiment"
-    title = f"{name}: {len(results.variants)} variants"
+    title = f"{results.experiment}: {len(results.variants)} variants"
     if config.get("description"):
-        title += f" ({config['description']})"
+        title += f" ({_listed(config['description'])})"
     facts = [f"{label} {_listed(config[key])}" for key, label in
              (("created_utc", "created"), ("git_commit", "git"), ("kernel", "kernel"), ("seeds", "seeds"),
               ("seed", "seed")) if config.get(key) is not None]
@@ -198,11 +77,12 @@ def _heading(results: Results) -> list[str]:
 
 
 def _listed(value: Any) -> str:
-    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+    """A value from the directory as printed: a list comma-separated, control characters escaped."""
+    return printable(",".join(map(str, value)) if isinstance(value, list) else str(value))
 
 
 def _variant_row(variant: dict[str, Any]) -> list[str]:
-    return [str(variant["name"]), str(variant.get("fabric", MISSING)), str(variant.get("collective", MISSING)),
+    return [variant["name"], _listed(variant.get("fabric", MISSING)), _listed(variant.get("collective", MISSING)),
             _fmt(variant.get("iterations")),
             *(_fmt(_cct(variant, stat), 2, 1e3) for stat in ("p50", "p99", "max", "mean")),
             *(_fmt(variant.get(key)) for key in ("drops", "retransmissions", "pfc_sent", "ecn_marked")),
@@ -219,7 +99,7 @@ def ratio_lines(variants: list[dict[str, Any]]) -> list[str]:
             for stat in ("p99", "mean"):
                 num, den = _cct(other, stat), _cct(lossless, stat)
                 if num is not None and den:
-                    lines.append(f"{other.get('collective', MISSING)}: {fabric} {stat} / lossless {stat} = "
+                    lines.append(f"{_listed(other.get('collective', MISSING))}: {fabric} {stat} / lossless {stat} = "
                                  f"{num / den:.2f}x ({other['name']} / {lossless['name']})")
     return lines
 
@@ -243,7 +123,7 @@ def _prediction_row(variant: dict[str, Any]) -> list[str]:
     gbn, rto = _number(pred.get("predicted_gbn_us")), _number(pred.get("predicted_rto_us"))
     baseline = _number(pred.get("baseline_mean_us"))
     above_baseline = None if measured is None or baseline is None else measured - baseline
-    return [str(variant["name"]), MISSING if p is None else f"{p:g}", _fmt(pred.get("packets")),
+    return [variant["name"], MISSING if p is None else f"{p:g}", _fmt(pred.get("packets")),
             _fmt(pred.get("hit_probability"), 3), _fmt(measured, 2, 1e3),
             _fmt(gbn, 2, 1e3), _percent(measured, gbn), _fmt(rto, 2, 1e3), _percent(measured, rto),
             _fmt(above_baseline, 2, 1e3)]
@@ -379,42 +259,38 @@ def _span(rows: list[Sample]) -> tuple[int, int]:
 # --- plots ---------------------------------------------------------------------------------------
 
 
-def make_plots(results: Results, plots_dir: str) -> list[str]:
-    """Write the PNG plots into ``plots_dir``; the paths written, in order.
+def make_plots(results: Results) -> list[str]:
+    """Write the PNG plots into ``DIR/plots``; the paths written, in order.
 
-    Figures are drawn on the Agg canvas directly (no pyplot): nothing global
-    changes for a caller with its own matplotlib backend, and no display
-    is needed.  matplotlib is imported here, not at module level, so the
-    rest of the command line does not pay for it.
+    All or none (:class:`Outputs`): a telemetry file found malformed half-way
+    leaves the plots of an earlier report as they were.  Figures are drawn
+    on the Agg canvas directly (no pyplot): nothing global changes for a
+    caller with its own matplotlib backend, and no display is needed.
+    matplotlib is imported here, not at module level, so the rest of the
+    command line does not pay for it.
     """
-    try:
-        os.makedirs(plots_dir, exist_ok=True)
-    except OSError as err:
-        raise FabricError(f"cannot create {plots_dir}: {err.strerror}") from None
-    name = results.results.get("experiment", "experiment")
     written: list[str] = []
+    with Outputs(results.directory, "plots") as outputs:
 
-    def save(filename: str, fig: Figure | None) -> None:
-        if fig is None:
-            return
-        path = os.path.join(plots_dir, filename)
-        try:  # saved at once: a sweep's queue figures need not all be in memory together
-            fig.savefig(path, dpi=PLOT_DPI)
-        except OSError as err:
-            raise FabricError(f"cannot write {path}: {err.strerror}") from None
-        written.append(path)
+        def save(filename: str, fig: Figure | None) -> None:
+            if fig is not None:  # saved at once: a sweep's queue figures need not all be in memory together
+                written.append(outputs.write(filename, lambda f: _save_png(fig, f)))
 
-    cct = cct_by_variant(results.iterations)
-    if cct:
-        save("cct_cdf.png", _cct_cdf(cct, name))
-        save("cct_per_iteration.png", _cct_per_iteration(cct, name))
-    for variant in results.variants:
-        rows = results.occupancy(variant["name"]) or []
-        busiest = busiest_port(rows)
-        if busiest:
-            save(f"queue_{variant['name']}.png", _queue(variant["name"], rows, *busiest))
-    save("straggler.png", _straggler(results.variants))
+        cct = cct_by_variant(results.iterations)
+        if cct:
+            save("cct_cdf.png", _cct_cdf(cct, results.experiment))
+            save("cct_per_iteration.png", _cct_per_iteration(cct, results.experiment))
+        for variant in results.variants:
+            rows = results.occupancy(variant["name"]) or []
+            busiest = busiest_port(rows)
+            if busiest:
+                save(f"queue_{variant['name']}.png", _queue(variant["name"], rows, *busiest))
+        save("straggler.png", _straggler(results.variants))
     return written
+
+
+def _save_png(fig: Figure, f: BinaryIO) -> None:
+    fig.savefig(f, format="png", dpi=PLOT_DPI)
 
 
 def cct_by_variant(iterations: list[Iteration]) -> dict[str, tuple[list[int], list[float]]]:
@@ -479,11 +355,31 @@ def _queue(variant: str, rows: list[Sample], switch: str, port: str) -> Figure:
         ax.step(ms, kib, where="post", label=f"priority {priority}")
     if not series:
         ax.text(0.5, 0.5, "the queue stayed empty", transform=ax.transAxes, ha="center")
-    _shade(ax, xoff_intervals(rows, switch), "tab:red", f"PFC XOFF asserted (by {switch}, any port)")
-    _shade(ax, egress_paused_intervals(rows, switch, port), "tab:purple", "egress paused")
+    first, last = _span(rows)
+    span_ms = (last - first) / 1e6
+    _shade(ax, visible_intervals(xoff_intervals(rows, switch), span_ms), "tab:red",
+           f"PFC XOFF asserted (by {switch}, any port)")
+    _shade(ax, visible_intervals(egress_paused_intervals(rows, switch, port), span_ms), "tab:purple", "egress paused")
     ax.set_ylim(0, ax.get_ylim()[1] * 1.3)  # room above the queue for the legend
     _legend(ax, "upper right")
     return fig
+
+
+def visible_intervals(intervals: list[tuple[float, float]], span: float) -> list[tuple[float, float]]:
+    """``intervals`` (sorted, disjoint) with every gap narrower than 1/:data:`SHADE_RESOLUTION` of ``span``
+    closed: at most that many remain.
+
+    A plot is about a thousand pixels wide, so nothing visible is lost, and
+    telemetry whose flag toggles every sample (a million rows) cannot make
+    the plot take minutes: matplotlib draws a span in about a millisecond.
+    """
+    merged: list[tuple[float, float]] = []
+    for start, end in intervals:
+        if merged and start - merged[-1][1] < span / SHADE_RESOLUTION:
+            merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def _shade(ax: Axes, intervals: list[tuple[float, float]], color: str, label: str) -> None:
@@ -532,8 +428,8 @@ def main_report(directory: str, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     results = load_results(directory)
     print(table(results), file=out)
-    paths = make_plots(results, os.path.join(directory, "plots"))
+    paths = make_plots(results)
     print("\nplots:" if paths else "\nplots: none (no iterations, telemetry or prediction to plot)", file=out)
     for path in paths:
-        print(f"  {path}", file=out)
+        print(f"  {printable(path)}", file=out)
     return 0

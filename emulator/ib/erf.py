@@ -17,17 +17,26 @@ point seconds, little-endian (the only little-endian field), the type, the
 flags (0x04 "varying length": each record is as long as its packet rather
 than the capture card's fixed slot), rlen (header and packet), lctr (loss
 counter, 0) and wlen (the packet's length), big-endian.
+
+Captures may come from anywhere: they are read with the strict reader of
+:mod:`emulator.pcapfile` and written with :class:`emulator.safefiles.Outputs`
+(temporary files renamed into place once every capture converted, never
+through a link), so a bad capture gives one line naming it and the offset
+and leaves no output behind.  ERF and pcap hold seconds in 32 bits: a frame
+time stamped after 2106 is refused.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import struct
 from collections.abc import Iterable, Iterator
+from typing import BinaryIO
 
-from emulator.errors import FabricError
+from emulator.errors import FabricError, printable
 from emulator.ib.wire import ETH_LEN, FC_LEN, LRH_AT, SLP, data_end, is_ib
+from emulator.pcapfile import read_frames
+from emulator.safefiles import Outputs, list_inside, open_inside
 
 LINKTYPE_ETHERNET = 1
 LINKTYPE_ERF = 197
@@ -37,12 +46,14 @@ ERF_VARYING_LENGTH = 0x04
 ERF_HEADER_LEN = 16
 LINK_RECORD_LEN = 64  # a link packet's record payload: tshark wants more than its 6 bytes
 NS = 1_000_000_000
+CAPTURE_SUFFIX, OUTPUT_SUFFIX = ".pcapng", ".ib.pcap"
 
 _PCAP_NS_MAGIC = 0xA1B23C4D
 _PCAP_HEADER = struct.Struct("<IHHiIII")  # magic, version 2.4, zone, sigfigs, snaplen, linktype
 _PCAP_RECORD = struct.Struct("<IIII")  # seconds, nanoseconds, captured and wire length
 _ERF_FIELDS = struct.Struct("!BBHHH")  # type, flags, rlen, lctr, wlen (after the time stamp)
 _SNAPLEN = 65535
+MAX_SECONDS = 1 << 32  # ERF's 32.32 time stamp and pcap's seconds field
 
 
 def erf_timestamp(timestamp_ns: int) -> int:
@@ -61,16 +72,15 @@ def erf_record(timestamp_ns: int, erf_type: int, payload: bytes) -> bytes:
     return erf_timestamp(timestamp_ns).to_bytes(8, "little") + fields + payload
 
 
-def write_erf(path: str, records: Iterable[tuple[int, int, bytes]]) -> int:
-    """A nanosecond pcap (LINKTYPE_ERF) of records (time in ns, ERF type, payload); returns how many."""
+def write_erf(f: BinaryIO, records: Iterable[tuple[int, int, bytes]]) -> int:
+    """A nanosecond pcap (LINKTYPE_ERF) of records (time in ns, ERF type, payload) into ``f``; returns how many."""
     count = 0
-    with open(path, "wb") as f:
-        f.write(_PCAP_HEADER.pack(_PCAP_NS_MAGIC, 2, 4, 0, 0, _SNAPLEN, LINKTYPE_ERF))
-        for timestamp_ns, erf_type, payload in records:
-            record = erf_record(timestamp_ns, erf_type, payload)
-            seconds, ns = divmod(timestamp_ns, NS)
-            f.write(_PCAP_RECORD.pack(seconds, ns, len(record), len(record)) + record)
-            count += 1
+    f.write(_PCAP_HEADER.pack(_PCAP_NS_MAGIC, 2, 4, 0, 0, _SNAPLEN, LINKTYPE_ERF))
+    for timestamp_ns, erf_type, payload in records:
+        record = erf_record(timestamp_ns, erf_type, payload)
+        seconds, ns = divmod(timestamp_ns, NS)
+        f.write(_PCAP_RECORD.pack(seconds, ns, len(record), len(record)) + record)
+        count += 1
     return count
 
 
@@ -88,48 +98,56 @@ def ib_record(frame: bytes) -> tuple[int, bytes] | None:
     return None
 
 
-def read_frames(path: str) -> Iterator[tuple[int, bytes]]:
-    """(time in ns, frame) of every Ethernet frame of a pcap or pcapng file.
-
-    scapy's raw readers: they do not dissect (scapy would build an Ether
-    for every frame, ~100 us each); imported here as scapy takes a second.
-    """
-    from scapy.utils import RawPcapReader  # opens pcapng files as a RawPcapNgReader
-
-    with RawPcapReader(path) as reader:
-        for data, meta in reader:
-            if hasattr(meta, "tsresol"):  # pcapng: the link type and time resolution are per interface
-                if meta.linktype == LINKTYPE_ETHERNET:
-                    yield ((meta.tshigh or 0) << 32 | (meta.tslow or 0)) * NS // meta.tsresol, data
-            elif reader.linktype == LINKTYPE_ETHERNET:
-                yield meta.sec * NS + meta.usec * (1 if reader.nano else 1000), data
-
-
 def convert(pcap_path_in: str, erf_path_out: str) -> tuple[int, int]:
     """Write the IB packets of a pcap/pcapng capture of Ethernet frames to an ERF pcap.
 
     Other frames are skipped; returns (data packets, link packets) written.
     """
-    counts = {ERF_INFINIBAND: 0, ERF_INFINIBAND_LINK: 0}
+    counts: tuple[int, int] = (0, 0)
 
-    def records() -> Iterator[tuple[int, int, bytes]]:
-        for timestamp_ns, frame in read_frames(pcap_path_in):
-            record = ib_record(frame)
-            if record is not None:
-                counts[record[0]] += 1
-                yield timestamp_ns, *record
+    def fill(out: BinaryIO) -> None:
+        nonlocal counts
+        counts = _convert(os.path.dirname(pcap_path_in) or ".", os.path.basename(pcap_path_in), out)
 
-    write_erf(erf_path_out, records())
-    return counts[ERF_INFINIBAND], counts[ERF_INFINIBAND_LINK]
+    with Outputs(os.path.dirname(erf_path_out) or ".") as outputs:
+        outputs.write(os.path.basename(erf_path_out), fill)
+    return counts
 
 
 def convert_directory(directory: str) -> list[str]:
-    """Every ``*.pcapng`` of a capture directory to ``<name>.ib.pcap`` beside it; the paths written."""
-    if not os.path.isdir(directory):
-        raise FabricError(f"no such directory: {directory}")
-    written = []
-    for capture in sorted(glob.glob(os.path.join(directory, "*.pcapng"))):
-        out = capture[:-len(".pcapng")] + ".ib.pcap"
-        convert(capture, out)
-        written.append(out)
-    return written
+    """Every ``*.pcapng`` of a capture directory to ``<name>.ib.pcap`` beside it; the paths written.
+
+    All or nothing: the outputs are renamed into place only when every
+    capture converted.
+    """
+    captures = [name for name in list_inside(directory) if name.endswith(CAPTURE_SUFFIX) and not name.startswith(".")]
+    with Outputs(directory) as outputs:
+        return [outputs.write(name[:-len(CAPTURE_SUFFIX)] + OUTPUT_SUFFIX,
+                              lambda out, name=name: _convert(directory, name, out))
+                for name in captures]
+
+
+def _convert(directory: str, name: str, out: BinaryIO) -> tuple[int, int]:
+    """The IB packets of the capture ``directory/name`` into ``out``: (data packets, link packets)."""
+    shown = printable(os.path.join(directory, name))
+    capture = open_inside(directory, name)
+    if capture is None:
+        raise FabricError(f"no such capture: {shown}")
+    counts = {ERF_INFINIBAND: 0, ERF_INFINIBAND_LINK: 0}
+
+    def records() -> Iterator[tuple[int, int, bytes]]:
+        for frame in read_frames(capture, shown):
+            if frame.linktype != LINKTYPE_ETHERNET:
+                continue
+            record = ib_record(frame.data)
+            if record is None:
+                continue
+            if not 0 <= frame.time_ns < MAX_SECONDS * NS:
+                raise FabricError(f"{shown} offset {frame.offset}: time stamp {frame.time_ns} ns is after 2106, "
+                                  "beyond what ERF and pcap hold")
+            counts[record[0]] += 1
+            yield frame.time_ns, *record
+
+    with capture:
+        write_erf(out, records())
+    return counts[ERF_INFINIBAND], counts[ERF_INFINIBAND_LINK]

@@ -15,6 +15,7 @@ import zlib
 
 import pytest
 
+from capture_files import classic_pcap, pcapng
 from emulator.ib import erf
 from emulator.ib.wire import (
     LRH_AT, SDP, decode_data, decode_fc, encode_data, encode_fc, icrc_native, is_ib, set_vl, vcrc,
@@ -347,29 +348,9 @@ def test_tshark_reads_the_erf_capture_as_infiniband(tshark, tmp_path):
     frames = capture_frames()
     stamps = [T0 + i * 1_000_003 for i in range(len(frames))]
     path = str(tmp_path / "ib.pcap")
-    assert erf.write_erf(path, ((ns, *erf.ib_record(f)) for ns, f in zip(stamps, frames))) == len(frames)
+    with open(path, "wb") as out:
+        assert erf.write_erf(out, ((ns, *erf.ib_record(f)) for ns, f in zip(stamps, frames))) == len(frames)
     check_capture(tshark, path, frames, stamps)
-
-
-def pcapng(frames: list[tuple[int, bytes]]) -> bytes:
-    """A pcapng file of Ethernet frames with nanosecond time stamps, as tcpdump writes them."""
-    def block(kind: int, body: bytes) -> bytes:
-        body += bytes(-len(body) & 3)
-        return struct.pack("<II", kind, len(body) + 12) + body + struct.pack("<I", len(body) + 12)
-
-    out = block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
-    out += block(1, struct.pack("<HHI", 1, 0, 262144) + struct.pack("<HHB3x", 9, 1, 9) + bytes(4))  # if_tsresol 9
-    for ns, frame in frames:
-        out += block(6, struct.pack("<IIIII", 0, ns >> 32, ns & 0xFFFFFFFF, len(frame), len(frame)) + frame)
-    return out
-
-
-def classic_pcap(frames: list[tuple[int, bytes]]) -> bytes:
-    """A microsecond pcap file of Ethernet frames."""
-    out = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
-    for ns, frame in frames:
-        out += struct.pack("<IIII", ns // 10**9, ns % 10**9 // 1000, len(frame), len(frame)) + frame
-    return out
 
 
 def ipv4_frame() -> bytes:
