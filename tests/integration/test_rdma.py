@@ -20,7 +20,14 @@ from emulator.rdma.verbs import CQ, MR, PD, QP, Context, SendWR, VerbsError, WcS
 from emulator.rdma.wire import decode, icrc
 from topologies import LeafSpineTopo, StarTopo
 
-RATE = 100e6  # the default link rate
+# Links of 50 Mbit/s, so that the links rather than the CPUs pace the transfers: at the default 100 Mbit/s
+# the Python RNICs and switch of this 2-core machine reached 64 to 84 Mbit/s on 2026-12-03 (94 earlier).
+# Even at 50 Mbit/s a run now and then reached 38 to 41 (the hypervisor took up to a fifth of a CPU in
+# that run, /proc/stat steal).  Goodput is a figure about the machine (scripts/rdma_perf.py measures
+# it for docs/performance.md); here a floor of half the link catches what is a bug: a transfer that
+# stalls on timeouts runs at a few percent.
+RATE = 50e6
+GOODPUT_FLOOR = 0.5
 
 
 def _read_frames(path: str) -> list[bytes]:
@@ -39,18 +46,18 @@ def _tshark(path: str, display_filter: str, *fields: str) -> list[list[str]]:
 
 
 def test_write_read_send_across_a_leafspine_and_cpu_against_tcp():
-    with Fabric(LeafSpineTopo()) as net:
-        write, server = run_pair(net["h2"], net["h1"], "write", 64 << 20)
+    with Fabric(LeafSpineTopo(), link={"bw": "50mbit"}) as net:
+        write, server = run_pair(net["h2"], net["h1"], "write", 32 << 20)
         assert write["verified"] and server["verified"]
         assert write["retransmissions"] == 0
-        assert write["goodput_bps"] >= 0.85 * RATE, write
-        read, _ = run_pair(net["h2"], net["h1"], "read", 16 << 20)
+        assert write["goodput_bps"] >= GOODPUT_FLOOR * RATE, write
+        read, _ = run_pair(net["h2"], net["h1"], "read", 8 << 20)
         assert read["verified"] and read["retransmissions"] == 0
-        assert read["goodput_bps"] >= 0.85 * RATE, read
+        assert read["goodput_bps"] >= GOODPUT_FLOOR * RATE, read
         send, server_send = run_pair(net["h4"], net["h1"], "send", 1 << 20, iters=8)
         assert send["verified"] and server_send["verified"] and send["retransmissions"] == 0
         # The receiving application's CPU: RDMA WRITE against the same bytes over TCP.
-        tcp, tcp_server = run_pair(net["h2"], net["h1"], "tcp", 64 << 20)
+        tcp, tcp_server = run_pair(net["h2"], net["h1"], "tcp", 32 << 20)
         assert tcp["verified"]
         assert server["server_cpu_s"] < tcp_server["server_cpu_s"], (server, tcp_server)
         stats = net.stats()
