@@ -9,16 +9,24 @@ from emulator.fabric import Fabric
 from emulator.iperf import iperf3
 from topologies import LeafSpineTopo, StarTopo
 
-RATE = 50_000_000
+# 20 Mbit/s: at 50 Mbit/s, TCP through three user-space switches kept both cores of this 2-core VM 97%
+# busy (2026-12-03, /proc/stat around the iperf3) and got 42 to 46 Mbit/s; at 20 Mbit/s 68% busy.  A
+# goodput short of the link there measures the CPU, not the shaping.
+RATE = 20_000_000
+# iperf3 counts payload; the shaper counts Ethernet frames: 1448 bytes of TCP payload in each 1514-byte
+# frame, 1448 of UDP payload in each 1490-byte frame.
+TCP_GOODPUT = RATE * 1448 / 1514
+UDP_GOODPUT = RATE * 1448 / 1490
 
 
-def test_tcp_and_udp_across_leaves_run_at_link_rate():
-    with Fabric(LeafSpineTopo(), link={"bw": "50mbit"}) as net:
+def test_tcp_and_udp_across_leaves_are_shaped_to_the_link_rate():
+    """Four shaped links in a row: a flow gets the link's goodput, a UDP flow offered twice it no more."""
+    with Fabric(LeafSpineTopo(), link={"bw": "20mbit"}) as net:
         client, server = net["h1"], net["h4"]  # leaves s1 and s2
         tcp = iperf3(client, server, 3)
-        assert tcp.received_bps >= 0.90 * RATE, tcp
+        assert 0.90 * TCP_GOODPUT <= tcp.received_bps <= 1.02 * TCP_GOODPUT, tcp
         udp = iperf3(client, server, 3, udp_bps=2 * RATE)
-        assert 0.92 * RATE <= udp.received_bps <= 1.00 * RATE, udp
+        assert 0.90 * UDP_GOODPUT <= udp.received_bps <= 1.02 * UDP_GOODPUT, udp
 
 
 def _qdisc_backlog_packets(node, ifname: str) -> int:
