@@ -35,9 +35,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from emulator.fabric import Fabric  # noqa: E402
-from emulator.mac import mac_bytes  # noqa: E402
-from emulator.netns import entered  # noqa: E402
+from emulator.fabric.builder import Fabric  # noqa: E402
+from emulator.wire.mac import mac_bytes  # noqa: E402
+from emulator.kernel.netns import entered  # noqa: E402
 from topologies import FatTreeTopo, StarTopo  # noqa: E402
 
 PACKET_QDISC_BYPASS = 20

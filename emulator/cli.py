@@ -19,13 +19,14 @@ import sys
 import time
 from typing import Any, Callable, NoReturn, Sequence
 
-from emulator import bounds, runstate
+from emulator import bounds
+from emulator.fabric import runstate
 from emulator.errors import FabricError
-from emulator.fabric import Fabric, Node, collect_stats, finish_run, require_root
-from emulator.plan import DEFAULT_LINK, link_params
-from emulator.rdma.rnic import PATHS_MTU
-from emulator.switch.params import FABRICS, SWITCH_OPTIONS, parse_overrides
-from emulator.topospec import build_topo, topo_parameters
+from emulator.fabric.builder import Fabric, Node, collect_stats, finish_run, require_root
+from emulator.fabric.plan import DEFAULT_LINK, link_params
+from emulator.agents.rnic import PATHS_MTU
+from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, parse_overrides
+from emulator.fabric.topospec import build_topo, topo_parameters
 from emulator.units import parse_size
 from topologies import topos as builtin_topos
 
@@ -222,14 +223,14 @@ def cmd_topos(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from emulator.demo import run_demo
+    from emulator.study.demo import run_demo
 
     link_params({}, {"bw": args.bw})  # the link's range, before the root check
     return run_demo(spec=args.topo, bw=args.bw, seconds=args.seconds, log=progress)
 
 
 def cmd_perf(args: argparse.Namespace) -> int:
-    from emulator.rdma import perf
+    from emulator.apps import perf
 
     if args.peer is None:
         result = perf.serve(args.test, port=args.port, log=progress)
@@ -250,9 +251,9 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from emulator.experiment import builtin_descriptions, load_experiment
-    from emulator.report import main_report
-    from emulator.runner import run_experiment
+    from emulator.study.experiment import builtin_descriptions, load_experiment
+    from emulator.study.report import main_report
+    from emulator.study.runner import run_experiment
 
     if args.list:
         descriptions = builtin_descriptions()
@@ -269,14 +270,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from emulator.report import main_report
+    from emulator.study.report import main_report
 
     return main_report(args.directory)
 
 
 def cmd_ibroute(args: argparse.Namespace) -> int:
-    from emulator.ib.subnet import assign, dump, ibroute
-    from emulator.plan import make_plan
+    from emulator.fabric.ib_subnet import assign, dump, ibroute
+    from emulator.fabric.plan import make_plan
 
     plan = make_plan(build_topo(args.topo, args.custom), "ibroute", {})
     subnet = assign(plan)
@@ -290,7 +291,7 @@ def cmd_ibroute(args: argparse.Namespace) -> int:
 
 
 def cmd_pcap(args: argparse.Namespace) -> int:
-    from emulator.ib.erf import convert_directory
+    from emulator.study.erf import convert_directory
 
     paths = convert_directory(args.directory)
     if not paths:

@@ -15,7 +15,7 @@ fixed list instead.  An H counts as drop-free only if all ``--repeat`` runs
 of it are.
 
 Next to the smallest drop-free H it prints the headroom formula of
-docs (shared/reference.md, emulator/switch/params.py):
+docs (shared/reference.md, emulator/model/switch_params.py):
 
     2 x rate x delay  +  2 x (MTU + 14)  +  rate x response
 
@@ -43,8 +43,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pfc_timing import headroom_drops, measure_response, run_incast  # noqa: E402
 
-from emulator import pfc_analysis as pa  # noqa: E402
-from emulator.switch.params import RESPONSE_NS, default_headroom  # noqa: E402
+from emulator.study import pfc_analysis as pa  # noqa: E402
+from emulator.model.switch_params import RESPONSE_NS, default_headroom  # noqa: E402
 from emulator.units import format_rate, parse_rate, parse_size, parse_time  # noqa: E402
 
 MAX_FRAMES = 256  # give up doubling beyond this many frames of headroom

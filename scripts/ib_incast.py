@@ -20,7 +20,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from emulator.collectives.coordinator import run_collective  # noqa: E402
-from emulator.fabric import Fabric  # noqa: E402
+from emulator.fabric.builder import Fabric  # noqa: E402
 from emulator.units import parse_size  # noqa: E402
 from topologies import StarTopo  # noqa: E402
 

@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from emulator.incast import run_incast  # noqa: E402
+from emulator.study.incast import run_incast  # noqa: E402
 from emulator.units import format_rate  # noqa: E402
 
 

@@ -43,10 +43,10 @@ from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from emulator import pfc_analysis as pa  # noqa: E402
-from emulator.fabric import Fabric  # noqa: E402
-from emulator.iperf import TOS_PRIORITY_3, run_flows  # noqa: E402
-from emulator.pfc import pause_ns  # noqa: E402
+from emulator.study import pfc_analysis as pa  # noqa: E402
+from emulator.fabric.builder import Fabric  # noqa: E402
+from emulator.apps.iperf import TOS_PRIORITY_3, run_flows  # noqa: E402
+from emulator.wire.pfc import pause_ns  # noqa: E402
 from emulator.units import format_rate, parse_rate, parse_time  # noqa: E402
 from topologies import StarTopo  # noqa: E402
 

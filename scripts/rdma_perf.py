@@ -21,9 +21,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from emulator.fabric import Fabric  # noqa: E402
-from emulator.rdma.perf import run_concurrent, run_pair  # noqa: E402
-from emulator.topospec import build_topo  # noqa: E402
+from emulator.fabric.builder import Fabric  # noqa: E402
+from emulator.apps.perf import run_concurrent, run_pair  # noqa: E402
+from emulator.fabric.topospec import build_topo  # noqa: E402
 from emulator.units import format_size  # noqa: E402
 from topologies import StarTopo  # noqa: E402
 

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from emulator.collectives.algorithms import plan
 from emulator.errors import FabricError
-from emulator.jsonlines import JsonLines
-from emulator.fabric import query_agent
+from emulator.apps.jsonlines import JsonLines
+from emulator.fabric.builder import query_agent
 
 if TYPE_CHECKING:
-    from emulator.fabric import Fabric
+    from emulator.fabric.builder import Fabric
 
 START_MARGIN_NS = 10_000_000  # T is this far ahead of the moment every rank is ready
 REPLY_TIMEOUT_S = 120.0

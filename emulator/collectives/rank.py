@@ -29,8 +29,8 @@ import numpy as np
 
 from emulator.collectives.algorithms import RankPlan, plan
 from emulator.errors import FabricError
-from emulator.jsonlines import JsonLines
-from emulator.rdma.verbs import CQ, MR, PD, QP, Context, RecvWR, SendWR, VerbsError, WcOpcode, WcStatus, WrOpcode
+from emulator.apps.jsonlines import JsonLines
+from emulator.apps.verbs import CQ, MR, PD, QP, Context, RecvWR, SendWR, VerbsError, WcOpcode, WcStatus, WrOpcode
 
 STEP_TIMEOUT_S = 30.0
 RANK_RT_PRIORITY = 5  # below the agents (10), above applications

@@ -16,9 +16,10 @@ import time
 
 import pytest
 
-from emulator import processes, runstate
-from emulator.netns import existing_namespaces
-from emulator.processes import ProcessId
+from emulator.kernel import processes
+from emulator.fabric import runstate
+from emulator.kernel.netns import existing_namespaces
+from emulator.kernel.processes import ProcessId
 
 
 def _missing_capability() -> str | None:

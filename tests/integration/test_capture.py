@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from emulator.capture import Captures, malformed_count
+from emulator.fabric.capture import Captures, malformed_count
 from emulator.errors import FabricError
-from emulator.fabric import Fabric
+from emulator.fabric.builder import Fabric
 from topologies import StarTopo
 
 PCAPNG_MAGIC = bytes.fromhex("0a0d0d0a")

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from emulator.errors import FabricError
-from emulator.fabric import Fabric
-from emulator.netns import existing_namespaces
+from emulator.fabric.builder import Fabric
+from emulator.kernel.netns import existing_namespaces
 from topologies import FatTreeTopo, LeafSpineTopo, StarTopo
 
 

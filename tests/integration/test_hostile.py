@@ -14,13 +14,14 @@ import socket
 import sys
 import time
 
-from emulator.fabric import Fabric
-from emulator.ib.wire import encode_data, encode_fc
-from emulator.mac import mac_bytes
-from emulator.rdma.packet import Opcode, Packet
-from emulator.rdma.perf import run_pair
-from emulator.rdma.verbs import CQ, PD, QP, Context, SendWR, WrOpcode, verbs_socket
-from emulator.rdma.wire import Framer
+from emulator.fabric.builder import Fabric
+from emulator.wire.ib import encode_data, encode_fc
+from emulator.wire.mac import mac_bytes
+from emulator.wire.transport import Opcode, Packet
+from emulator.apps.perf import run_pair
+from emulator.apps.verbs import CQ, PD, QP, Context, SendWR, WrOpcode
+from emulator.fabric.runstate import verbs_socket
+from emulator.wire.roce import Framer
 from topologies import StarTopo
 
 SEND_FRAMES = """

@@ -5,11 +5,11 @@ from __future__ import annotations
 import subprocess
 
 from emulator.collectives.coordinator import run_collective
-from emulator.capture import malformed_count
-from emulator.fabric import Fabric
-from emulator.ib.erf import convert_directory
-from emulator.ib.wire import decode_data, decode_fc, icrc_native, vcrc
-from emulator.rdma.perf import run_pair
+from emulator.fabric.capture import malformed_count
+from emulator.fabric.builder import Fabric
+from emulator.study.erf import convert_directory
+from emulator.wire.ib import decode_data, decode_fc, icrc_native, vcrc
+from emulator.apps.perf import run_pair
 from topologies import LeafSpineTopo, StarTopo
 
 VL_BUFFER = 8 << 10  # per VL and port: far smaller than a 7 x 256 KiB burst

@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from emulator import processes, runstate
-from emulator.netns import existing_namespaces
+from emulator.kernel import processes
+from emulator.fabric import runstate
+from emulator.kernel.netns import existing_namespaces
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -63,7 +64,7 @@ def test_clean_after_runner_killed_with_sigkill():
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent("""
             import time
-            from emulator.fabric import Fabric
+            from emulator.fabric.builder import Fabric
             from topologies import StarTopo
             with Fabric(StarTopo(n=4), name="crash1") as net:
                 net["h2"].popen(["iperf3", "-s", "-D"])

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from emulator.capture import malformed_count
-from emulator.fabric import Fabric
-from emulator.incast import run_incast
-from emulator.iperf import TOS_PRIORITY_3, run_flows
+from emulator.fabric.capture import malformed_count
+from emulator.fabric.builder import Fabric
+from emulator.study.incast import run_incast
+from emulator.apps.iperf import TOS_PRIORITY_3, run_flows
 from topologies import DumbbellTopo, StarTopo
 
 SECONDS = 3

@@ -6,7 +6,7 @@ import json
 import subprocess
 import time
 
-from emulator.fabric import Fabric
+from emulator.fabric.builder import Fabric
 from topologies import StarTopo
 
 PRIORITY = 3

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import time
 
-from emulator.fabric import Fabric
-from emulator.iperf import iperf3
+from emulator.fabric.builder import Fabric
+from emulator.apps.iperf import iperf3
 from topologies import LeafSpineTopo, StarTopo
 
 # 20 Mbit/s: at 50 Mbit/s, TCP through three user-space switches kept both cores of this 2-core VM 97%

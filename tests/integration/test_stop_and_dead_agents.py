@@ -11,9 +11,10 @@ import subprocess
 import sys
 import time
 
-from emulator import processes, runstate
-from emulator.fabric import Fabric
-from emulator.rdma.perf import run_pair
+from emulator.kernel import processes
+from emulator.fabric import runstate
+from emulator.fabric.builder import Fabric
+from emulator.apps.perf import run_pair
 from topologies import StarTopo
 
 PERF = [sys.executable, "-m", "emulator", "perf", "write"]

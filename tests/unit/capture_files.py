@@ -1,6 +1,6 @@
 """pcapng and pcap files built by hand from the format's definition, for the tests of the reader and of ERF.
 
-Independent of emulator.pcapfile: these are the oracle.  pcapng blocks are
+Independent of emulator.study.pcapfile: these are the oracle.  pcapng blocks are
 type, total length, body padded to 4 bytes, total length again.
 """
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from emulator import agentlib
-from emulator.host import agent as host_agent
-from emulator.rdma import links, rnic
-from emulator.switch import agent as switch_agent
-from emulator.switch.params import derive_config
+from emulator.agents import base as agentlib
+from emulator.agents import host as host_agent
+from emulator.agents import rnic_links as links, rnic
+from emulator.agents import switch as switch_agent
+from emulator.model.switch_params import derive_config
 
 MAC_S1 = ["02:01:00:00:01:01", "02:01:00:00:01:02", "02:01:00:00:01:03"]
 MAC_PEERS = ["02:00:00:00:01:00", "02:00:00:00:02:00", "02:01:00:00:02:01"]

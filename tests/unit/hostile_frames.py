@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from emulator.ib.wire import encode_data, encode_fc
-from emulator.mac import mac_bytes
-from emulator.pfc import encode_pfc
-from emulator.rdma.packet import Opcode, Packet
-from emulator.rdma.wire import Framer
+from emulator.wire.ib import encode_data, encode_fc
+from emulator.wire.mac import mac_bytes
+from emulator.wire.pfc import encode_pfc
+from emulator.wire.transport import Opcode, Packet
+from emulator.wire.roce import Framer
 
 ETHERTYPES = (b"\x08\x00", b"\x88\x08", b"\x08\x06", b"\x88\xb6", b"\x88\xb5", b"\x86\xdd", b"\x81\x00")
 

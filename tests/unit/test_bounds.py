@@ -3,6 +3,7 @@
 import pytest
 
 from emulator import bounds
+from emulator.fabric import capacity
 from emulator.errors import FabricError, printable, shown
 
 GIB = 1 << 30
@@ -59,43 +60,43 @@ def test_real_accepts_its_range():
 
 def test_the_issues_fattree_8_needs_more_than_three_gib():
     """208 agents of 14.7 MiB measured 3.07 GiB; the estimate must not be below that."""
-    assert bounds.fabric_bytes(208, 384) >= 208 * 14.7 * (1 << 20)
-    message = error(bounds.check_capacity, "topology 'fattree,8'", 208, 384, available=3 * GIB, namespaces=10**5)
+    assert capacity.fabric_bytes(208, 384) >= 208 * 14.7 * (1 << 20)
+    message = error(capacity.check_capacity, "topology 'fattree,8'", 208, 384, available=3 * GIB, namespaces=10**5)
     assert message == ("topology 'fattree,8' needs about 3.44 GiB of memory (208 nodes x 16 MiB, 384 links x "
                        "512 KiB); this machine has 3 GiB available and keeps 256 MiB free: use a smaller topology")
 
 
 def test_a_fabric_that_fits_passes():
-    bounds.check_capacity("star,8", 9, 8, available=GIB, namespaces=100)
-    need = bounds.fabric_bytes(9, 8)
-    bounds.check_capacity("star,8", 9, 8, available=need + bounds.KEEP_FREE_BYTES, namespaces=10)
-    error(bounds.check_capacity, "star,8", 9, 8, available=need + bounds.KEEP_FREE_BYTES - 1, namespaces=10)
+    capacity.check_capacity("star,8", 9, 8, available=GIB, namespaces=100)
+    need = capacity.fabric_bytes(9, 8)
+    capacity.check_capacity("star,8", 9, 8, available=need + capacity.KEEP_FREE_BYTES, namespaces=10)
+    error(capacity.check_capacity, "star,8", 9, 8, available=need + capacity.KEEP_FREE_BYTES - 1, namespaces=10)
 
 
 def test_namespaces_are_a_limit_too():
     assert "needs 10 network namespaces; the kernel allows 9 more" in error(
-        bounds.check_capacity, "star,8", 9, 8, available=100 * GIB, namespaces=9)
+        capacity.check_capacity, "star,8", 9, 8, available=100 * GIB, namespaces=9)
 
 
 def test_the_node_cap_comes_first():
     assert "2049 nodes (hosts and switches); at most 2048 on one machine" in error(
-        bounds.check_capacity, "big", 2049, 0, available=10**6 * GIB, namespaces=10**6)
+        capacity.check_capacity, "big", 2049, 0, available=10**6 * GIB, namespaces=10**6)
 
 
 def test_check_capacity_reads_this_machine():
     """With nothing injected it reads /proc: a star,2 fits on any machine that runs the tests."""
-    bounds.check_capacity("star,2", 3, 2)
-    assert bounds.meminfo_bytes("MemAvailable") > 0
+    capacity.check_capacity("star,2", 3, 2)
+    assert capacity.meminfo_bytes("MemAvailable") > 0
 
 
 def test_meminfo_bytes(tmp_path):
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       24684448 kB\nMemAvailable:    1024 kB\nBroken:\n")
-    assert bounds.meminfo_bytes("MemTotal", str(meminfo)) == 24684448 * 1024
-    assert bounds.meminfo_bytes("MemAvailable", str(meminfo)) == 1024 * 1024
-    assert bounds.meminfo_bytes("Broken", str(meminfo)) is None
-    assert bounds.meminfo_bytes("MemFree", str(meminfo)) is None
-    assert bounds.meminfo_bytes("MemTotal", str(tmp_path / "absent")) is None
+    assert capacity.meminfo_bytes("MemTotal", str(meminfo)) == 24684448 * 1024
+    assert capacity.meminfo_bytes("MemAvailable", str(meminfo)) == 1024 * 1024
+    assert capacity.meminfo_bytes("Broken", str(meminfo)) is None
+    assert capacity.meminfo_bytes("MemFree", str(meminfo)) is None
+    assert capacity.meminfo_bytes("MemTotal", str(tmp_path / "absent")) is None
 
 
 # --- hostile values in messages -------------------------------------------------------------------

@@ -15,10 +15,12 @@ import threading
 
 import pytest
 
-import emulator.fabric
-from emulator import cli, runstate
+import emulator.fabric.builder
+import emulator.fabric.capacity
+from emulator import cli
+from emulator.fabric import runstate
 from emulator.errors import FabricError
-from emulator.plan import DEFAULT_LINK
+from emulator.fabric.plan import DEFAULT_LINK
 
 
 class Trap(BaseException):
@@ -30,8 +32,8 @@ def no_side_effects(monkeypatch, tmp_path):
     def trap(*args, **kwargs):
         raise Trap("a CLI input test reached code that builds or removes namespaces")
 
-    monkeypatch.setattr(emulator.fabric.Fabric, "start", trap)
-    monkeypatch.setattr(emulator.fabric, "create_namespace", trap)
+    monkeypatch.setattr(emulator.fabric.builder.Fabric, "start", trap)
+    monkeypatch.setattr(emulator.fabric.builder, "create_namespace", trap)
     monkeypatch.setattr(runstate, "destroy", trap)
     monkeypatch.setattr(runstate, "clean_all", trap)
     monkeypatch.setattr(runstate, "RUN_ROOT", str(tmp_path / "fabric-emu"))
@@ -43,12 +45,12 @@ def no_side_effects(monkeypatch, tmp_path):
 
 @pytest.fixture
 def non_root(monkeypatch):
-    monkeypatch.setattr(emulator.fabric.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(emulator.fabric.builder.os, "geteuid", lambda: 1000)
 
 
 @pytest.fixture
 def as_root(monkeypatch):
-    monkeypatch.setattr(emulator.fabric.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(emulator.fabric.builder.os, "geteuid", lambda: 0)
 
 
 def run(capsys, *argv):
@@ -91,7 +93,7 @@ def assert_one_line_error(code, out, err, *fragments):
 ])
 @pytest.mark.parametrize("root", [False, True], ids=["nonroot", "root"])
 def test_bad_input_is_one_line_before_any_root_check(capsys, monkeypatch, argv, fragments, root):
-    monkeypatch.setattr(emulator.fabric.os, "geteuid", lambda: 0 if root else 1000)
+    monkeypatch.setattr(emulator.fabric.builder.os, "geteuid", lambda: 0 if root else 1000)
     code, out, err = run(capsys, *argv)
     assert_one_line_error(code, out, err, *fragments)
     assert code == 1   # an input error, not the missing-root error (2)
@@ -210,10 +212,10 @@ def test_parse_options_names_the_option_group():
 
 
 def test_geteuid_patch_reaches_require_root(non_root):
-    # the fixtures above rely on this: emulator.fabric looks geteuid up at call time
+    # the fixtures above rely on this: emulator.fabric.builder looks geteuid up at call time
     assert os.geteuid() == 1000
     with pytest.raises(FabricError):
-        emulator.fabric.require_root()
+        emulator.fabric.builder.require_root()
 
 
 # --- numbers out of range, and the tracebacks, as one line --------------------------------------
@@ -348,7 +350,7 @@ def test_run_out_on_an_unwritable_path_is_one_line(capsys, root_granted):
 def test_run_refuses_a_variant_the_machine_cannot_hold(capsys, root_granted, tmp_path, monkeypatch):
     import emulator.bounds
 
-    monkeypatch.setattr(emulator.bounds, "meminfo_bytes", lambda field, path="/proc/meminfo": 512 << 20)
+    monkeypatch.setattr(emulator.fabric.capacity, "meminfo_bytes", lambda field, path="/proc/meminfo": 512 << 20)
     path = tmp_path / "mine.toml"
     path.write_text(EXPERIMENT.format(extra="").replace("star,3", "star,30"))
     code, out, err = run(capsys, "run", str(path), "--out", str(tmp_path / "out"))

@@ -10,7 +10,7 @@ import pytest
 from emulator.collectives.algorithms import bus_factor, chunk_bytes, plan
 from emulator.collectives.coordinator import summarize
 from emulator.errors import FabricError
-from emulator.runner import percentile
+from emulator.study.runner import percentile
 
 
 def execute(collective: str, ranks: int, size: int, senders: int | None = None):
@@ -134,8 +134,8 @@ def test_percentile_matches_numpy():
 
 def test_straggler_prediction_counts_packets_per_link_crossed():
     """star,8 all-reduce of 256 KiB: 8 ranks x 14 steps x 32 packets x 2 links (host, switch, host)."""
-    from emulator.experiment import load_experiment
-    from emulator.runner import prediction
+    from emulator.study.experiment import load_experiment
+    from emulator.study.runner import prediction
 
     variant = next(v for v in load_experiment("straggler").variants if v.params == {"loss": 1e-4})
     result = prediction(variant, baseline_mean_us=1000.0)

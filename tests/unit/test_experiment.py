@@ -11,9 +11,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from emulator import experiment
+from emulator.study import experiment
 from emulator.errors import FabricError
-from emulator.experiment import (Variant, builtin_names, host_count, load_experiment, results_directory,
+from emulator.study.experiment import (Variant, builtin_names, host_count, load_experiment, results_directory,
                                  run_config)
 
 MINIMAL = """

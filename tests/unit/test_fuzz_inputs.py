@@ -25,10 +25,10 @@ from mininet.topo import Topo
 
 from emulator import cli
 from emulator.errors import FabricError
-from emulator.experiment import EXPERIMENT_KEYS, SHORTHANDS, VARIANT_KEYS, Experiment, load_experiment
-from emulator.plan import DEFAULT_LINK, link_params
-from emulator.switch.params import SWITCH_OPTIONS, parse_overrides
-from emulator.topospec import build_topo
+from emulator.study.experiment import EXPERIMENT_KEYS, SHORTHANDS, VARIANT_KEYS, Experiment, load_experiment
+from emulator.fabric.plan import DEFAULT_LINK, link_params
+from emulator.model.switch_params import SWITCH_OPTIONS, parse_overrides
+from emulator.fabric.topospec import build_topo
 from emulator.units import MAX_VALUE, parse_rate, parse_size, parse_time
 from topologies import topos
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from emulator.rdma.packet import HAS_PAYLOAD, Opcode, Packet
-from emulator.rdma.rc import RcConfig, WcOpcode, WcStatus
+from emulator.wire.transport import HAS_PAYLOAD, Opcode, Packet
+from emulator.model.rc import RcConfig, WcOpcode, WcStatus
 from test_rc import OK, pair, read_wr, recv_wr, send_wr, write_wr
 
 MTU = 256

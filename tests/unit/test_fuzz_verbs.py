@@ -25,10 +25,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from emulator.rdma import rnic as rnic_module
-from emulator.rdma.memory import ACCESS_ALL
-from emulator.rdma.messages import BadRequest, decode
-from emulator.rdma.rc import WrOpcode
+from emulator.agents import rnic as rnic_module
+from emulator.agents.memory import ACCESS_ALL
+from emulator.agents.verbs_messages import BadRequest, decode
+from emulator.model.rc import WrOpcode
 from fake_agents import close_agent, fake_wire, make_rnic, make_switch
 
 assert fake_wire  # a fixture, used by name below

@@ -16,7 +16,7 @@ from collections import deque
 
 import pytest
 
-from emulator.ib.credits import BLOCK, OP_INIT, OP_NORMAL, CreditLink, CreditViolation, FcPacket, blocks
+from emulator.model.credits import BLOCK, OP_INIT, OP_NORMAL, CreditLink, CreditViolation, FcPacket, blocks
 
 MODULUS = 4096
 FC_BYTES = 8  # a flow-control packet on the wire (6 bytes + framing); its size barely matters

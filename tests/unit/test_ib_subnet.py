@@ -10,9 +10,9 @@ from collections import Counter
 import pytest
 
 from emulator.errors import FabricError
-from emulator.ib.subnet import (Subnet, assign, dump, ibroute, lid_of,
+from emulator.fabric.ib_subnet import (Subnet, assign, dump, ibroute, lid_of,
                                 node_of)
-from emulator.plan import FabricPlan, NodePlan, make_plan
+from emulator.fabric.plan import FabricPlan, NodePlan, make_plan
 from test_plan import distances_to  # the independent BFS oracle of the routing tests
 from topologies import (DumbbellTopo, FatTreeTopo, LeafSpineTopo, RingTopo,
                         StarTopo)

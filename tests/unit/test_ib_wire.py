@@ -1,4 +1,4 @@
-"""Native IB frames from emulator.ib.wire and their ERF captures, checked independently.
+"""Native IB frames from emulator.wire.ib and their ERF captures, checked independently.
 
 The CRCs are recomputed here from plain definitions (a bit-by-bit CRC-16,
 the ICRC masking applied to a copy), and tshark, which knows InfiniBand
@@ -16,11 +16,11 @@ import zlib
 import pytest
 
 from capture_files import classic_pcap, pcapng
-from emulator.ib import erf
-from emulator.ib.wire import (
+from emulator.study import erf
+from emulator.wire.ib import (
     LRH_AT, SDP, decode_data, decode_fc, encode_data, encode_fc, icrc_native, is_ib, set_vl, vcrc,
 )
-from emulator.rdma.packet import HAS_AETH, HAS_IMM, HAS_PAYLOAD, HAS_RETH, Opcode, Packet
+from emulator.wire.transport import HAS_AETH, HAS_IMM, HAS_PAYLOAD, HAS_RETH, Opcode, Packet
 
 A, B = "02:00:00:00:01:00", "02:01:00:00:01:01"
 RC_OPCODES = [op for op in Opcode if op != Opcode.CNP]

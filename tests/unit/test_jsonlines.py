@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from emulator import jsonlines
+from emulator.apps import jsonlines
 from emulator.errors import FabricError
-from emulator.jsonlines import JsonLines
+from emulator.apps.jsonlines import JsonLines
 
 
 def exchange(data: bytes, fields: dict[str, type] | None = None) -> dict:
@@ -78,7 +78,7 @@ def test_a_perf_server_refuses_a_hostile_client_in_one_line(hello, message):
     """The perf server listens on the fabric: anyone in a host may connect and send anything."""
     import threading
 
-    from emulator.rdma import perf
+    from emulator.apps import perf
 
     port = free_port()
     outcome: list[BaseException | dict] = []

@@ -14,7 +14,7 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from emulator.switch.mmu import Mmu, MmuConfig
+from emulator.model.mmu import Mmu, MmuConfig
 
 PRIORITIES = 8
 GBIT = 1_000_000_000

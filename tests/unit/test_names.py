@@ -3,9 +3,9 @@
 import pytest
 from mininet.topo import Topo
 
-from emulator import names
+from emulator.fabric import names
 from emulator.errors import FabricError
-from emulator.plan import make_plan
+from emulator.fabric.plan import make_plan
 
 
 @pytest.mark.parametrize("name", ["demo1", "a", "abcdefghijkl", "x0", "fe3a7c"])

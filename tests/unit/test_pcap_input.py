@@ -23,9 +23,9 @@ from capture_files import (
     ENHANCED_PACKET, INTERFACE, NS, SIMPLE_PACKET, block, classic_pcap, interface, packet, pcapng, section,
     units_per_second,
 )
-from emulator import pcapfile
+from emulator.study import pcapfile
 from emulator.errors import FabricError
-from emulator.ib import erf
+from emulator.study import erf
 from test_ib_wire import T0, capture_frames, ipv4_frame
 from untrusted_dirs import assert_one_line_error, changed, run_cli, snapshot
 
@@ -102,7 +102,7 @@ def test_agrees_with_scapy_on_a_capture_as_tcpdump_writes_it():
 
 
 def test_reads_what_editcap_writes(tmp_path):
-    """Captures are tcpdump's nanosecond pcaps converted by ``editcap -F pcapng`` (emulator/capture.py): section
+    """Captures are tcpdump's nanosecond pcaps converted by ``editcap -F pcapng`` (emulator/fabric/capture.py): section
     and interface options, perhaps statistics blocks, all as editcap writes them."""
     editcap = shutil.which("editcap") or shutil.which("editcap", path="/usr/bin")
     if editcap is None:

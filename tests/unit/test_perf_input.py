@@ -6,7 +6,7 @@ import pytest
 
 from emulator.cli import main
 from emulator.errors import FabricError
-from emulator.rdma.perf import PerfRequest, pattern
+from emulator.apps.perf import PerfRequest, pattern
 
 
 @pytest.mark.parametrize("request_,message", [

@@ -1,6 +1,6 @@
-"""PFC timing from captures (emulator.pfc_analysis) on a tiny synthetic pcap.
+"""PFC timing from captures (emulator.study.pfc_analysis) on a tiny synthetic pcap.
 
-The pcap is written with scapy (its own PFC layer, not emulator.pfc), with
+The pcap is written with scapy (its own PFC layer, not emulator.wire.pfc), with
 nanosecond time stamps, and read back through tshark as the scripts do;
 the events in it are placed so that every measurement has a known answer.
 Without tshark the pcap tests are skipped; the parsing and event tests on
@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import pytest
 
-from emulator import pfc_analysis as pa
+from emulator.study import pfc_analysis as pa
 
 RATE = 50_000_000
 US = 1_000

@@ -1,6 +1,6 @@
 """The fabric plan: names, addresses, link parameters and ECMP routes.
 
-Every expectation here is derived independently of emulator.plan: host
+Every expectation here is derived independently of emulator.fabric.plan: host
 numbers from the host names, ports from Mininet's own port map, and routes
 from a breadth-first search over the whole plan graph (hosts included)
 written in this file.
@@ -13,7 +13,7 @@ import pytest
 from mininet.topo import Topo
 
 from emulator.errors import FabricError
-from emulator.plan import link_params, make_plan
+from emulator.fabric.plan import link_params, make_plan
 from topologies import (DumbbellTopo, FatTreeTopo, LeafSpineTopo, RingTopo,
                         StarTopo)
 

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from emulator import processes
-from emulator.processes import ProcessId
+from emulator.kernel import processes
+from emulator.kernel.processes import ProcessId
 
 
 @pytest.fixture

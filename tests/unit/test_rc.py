@@ -1,11 +1,11 @@
-"""The RC transport model (emulator.rdma.rc): two queue pairs over a fake wire.
+"""The RC transport model (emulator.model.rc): two queue pairs over a fake wire.
 
 The model is sans-I/O, so the tests drive it the way the RNIC does, with a
 simulated clock instead of sockets: :class:`Net` pulls packets from both QPs
 as fast as an emulated link serializes them, delivers them after a one-way
 latency (or drops, duplicates, delays or CE-marks them on request), and when
 nothing is ready moves the clock to the next arrival or QP timer.  Memory is
-the real :mod:`emulator.rdma.memory` over bytearrays, so every data check is
+the real :mod:`emulator.agents.memory` over bytearrays, so every data check is
 byte for byte against what the application would see.
 
 Whatever a test does, the harness checks each time a request goes out that
@@ -24,11 +24,11 @@ from typing import Callable
 
 import pytest
 
-from emulator.rdma.memory import ACCESS_ALL, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, RegionTable
-from emulator.rdma.packet import (
+from emulator.agents.memory import ACCESS_ALL, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, RegionTable
+from emulator.wire.transport import (
     HAS_IMM, NAK_PSN_SEQUENCE_ERROR, NAK_REMOTE_ACCESS_ERROR, Opcode, Packet, psn_add, psn_diff,
 )
-from emulator.rdma.rc import Completion, RcConfig, RcQueuePair, RecvWR, SendWR, WcOpcode, WcStatus, WrOpcode
+from emulator.model.rc import Completion, RcConfig, RcQueuePair, RecvWR, SendWR, WcOpcode, WcStatus, WrOpcode
 
 QPN_A, QPN_B = 0x11, 0x2A
 OWNER_A, OWNER_B = 1, 2

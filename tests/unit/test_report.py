@@ -11,9 +11,9 @@ import os
 
 import pytest
 
-from emulator import report
+from emulator.study import report
 from emulator.errors import FabricError
-from emulator.report import Sample
+from emulator.study.report import Sample
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -51,7 +51,7 @@ OCCUPANCY = [
 
 def write_directory(path, variants, complete=True, occupancy=None, iterations=None):
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps({  # as emulator.experiment.run_config writes it
+    (path / "config.json").write_text(json.dumps({  # as emulator.study.experiment.run_config writes it
         "experiment": "headline", "description": "lossless against lossy", "source": "built-in:headline",
         "created_utc": "2026-12-03T08:30:00Z", "git_commit": "abc123", "kernel": "6.18.44", "python": "3.11.7",
         "cpus": 2, "cpu_model": "x", "memory_bytes": 1 << 34, "features": {"htb": True, "tbf": True, "netem": False},

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from emulator import report, results
+from emulator.study import report, results
 from emulator.errors import FabricError
 from test_report import OCCUPANCY, PNG_SIGNATURE, straggler, variant, write_directory
 from untrusted_dirs import assert_one_line_error, changed, run_cli, snapshot

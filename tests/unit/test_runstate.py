@@ -21,9 +21,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from emulator import cli, processes, runstate
+from emulator import cli
+from emulator.kernel import processes
+from emulator.fabric import runstate
 from emulator.errors import FabricError
-from emulator.runstate import BadRecord, Removed, RunState
+from emulator.fabric.runstate import BadRecord, Removed, RunState
 
 
 @pytest.fixture(autouse=True)
@@ -625,21 +627,21 @@ def test_fuzz_run_root_entries(run_root, entry, content):
 
 
 def test_finish_run_removes_the_run_even_if_its_captures_fail(run_root, monkeypatch):
-    import emulator.fabric
+    import emulator.fabric.builder
 
     def broken(tcpdumps, directory):
         raise FabricError("editcap could not convert h1-eth0.pcap")
 
-    monkeypatch.setattr(emulator.fabric, "stop_detached", broken)
+    monkeypatch.setattr(emulator.fabric.builder, "stop_detached", broken)
     state = make_state("zzcaps", captures={"h1-eth0": 4242}, started={"4242": 1}, capture_dir="/nonexistent/caps")
     state.save()
     with pytest.raises(FabricError, match="editcap could not convert"):
-        emulator.fabric.finish_run(state)
+        emulator.fabric.builder.finish_run(state)
     assert not (run_root / "zzcaps").exists()
 
 
 def test_a_capture_converted_by_an_earlier_teardown_is_taken_as_it_is(tmp_path, monkeypatch):
-    from emulator import capture
+    from emulator.fabric import capture
 
     (tmp_path / "s1-eth1.pcapng").write_bytes(b"converted")
     monkeypatch.setattr(capture.subprocess, "run", lambda *a, **k: pytest.fail("editcap ran again"))

@@ -9,9 +9,9 @@ from fractions import Fraction
 import pytest
 
 from emulator.errors import FabricError
-from emulator.switch import params
-from emulator.switch.mmu import Mmu
-from emulator.switch.params import derive_config
+from emulator.model import switch_params as params
+from emulator.model.mmu import Mmu
+from emulator.model.switch_params import derive_config
 
 GBIT = 1_000_000_000
 

@@ -4,7 +4,7 @@ Each message is decoded twice: by pyroute2's own tcmsg decoder, and by a
 small independent netlink parser in this file (pyroute2 does not know
 TCA_TBF_BURST).  Constants come from the kernel's uapi headers
 (linux/rtnetlink.h, linux/netlink.h, linux/pkt_sched.h), not from
-emulator.tc.
+emulator.kernel.tc.
 """
 
 import socket
@@ -13,7 +13,7 @@ import struct
 import pytest
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
-from emulator.tc import GATE_LIMIT, encode_tbf, gate_handle, leaf_class
+from emulator.kernel.tc import GATE_LIMIT, encode_tbf, gate_handle, leaf_class
 
 RTM_NEWQDISC = 36
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_EXCL, NLM_F_CREATE = 0x1, 0x4, 0x200, 0x400

@@ -5,7 +5,7 @@ import textwrap
 import pytest
 
 from emulator.errors import FabricError
-from emulator.topospec import (build_topo, load_custom, parse_spec,
+from emulator.fabric.topospec import (build_topo, load_custom, parse_spec,
                                topo_parameters)
 from topologies import FatTreeTopo, LeafSpineTopo, topos
 

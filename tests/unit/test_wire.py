@@ -1,4 +1,4 @@
-"""RoCEv2 frames from emulator.rdma.wire, checked against independent decoders.
+"""RoCEv2 frames from emulator.wire.roce, checked against independent decoders.
 
 Every frame must round-trip through our decoder, equal byte for byte what
 scapy builds (scapy.contrib.roce computes the ICRC its own way, scapy the IP
@@ -16,10 +16,10 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from emulator.rdma import wire
-from emulator.rdma.layers import AETH, BTH, DETH, RETH, ImmDt
-from emulator.rdma.packet import HAS_AETH, HAS_IMM, HAS_PAYLOAD, HAS_RETH, Opcode, Packet
-from emulator.switch.forwarding import mark_ce, routed
+from emulator.wire import roce as wire
+from emulator.wire.scapy_layers import AETH, BTH, DETH, RETH, ImmDt
+from emulator.wire.transport import HAS_AETH, HAS_IMM, HAS_PAYLOAD, HAS_RETH, Opcode, Packet
+from emulator.model.forwarding import mark_ce, routed
 
 SRC_MAC, DST_MAC = "02:00:00:00:01:01", "02:00:00:00:02:01"
 SRC_IP, DST_IP = "10.0.1.1", "10.0.2.1"

@@ -1,0 +1,248 @@
+"""What every agent process shares: start-up, the event loop, control, exit.
+
+An agent is started as ``python -m <module> CONFIG READY_FD``.  It reads its
+JSON config, enters its node's namespace, builds its sockets, writes
+``ready`` to READY_FD, and runs one epoll loop with a timerfd until SIGTERM
+or a ``stop`` request.  A control socket (a Unix socket in the run
+directory, so reachable from any namespace) answers ``stats`` with the
+agent's JSON counters; at exit the counters go to the config's
+``stats_file``.
+
+The control socket never blocks the loop: a request is read as it
+arrives, a reply written as the client takes it, and a client that has not
+finished within CONTROL_TIMEOUT_NS is dropped.  Only root or the agent's
+own user may connect (mode 0600 and SO_PEERCRED).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from typing import Any, Callable
+
+from emulator.kernel.netns import enter_for_exec
+from emulator.kernel.timerfd import TimerFd
+
+Handler = Callable[[int, int, int], None]  # (fd, event mask, now_ns)
+AGENT_RT_PRIORITY = 10
+AGENT_NICE = -10
+SO_PEERCRED = 17
+CONTROL_REQUEST_MAX = 256  # bytes of one control request
+CONTROL_TIMEOUT_NS = 2_000_000_000  # a control client has this long to send its request and take the reply
+CONTROL_CLIENTS_MAX = 16
+
+
+def bind_private(sock: socket.socket, path: str) -> None:
+    """Bind a Unix socket at ``path`` with mode 0600 (the umask decides nothing)."""
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+
+
+def trusted_peer(conn: socket.socket) -> bool:
+    """Whether the process at the other end of a Unix socket is root or runs as this agent's user."""
+    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, SO_PEERCRED, struct.calcsize("3i")))
+    return uid in (0, os.geteuid())
+
+
+class _ControlClient:
+    """One connection to the control socket: its request so far, its reply still to send, its deadline."""
+
+    def __init__(self, conn: socket.socket, deadline: int) -> None:
+        self.conn = conn
+        self.deadline = deadline
+        self.request = b""
+        self.reply: memoryview | None = None
+
+
+class AgentBase:
+    """The loop and control socket; subclasses add sockets and counters."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.name = config["name"]
+        self.epoll = select.epoll()
+        self.handlers: dict[int, Handler] = {}
+        self.timer = TimerFd()
+        self.watch(self.timer.fd, select.EPOLLIN, self._on_timer)
+        self.control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        bind_private(self.control, config["control"])
+        self.control.listen(8)
+        self.control.setblocking(False)
+        self.watch(self.control.fileno(), select.EPOLLIN, self._on_control)
+        self.control_clients: dict[int, _ControlClient] = {}
+        self.running = True
+        self.started = time.monotonic()
+        self.scheduling = "normal"
+
+    @staticmethod
+    def now() -> int:
+        return time.monotonic_ns()
+
+    def watch(self, fd: int, mask: int, handler: Handler) -> None:
+        self.epoll.register(fd, mask)
+        self.handlers[fd] = handler
+
+    def modify(self, fd: int, mask: int) -> None:
+        self.epoll.modify(fd, mask)
+
+    def unwatch(self, fd: int) -> None:
+        self.epoll.unregister(fd)
+        del self.handlers[fd]
+
+    def run(self) -> None:
+        self.after_events(self.now())
+        handlers = self.handlers
+        while self.running:
+            try:
+                events = self.epoll.poll(0.5)
+            except InterruptedError:
+                continue
+            now = time.monotonic_ns()
+            for fd, mask in events:
+                handler = handlers.get(fd)
+                if handler is not None:  # None: an earlier handler of this batch closed it
+                    handler(fd, mask, now)
+            if self.control_clients:
+                self._expire_control(now)
+            self.after_events(now)
+
+    def _on_timer(self, _fd: int, _mask: int, now: int) -> None:
+        self.timer.consume()
+        self.on_timer(now)
+
+    def _on_control(self, _fd: int, _mask: int, now: int) -> None:
+        """Accept control clients; their requests are read as they arrive (:meth:`_on_control_client`)."""
+        while True:
+            try:
+                conn, _ = self.control.accept()
+            except BlockingIOError:
+                return
+            if len(self.control_clients) >= CONTROL_CLIENTS_MAX or not trusted_peer(conn):
+                conn.close()
+                continue
+            conn.setblocking(False)
+            client = _ControlClient(conn, now + CONTROL_TIMEOUT_NS)
+            self.control_clients[conn.fileno()] = client
+            self.watch(conn.fileno(), select.EPOLLIN, self._on_control_client)
+
+    def _on_control_client(self, fd: int, mask: int, _now: int) -> None:
+        """Read a request up to its newline (or the client's end of sending), then answer it."""
+        client = self.control_clients[fd]
+        if client.reply is None:
+            try:
+                chunk = client.conn.recv(CONTROL_REQUEST_MAX + 1 - len(client.request))
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            client.request += chunk
+            complete = not chunk or b"\n" in client.request or len(client.request) > CONTROL_REQUEST_MAX
+            if not complete:
+                return
+            client.reply = memoryview(json.dumps(self._answer(client.request)).encode() + b"\n")
+            self.modify(fd, select.EPOLLOUT)
+        try:
+            sent = client.conn.send(client.reply)
+        except BlockingIOError:
+            return
+        except OSError:
+            sent = len(client.reply)
+        client.reply = client.reply[sent:]
+        if not client.reply:
+            self._close_control(fd)
+
+    def _answer(self, raw: bytes) -> dict[str, Any]:
+        """The reply to one request: ``stats`` (JSON counters), ``stop``, or a subclass's command."""
+        if len(raw) > CONTROL_REQUEST_MAX:
+            return {"error": f"request over {CONTROL_REQUEST_MAX} bytes"}
+        try:
+            request = raw.decode().split()
+            if request[:1] == ["stop"]:
+                self.running = False
+                return {"stopping": True}
+            if request[:1] == ["stats"]:
+                return self.stats()
+            return self.command(request)
+        except (OSError, ValueError) as err:  # also UnicodeDecodeError; commands raise ValueError for bad input
+            return {"error": str(err)}
+
+    def _expire_control(self, now: int) -> None:
+        for fd in [fd for fd, client in self.control_clients.items() if client.deadline <= now]:
+            self._close_control(fd)
+
+    def _close_control(self, fd: int) -> None:
+        client = self.control_clients.pop(fd)
+        self.unwatch(fd)
+        client.conn.close()
+
+    # --- for subclasses -----------------------------------------------------------------
+
+    def after_events(self, now: int) -> None:
+        """Called after each batch of events (re-arm the timer here)."""
+
+    def on_timer(self, now: int) -> None:
+        """The timerfd fired."""
+
+    def command(self, request: list[str]) -> dict[str, Any]:
+        raise ValueError(f"unknown request {' '.join(request)!r}")
+
+    def stats(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Flush files before exit."""
+
+
+def _run_before_applications() -> str:
+    """Give the agent precedence over applications; returns the policy used.
+
+    Agents are the fabric's hardware.  On a busy machine (here: two busy
+    loops on two cores) agents at normal priority reacted to PFC so late
+    that lossless incast overflowed its headroom; at SCHED_FIFO nothing was
+    lost.  Agents block in epoll when idle, and the kernel's RT throttling
+    keeps 5% of each core for others even if one is flooded.  Where RT is
+    not allowed (a container without CAP_SYS_NICE) we fall back to nice -10.
+    """
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(AGENT_RT_PRIORITY))
+        return f"SCHED_FIFO {AGENT_RT_PRIORITY}"
+    except OSError:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, AGENT_NICE)
+            return f"nice {AGENT_NICE}"
+        except OSError:
+            return "normal"
+
+
+def run_agent(agent_class: type[AgentBase]) -> None:
+    """The ``__main__`` of an agent module."""
+    config_path, ready_fd = sys.argv[1], int(sys.argv[2])
+    with open(config_path) as f:
+        config = json.load(f)
+    enter_for_exec(config["netns"])  # the node's namespace, and a sysfs that shows its interfaces
+    policy = _run_before_applications()
+    agent = agent_class(config)
+    agent.scheduling = policy
+
+    def stop(_signum: int, _frame: object) -> None:
+        agent.running = False
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    os.write(ready_fd, b"ready\n")
+    os.close(ready_fd)
+    agent.run()
+    agent.close()
+    with open(config["stats_file"], "w") as f:
+        json.dump(agent.stats(), f)
+    sys.exit(0)

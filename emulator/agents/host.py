@@ -1,0 +1,95 @@
+"""The host agent: the emulated RNIC, and PFC reaction by pause gates.
+
+One process per host namespace.  It runs the host's RNIC
+(:mod:`emulator.agents.rnic`: verbs for applications, RC transport on the
+wire) and listens for MAC control frames
+(EtherType 0x8808) on the host's NIC, feeds them to a sans-I/O
+:class:`~emulator.model.pause.PauseState`, closes the tc pause gate of each paused
+priority and opens it again at XON or when the quanta run out (a timerfd,
+not a poll timeout: quanta are microseconds).  Because the gate is in the
+kernel, every application on the host, iperf3 or a kernel UDP socket, is
+held back and never dropped, the RNIC's own frames included.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+from typing import Any
+
+from emulator.agents.base import AgentBase, run_agent
+from emulator.model.pause import PauseState
+from emulator.wire.pfc import PRIORITIES, decode_pfc
+from emulator.agents.rnic import Rnic
+from emulator.kernel.rps import keep_flows_in_order
+from emulator.kernel.tc import PauseGates
+
+ETH_P_MAC_CONTROL = 0x8808
+
+
+class HostAgent(AgentBase):
+    """The RNIC and the PFC reaction of one host NIC."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        ifname = config["ifname"]
+        self.gates = PauseGates(config["netns"], ifname, socket.if_nametoindex(ifname), config["rate_bps"],
+                                config["mtu"], config["mac"], config["peer_mac"])
+        self.state = PauseState(config["rate_bps"])
+        self.pfc_received = [0] * PRIORITIES
+        self.malformed = 0  # MAC control frames that are no PFC frame enabling a class
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_MAC_CONTROL))
+        self.sock.bind((ifname, ETH_P_MAC_CONTROL))
+        self.sock.setblocking(False)
+        self.watch(self.sock.fileno(), select.EPOLLIN, self._on_frame)
+        self.rnic = Rnic(config, self.watch, self.modify, self.unwatch)
+        self.unordered = keep_flows_in_order([ifname], whole_link=bool(config.get("ib")))
+
+    def _on_frame(self, _fd: int, _mask: int, now: int) -> None:
+        while True:
+            try:
+                frame = self.sock.recv(2048)
+            except BlockingIOError:
+                return
+            quanta = decode_pfc(frame)
+            if not quanta:  # too short, another opcode (802.3x PAUSE), or PFC that enables no class
+                self.malformed += 1
+                continue
+            for priority in quanta:
+                self.pfc_received[priority] += 1
+            paused, resumed = self.state.on_pfc(now, quanta)
+            for priority in paused:
+                self.gates.pause(priority)
+            for priority in resumed:
+                self.gates.resume(priority)
+
+    def after_events(self, now: int) -> None:
+        self.rnic.pump(now)
+        deadlines = [d for d in (self.state.next_expiry(), self.rnic.next_deadline()) if d is not None]
+        self.timer.set(min(deadlines) if deadlines else None)
+
+    def on_timer(self, now: int) -> None:
+        for priority in self.state.expire(now):
+            self.gates.resume(priority)
+        self.rnic.on_timer(now)
+
+    def stats(self) -> dict[str, Any]:
+        now = self.now()
+        return {
+            "host": self.name,
+            "scheduling": self.scheduling,
+            "pfc_received": list(self.pfc_received),
+            "paused_ns": [self.state.paused_time(p, now) for p in range(PRIORITIES)],
+            "paused_now": [self.state.is_paused(p) for p in range(PRIORITIES)],
+            "drops": {"malformed": self.malformed + self.rnic.malformed()},
+            "rnic": self.rnic.stats(),
+            "rps_failed": self.unordered,
+        }
+
+    def close(self) -> None:
+        self.rnic.close()
+        self.gates.close()
+
+
+if __name__ == "__main__":
+    run_agent(HostAgent)

@@ -1,0 +1,160 @@
+"""The InfiniBand plane of a switch: forwarding by DLID under link credits.
+
+With ``--fabric ib`` hosts send native IB packets (see
+:mod:`emulator.wire.ib` for the encapsulation).  The switch looks up the
+destination LID in its linear forwarding table (from the subnet manager,
+:mod:`emulator.fabric.ib_subnet`), maps the packet's SL to the egress VL, and
+queues it per (egress port, VL).  Nothing is ever dropped for lack of
+space: a packet leaves only when the downstream receiver has advertised
+credit for all of it (:class:`emulator.model.credits.CreditLink`, one per
+port, both directions), and the ingress buffer it occupied is freed, and
+credited back upstream, only when it has left.  Flow-control packets go out
+on the same socket and tc class as the data, so they never overtake the
+packets whose blocks they count (the receiver would count those twice).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable
+
+from emulator.model.credits import FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, CreditLink, CreditViolation, FcPacket, blocks
+from emulator.wire.ib import LRH_AT, SLP, data_end, decode_fc, encode_fc, set_vl
+
+MIN_FRAME = 60
+IB_DROPS = (
+    "malformed",         # not a local-routed data packet or a flow-control packet with a good LPCRC; a VL we lack
+    "credit_violation",  # the sender ignored our credit
+    "no_route",          # a DLID our forwarding table does not have
+    "too_long",          # longer than the egress link's MTU, or than its peer's buffer could ever credit
+)
+
+
+class IbPlane:
+    """Credit state and VL queues of every port of one switch."""
+
+    def __init__(self, macs: list[tuple[str, str]], config: dict[str, Any], max_frames: list[int]) -> None:
+        self.macs = macs  # per port: (our MAC, the peer's MAC), as text
+        self.mac_bytes = [(bytes.fromhex(a.replace(":", "")), bytes.fromhex(b.replace(":", ""))) for a, b in macs]
+        self.max_frames = max_frames  # per port: the longest Ethernet frame its link carries
+        self.lft = {int(dlid): port for dlid, port in config["lft"].items()}  # DLID -> port index
+        self.sl2vl = [int(v) for v in config["sl2vl"]]
+        self.vls = int(config["vls"])
+        capacity = blocks(int(config["vl_buffer"]))
+        self.links = [CreditLink(self.vls, capacity, blocks(int(config["peer_capacity"][i])),
+                                 refresh_ns=FABRIC_REFRESH_NS, min_interval_ns=FABRIC_MIN_INTERVAL_NS)
+                      for i in range(len(macs))]
+        self.queues: list[list[deque[tuple[bytes, int, int, int]]]] = [
+            [deque() for _ in range(self.vls)] for _ in macs]  # (frame, ingress port, ingress VL, IB bytes)
+        self.next_vl = [0] * len(macs)
+        self.control: list[deque[bytes]] = [deque() for _ in macs]  # flow-control packets to send
+        self.drops = [dict.fromkeys(IB_DROPS, 0) for _ in macs]  # per ingress port
+        self.forwarded = [0] * len(macs)
+        self.tx_errors = [0] * len(macs)  # packets and flow-control packets the kernel refused to send
+
+    def receive(self, now: int, port: int, frame: bytes) -> list[int]:
+        """An IB frame arrived on ``port``; returns the ports that may now send.
+
+        What it cannot parse or will not forward is dropped and counted in
+        ``drops[port]``; nothing a frame holds can raise here.
+        """
+        drops = self.drops[port]
+        if len(frame) <= LRH_AT:
+            drops["malformed"] += 1
+            return []
+        if frame[LRH_AT - 1] == SLP:
+            fc = decode_fc(frame)
+            if fc is None or not fc.lpcrc_ok or fc.vl >= self.vls:
+                drops["malformed"] += 1
+                return []
+            self.links[port].on_fc(now, FcPacket(fc.op, fc.fctbs, fc.vl, fc.fccl))
+            return [port]
+        end = data_end(frame)  # None unless an SDP frame with LNH "IBA local" and a PktLen the frame holds
+        vl_in = frame[LRH_AT] >> 4
+        if end is None or vl_in >= self.vls:
+            drops["malformed"] += 1
+            return []
+        size = end - LRH_AT  # LRH..ICRC (PktLen words) and the VCRC
+        try:
+            self.links[port].received(vl_in, size)
+        except CreditViolation:  # the sender ignored our credit: a broken peer; drop and count it
+            drops["credit_violation"] += 1
+            return []
+        out = self.lft.get(int.from_bytes(frame[LRH_AT + 2:LRH_AT + 4], "big"))
+        sl = frame[LRH_AT + 1] >> 4
+        vl_out = self.sl2vl[sl] if sl < len(self.sl2vl) else 0
+        if out is None or not self._fits(out, vl_out, end):
+            drops["no_route" if out is None else "too_long"] += 1
+            self.links[port].freed(vl_in, size)
+            return []
+        ours, peers = self.mac_bytes[out]
+        forwarded = peers + ours + frame[12:end]
+        if vl_out != vl_in:
+            forwarded = set_vl(forwarded, vl_out)
+        if len(forwarded) < MIN_FRAME:
+            forwarded += bytes(MIN_FRAME - len(forwarded))
+        self.queues[out][vl_out].append((forwarded, port, vl_in, size))
+        return [out]
+
+    def _fits(self, out: int, vl: int, end: int) -> bool:
+        """Whether a packet ending at ``end`` can ever leave ``out``: the link's MTU and the peer's credit window."""
+        return max(end, MIN_FRAME) <= self.max_frames[out] and self.links[out].sendable(vl, end - LRH_AT)
+
+    def drain(self, port: int, send: Callable[[bytes], Any]) -> bool:
+        """Send what credits allow, VLs in turn; False once the kernel queue is full."""
+        link, queues, control = self.links[port], self.queues[port], self.control[port]
+        while control:
+            try:
+                send(control[0])
+            except BlockingIOError:
+                return False
+            except OSError:  # refused for good (e.g. ENOBUFS): a lost update, the next refresh repeats it
+                self.tx_errors[port] += 1
+            control.popleft()
+        stalled = 0
+        vl = self.next_vl[port]
+        while stalled < self.vls:
+            queue = queues[vl]
+            if queue and link.can_send(vl, queue[0][3]):
+                frame, ingress, vl_in, size = queue[0]
+                try:
+                    send(frame)
+                except BlockingIOError:
+                    self.next_vl[port] = vl
+                    return False
+                except OSError:  # refused for good: the packet is lost, uncounted by the credits it never used
+                    self.tx_errors[port] += 1
+                else:
+                    link.sent(vl, size)
+                    self.forwarded[port] += 1
+                queue.popleft()
+                self.links[ingress].freed(vl_in, size)
+                stalled = 0
+            else:
+                stalled += 1
+            vl = (vl + 1) % self.vls
+        self.next_vl[port] = vl
+        return True
+
+    def take_fc(self, now: int) -> list[int]:
+        """Queue the flow-control packets now due; the ports that have some to send."""
+        ports = []
+        for index, link in enumerate(self.links):
+            due = link.fc_due(now)
+            if due:
+                ours, peers = self.macs[index]
+                self.control[index].extend(encode_fc(ours, peers, fc.op, fc.fctbs, fc.vl, fc.fccl) for fc in due)
+                ports.append(index)
+        return ports
+
+    def next_deadline(self) -> int | None:
+        deadlines = [d for link in self.links if (d := link.next_deadline()) is not None]
+        return min(deadlines) if deadlines else None
+
+    def stats(self, port: int) -> dict[str, Any]:
+        return {"forwarded": self.forwarded[port], "queued": [len(q) for q in self.queues[port]],
+                "drops": dict(self.drops[port]), "tx_errors": self.tx_errors[port], "credits": [self.links[port].counters[vl] for vl in range(self.vls)]}
+
+    def total(self, cause: str) -> int:
+        """Drops of one cause (an IB_DROPS name) over every port."""
+        return sum(drops[cause] for drops in self.drops)

@@ -1,0 +1,431 @@
+"""The switch agent: one process per switch namespace, forwarding real frames.
+
+It wraps the sans-I/O pieces (forwarding decisions, the MMU) with AF_PACKET
+sockets, an epoll loop and a timerfd.  Egress pacing is the kernel's: each
+port's HTB shapes at the link rate, and the port's data socket has a send
+buffer of about two full frames, so the kernel queue holds one to three
+frames and the backlog stays in the MMU.  When the kernel queue drains, the
+socket turns writable and the loop sends the next frame the MMU chooses.
+PFC frames leave through a second socket per port, in the highest tc class,
+so they overtake the data backlog.
+
+Link delay, on every kernel, is modelled here: a frame arriving on a port
+whose link has delay d is processed d later (this covers both directions
+of switch-to-switch links and host-to-switch), and on host-facing ports
+frames leave the MMU when a virtual wire of the port's rate is free and
+reach the kernel d later.  Injected loss drops frames on the switch's side
+of a link: on egress, and on ingress from hosts.
+
+Started as ``python -m emulator.agents.switch CONFIG READY_FD``; see
+:mod:`emulator.agents.base`.  It imports only the standard library and small
+project modules: scapy and pyroute2 cost about a second and 100 MB each.
+"""
+
+from __future__ import annotations
+
+import random
+import select
+import socket
+import struct
+from collections import deque
+from typing import Any
+
+from emulator.agents.base import AgentBase, run_agent
+from emulator.wire.mac import mac_bytes
+from emulator.wire.pfc import PRIORITIES, decode_pfc, encode_pfc
+from emulator.kernel.rps import keep_flows_in_order
+from emulator.model.forwarding import (
+    ETH_ARP, ETH_CONTROL, ETH_IPV4, ETH_LEN, arp_reply, ecmp_index, ipv4_ok, priority, routed,
+)
+from emulator.agents.ib_plane import IB_DROPS, IbPlane
+from emulator.model.mmu import Mmu, MmuConfig
+from emulator.kernel.tc import leaf_class
+
+ETH_P_ALL = 0x0003
+ETH_MAC_CONTROL = b"\x88\x08"
+ETH_IB = b"\x88\xb6"  # native IB packets (emulator.wire.ib)
+SOL_PACKET = 263
+PACKET_STATISTICS = 6
+PACKET_IGNORE_OUTGOING = 23
+SEND_BUFFER = 3000  # the kernel doubles it: room for two MTU-sized frames
+RECV_BUFFER = 4 << 20
+BATCH = 64
+SAMPLE_NS = 1_000_000  # occupancy sampling period
+PFC_FRAME_MIN = 34  # Ethernet header, opcode, class-enable vector and eight quanta
+ARP_FRAME_MIN = 42  # Ethernet header and an IPv4-over-Ethernet ARP packet
+RX_DROPS = (
+    "malformed",    # too short for its EtherType, or an IPv4 header that fails ipv4_ok
+    "not_for_us",   # unicast to another MAC
+    "unsupported",  # an EtherType, MAC control opcode or ARP this switch does not answer
+    "no_route",     # IPv4 to an address that is no host of the fabric
+    "ttl",          # TTL ran out
+    "mtu",          # too long for the egress link (IPv4 is never fragmented here)
+)
+
+
+class Port:
+    """One switch port: sockets, link model (delay, loss) and counters."""
+
+    def __init__(self, index: int, spec: dict[str, Any], seed: int) -> None:
+        self.index = index
+        self.ifname = spec["ifname"]
+        self.mac = mac_bytes(spec["mac"])
+        self.peer_mac = mac_bytes(spec["peer_mac"])
+        self.rate_bps = spec["rate_bps"]
+        self.max_frame = ETH_LEN + spec["mtu"]  # a longer frame cannot go out on this link
+        self.delay_ns = spec["delay_ns"]
+        self.host_facing = spec["host_facing"]
+        self.loss = spec["loss"]
+        self.drop_seq = set(spec["drop"])
+        self.random = random.Random(seed * 1000 + index)
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER)
+        self.sock.bind((self.ifname, ETH_P_ALL))
+        self.sock.setblocking(False)
+        self.pfc_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        self.pfc_sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, leaf_class(PRIORITIES - 1))
+        self.pfc_sock.bind((self.ifname, 0))
+        self.fd = self.sock.fileno()
+        self.writable_armed = False
+        self.delay_in: deque[tuple[int, bytes]] = deque()  # (due, frame)
+        self.delay_out: deque[tuple[int, bytes]] = deque()
+        self.wire_free_at = 0
+        self.cleared: bytes | None = None  # head frame that already passed the loss draw
+        self.rx_seq = 0  # IPv4 frames received from a host (for deterministic drops)
+        self.tx_seq = 0  # IPv4 frames sent onto the link
+        self.rx_frames = [0] * PRIORITIES
+        self.rx_bytes = [0] * PRIORITIES
+        self.pfc_received = [0] * PRIORITIES
+        self.injected_drops = [0] * PRIORITIES
+        self.kernel_drops = 0
+        # Frames that arrived here and went nowhere, by cause: RX_DROPS.
+        self.drops = dict.fromkeys(RX_DROPS, 0)
+        self.tx_errors = 0  # frames the kernel refused to send (counted, dropped)
+        self.control_frames = 0
+        self.arp_replies = 0
+
+    def lost(self, seq: int) -> bool:
+        """Whether injected loss takes the ``seq``-th frame in one direction."""
+        return seq in self.drop_seq or (self.loss > 0 and self.random.random() < self.loss)
+
+    def read_kernel_drops(self) -> int:
+        """Frames the kernel dropped because this socket's buffer was full."""
+        _, drops = struct.unpack("II", self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+        self.kernel_drops += drops
+        return self.kernel_drops
+
+
+class SwitchAgent(AgentBase):
+    """The forwarding loop of one switch."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        self.seed = config["seed"]
+        self.ports = [Port(i, spec, self.seed) for i, spec in enumerate(config["ports"])]
+        self.unordered = keep_flows_in_order([port.ifname for port in self.ports], whole_link=bool(config.get("ib")))
+        by_name = {p.ifname: p for p in self.ports}
+        self.by_fd = {p.fd: p for p in self.ports}
+        self.routes = {
+            socket.inet_aton(ip): [by_name[name] for name in names] for ip, names in config["routes"].items()
+        }
+        mmu = dict(config["mmu"])
+        for key in ("lossless", "strict"):
+            mmu[key] = frozenset(mmu[key])
+        mmu["weights"] = tuple(mmu["weights"])
+        self.mmu = Mmu(MmuConfig(**mmu), [p.rate_bps for p in self.ports], seed=self.seed)
+        self.delayed_in = [p for p in self.ports if p.delay_ns]
+        self.delayed_out = [p for p in self.ports if p.delay_ns and p.host_facing]
+        self.next_sample = 0
+        self.last_sample: dict[tuple[int, int], tuple[int, int, bool, bool]] = {}
+        self.ib = IbPlane([(p["mac"], p["peer_mac"]) for p in config["ports"]], config["ib"],
+                          [p.max_frame for p in self.ports]) if config.get("ib") else None
+        self.occupancy = open(config["occupancy_file"], "w", buffering=1 << 16)
+        self.occupancy.write("time_ns,switch,port,priority,ingress_bytes,egress_bytes,egress_paused,xoff\n")
+        for port in self.ports:
+            self.watch(port.fd, select.EPOLLIN, self._on_port)
+
+    # --- events ----------------------------------------------------------------------
+
+    def _on_port(self, fd: int, mask: int, now: int) -> None:
+        port = self.by_fd[fd]
+        if mask & select.EPOLLIN:
+            self._receive(port, now)
+        if mask & select.EPOLLOUT:
+            self._drain(port, now)
+
+    def after_events(self, now: int) -> None:
+        """Send the PFC frames the MMU decided on; set the next wake-up."""
+        for port, quanta in self.mmu.take_pfc():
+            self.ports[port].pfc_sock.send(encode_pfc(self.ports[port].mac, quanta))
+        deadlines = [self.mmu.next_deadline(), self.next_sample or None]
+        if self.ib is not None:
+            for port in self.ib.take_fc(now):  # sent on the data socket, behind the data they count
+                self._drain(self.ports[port], now)
+            deadlines.append(self.ib.next_deadline())
+        deadlines += [p.delay_in[0][0] for p in self.delayed_in if p.delay_in]
+        for port in self.delayed_out:
+            if port.delay_out:
+                deadlines.append(port.delay_out[0][0])
+            if self.mmu.backlog[port.index]:
+                deadlines.append(port.wire_free_at)
+        pending = [d for d in deadlines if d is not None]
+        self.timer.set(min(pending) if pending else None)
+
+    def on_timer(self, now: int) -> None:
+        for index in self.mmu.on_timer(now):
+            self._drain(self.ports[index], now)
+        for port in self.delayed_in:
+            while port.delay_in and port.delay_in[0][0] <= now:
+                due, frame = port.delay_in.popleft()
+                self._process(port, frame, due)
+        for port in self.delayed_out:
+            self._drain(port, now)
+        if self.next_sample and now >= self.next_sample:
+            self._sample(now)
+
+    # --- ingress -----------------------------------------------------------------------
+
+    def _receive(self, port: Port, now: int) -> None:
+        recv = port.sock.recv
+        for _ in range(BATCH):
+            try:
+                frame = recv(65536)
+            except BlockingIOError:
+                return
+            if port.delay_ns:
+                port.delay_in.append((now + port.delay_ns, frame))
+            else:
+                self._process(port, frame, now)
+
+    def _process(self, port: Port, frame: bytes, now: int) -> None:
+        """One frame from the wire: forward, react, answer, or drop it under a named counter."""
+        drops = port.drops
+        if len(frame) < ETH_LEN:
+            drops["malformed"] += 1
+            return
+        if frame[0:6] != port.mac and not frame[0] & 1:
+            drops["not_for_us"] += 1
+            return
+        ethertype = frame[12:14]
+        if ethertype == ETH_IPV4:
+            if not ipv4_ok(frame):
+                drops["malformed"] += 1
+                return
+            prio = priority(frame)
+            port.rx_frames[prio] += 1
+            port.rx_bytes[prio] += len(frame)
+            if port.host_facing:
+                port.rx_seq += 1
+                if port.lost(port.rx_seq):
+                    port.injected_drops[prio] += 1
+                    return
+            choices = self.routes.get(frame[30:34])
+            if choices is None:
+                drops["no_route"] += 1
+                return
+            out = choices[0] if len(choices) == 1 else choices[ecmp_index(frame, self.seed, len(choices))]
+            forwarded = routed(frame, out.mac, out.peer_mac)
+            if forwarded is None:
+                drops["ttl"] += 1
+                return
+            if len(forwarded) > out.max_frame:
+                drops["mtu"] += 1
+                return
+            if self.mmu.enqueue(now, port.index, out.index, prio, forwarded):
+                self._activity(now)
+                self._drain(out, now)
+        elif ethertype == ETH_MAC_CONTROL:
+            if len(frame) < PFC_FRAME_MIN:
+                drops["malformed"] += 1
+                return
+            quanta = decode_pfc(frame)
+            if not quanta:  # another MAC control opcode (802.3x PAUSE), or PFC that enables no class
+                drops["unsupported"] += 1
+                return
+            for prio in quanta:
+                port.pfc_received[prio] += 1
+            self._activity(now)
+            if self.mmu.pfc_received(now, port.index, quanta):
+                self._drain(port, now)
+        elif ethertype == ETH_ARP:
+            if len(frame) < ARP_FRAME_MIN:
+                drops["malformed"] += 1
+                return
+            reply = arp_reply(frame, port.mac)
+            if reply is None:  # a reply, or a request for an address outside the fabric
+                drops["unsupported"] += 1
+                return
+            port.pfc_sock.send(reply)
+            port.arp_replies += 1
+        elif ethertype == ETH_IB and self.ib is not None:
+            for out_index in self.ib.receive(now, port.index, frame):
+                self._drain(self.ports[out_index], now)
+        elif ethertype == ETH_CONTROL:
+            port.control_frames += 1
+        else:
+            drops["unsupported"] += 1
+
+    # --- egress ------------------------------------------------------------------------
+
+    def _drain(self, port: Port, now: int) -> None:
+        """Move frames from the MMU towards the wire as far as the wire allows."""
+        mmu, index = self.mmu, port.index
+        if port.delay_ns and port.host_facing:
+            kernel_full = self.ib is not None and not self.ib.drain(index, port.sock.send)  # IB: no modelled delay
+            self._drain_delayed(port, now)
+            backlog = bool(port.delay_out) or kernel_full
+        else:
+            send = port.sock.send
+            kernel_full = self.ib is not None and not self.ib.drain(index, send)
+            while not kernel_full:
+                head = mmu.head(index)
+                if head is None:
+                    break
+                prio, frame = head
+                if frame is not port.cleared:  # the loss draw happens once per frame
+                    port.tx_seq += 1
+                    if port.lost(port.tx_seq):
+                        mmu.pop(index, prio)
+                        port.injected_drops[prio] += 1
+                        continue
+                    port.cleared = frame
+                try:
+                    send(frame)
+                except BlockingIOError:
+                    break
+                except OSError:  # the kernel refused it for good (e.g. ENOBUFS): it is lost, the port goes on
+                    port.tx_errors += 1
+                mmu.pop(index, prio)
+                port.cleared = None
+            # IB packets waiting for credit wake the port when credit comes, not on EPOLLOUT.
+            backlog = mmu.head(index) is not None or kernel_full
+        if backlog != port.writable_armed:
+            self.epoll.modify(port.fd, select.EPOLLIN | (select.EPOLLOUT if backlog else 0))
+            port.writable_armed = backlog
+
+    def _drain_delayed(self, port: Port, now: int) -> None:
+        """Host-facing port with delay: virtual wire, then a delay line."""
+        mmu, index = self.mmu, port.index
+        while port.wire_free_at <= now:
+            head = mmu.head(index)
+            if head is None:
+                break
+            prio, frame = head
+            mmu.pop(index, prio)
+            start = max(now, port.wire_free_at)
+            port.wire_free_at = start + len(frame) * 8_000_000_000 // port.rate_bps
+            port.tx_seq += 1
+            if port.lost(port.tx_seq):
+                port.injected_drops[prio] += 1
+                continue
+            port.delay_out.append((start + port.delay_ns, frame))
+        while port.delay_out and port.delay_out[0][0] <= now:
+            try:
+                port.sock.send(port.delay_out[0][1])
+            except BlockingIOError:
+                break
+            except OSError:
+                port.tx_errors += 1
+            port.delay_out.popleft()
+
+    # --- telemetry ---------------------------------------------------------------------
+
+    def _sample(self, now: int) -> None:
+        """Write the (port, priority) occupancies that changed since the last sample.
+
+        Sampling runs every SAMPLE_NS while something changes and stops when
+        a sample finds nothing new; the next admitted frame or PFC frame
+        restarts it (an idle switch must not wake 1000 times a second).
+        """
+        mmu, rows = self.mmu, []
+        for port in self.ports:
+            i = port.index
+            paused = mmu.pause[i].until
+            xoff = mmu.ingress[i].xoff
+            for p in range(PRIORITIES):
+                value = (mmu.ingress_bytes(i, p), mmu.egress_bytes(i, p), paused[p] is not None, xoff[p])
+                if self.last_sample.get((i, p), (0, 0, False, False)) != value:
+                    self.last_sample[(i, p)] = value
+                    rows.append(f"{now},{self.name},{port.ifname},{p},{value[0]},{value[1]},{int(value[2])},{int(value[3])}\n")
+        self.occupancy.writelines(rows)
+        self.next_sample = now + SAMPLE_NS if rows else 0
+
+    def _activity(self, now: int) -> None:
+        if not self.next_sample:
+            self.next_sample = now + SAMPLE_NS
+
+    def command(self, request: list[str]) -> dict[str, Any]:
+        """``pfc IFNAME PRIORITY QUANTA``: send one PFC frame out of a port."""
+        if request[:1] != ["pfc"] or len(request) != 4:
+            return super().command(request)
+        port = next((p for p in self.ports if p.ifname == request[1]), None)
+        if port is None:
+            raise ValueError(f"no port {request[1]!r} on {self.name}")
+        frame = encode_pfc(port.mac, {int(request[2]): int(request[3])})
+        port.pfc_sock.send(frame)
+        return {"sent": frame.hex()}
+
+    def stats(self) -> dict[str, Any]:
+        now = self.now()
+        mmu = self.mmu
+        ports: dict[str, Any] = {}
+        totals = {"drops": 0, "pfc_sent": 0, "pfc_received": 0, "ecn_marked": 0, "rx_frames": 0, "tx_frames": 0,
+                  "malformed": 0}
+        for port in self.ports:
+            i = port.index
+            kernel_drops = port.read_kernel_drops()
+            priorities = []
+            for p in range(PRIORITIES):
+                c = mmu.counters[i][p]
+                entry = {
+                    "rx_frames": port.rx_frames[p], "rx_bytes": port.rx_bytes[p],
+                    "tx_frames": c.tx_frames, "tx_bytes": c.tx_bytes,
+                    "drops": {"threshold": c.drops_threshold, "headroom": c.drops_headroom,
+                              "injected": port.injected_drops[p]},
+                    "pfc_sent": {"xoff": c.pfc_xoff_sent, "xon": c.pfc_xon_sent},
+                    "pfc_received": port.pfc_received[p],
+                    "paused_ns": mmu.pause[i].paused_time(p, now),
+                    "ecn_marked": c.ecn_marked,
+                    "ingress_bytes": mmu.ingress_bytes(i, p), "ingress_peak": c.ingress_peak,
+                    "egress_bytes": mmu.egress_bytes(i, p), "egress_peak": c.egress_peak,
+                }
+                priorities.append(entry)
+                totals["pfc_sent"] += c.pfc_xoff_sent + c.pfc_xon_sent
+                totals["pfc_received"] += port.pfc_received[p]
+                totals["ecn_marked"] += c.ecn_marked
+                totals["rx_frames"] += port.rx_frames[p]
+                totals["tx_frames"] += c.tx_frames
+            # Frames lost at this port; not_for_us and unsupported are what a router ignores, not losses.
+            dropped = (sum(sum(entry["drops"].values()) for entry in priorities) + kernel_drops + port.tx_errors
+                       + sum(port.drops[k] for k in ("malformed", "no_route", "ttl", "mtu")))
+            malformed = port.drops["malformed"]
+            ports[port.ifname] = {
+                "priorities": priorities,
+                "rx_kernel_drops": kernel_drops,
+                "rx_drops": dict(port.drops),
+                "tx_errors": port.tx_errors,
+                "rx_control_frames": port.control_frames,
+                "arp_replies": port.arp_replies,
+            }
+            if self.ib is not None:
+                ib = ports[port.ifname]["ib"] = self.ib.stats(i)
+                dropped += sum(ib["drops"].values()) + ib["tx_errors"]
+                malformed += ib["drops"]["malformed"]
+            ports[port.ifname]["dropped"] = dropped
+            totals["drops"] += dropped
+            totals["malformed"] += malformed
+        if self.ib is not None:
+            for cause in IB_DROPS:
+                totals[f"ib_{cause}"] = self.ib.total(cause)
+        return {"switch": self.name, "scheduling": self.scheduling, "ports": ports, "totals": totals,
+                "rps_failed": self.unordered}
+
+    def close(self) -> None:
+        self._sample(self.now())
+        self.occupancy.close()
+
+
+if __name__ == "__main__":
+    run_agent(SwitchAgent)

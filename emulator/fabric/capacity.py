@@ -1,0 +1,77 @@
+"""What one machine can hold: memory and network namespaces for a fabric.
+
+Every node of a fabric is a network namespace with an agent
+process (the switch, or the host's RNIC), and every link a veth pair with
+tc on both ends.  Measured on this project's machine (MemAvailable before
+``up`` and while the fabric was up): fattree,6 (99 nodes, 162 links) took
+1166 MiB, fattree,4 (36 nodes, 48 links) 381 MiB, star,31 375 MiB: 11 to 12
+MiB per node, links well under 1 MiB each, and each agent's RSS is 16.5 to
+17.4 MiB (RSS counts the interpreter's shared pages in every process).  The
+estimate takes the RSS, 16 MiB per node, and 512 KiB per link, and a
+fabric must fit in MemAvailable less ``KEEP_FREE_BYTES`` for everything
+else; it also needs a network namespace per node (and a probe namespace)
+within the kernel's ``user.max_net_namespaces``.
+"""
+
+from __future__ import annotations
+
+from emulator.bounds import check_nodes
+from emulator.errors import FabricError
+from emulator.kernel.netns import existing_namespaces
+from emulator.units import format_size
+
+NODE_BYTES = 16 << 20
+LINK_BYTES = 512 << 10
+KEEP_FREE_BYTES = 256 << 20
+
+
+def fabric_bytes(nodes: int, links: int) -> int:
+    """The memory a running fabric is estimated to take (see the module doc)."""
+    return nodes * NODE_BYTES + links * LINK_BYTES
+
+
+def check_capacity(what: str, nodes: int, links: int, available: int | None = None,
+                   namespaces: int | None = None) -> None:
+    """Refuse a fabric this machine cannot hold, naming the limit.
+
+    ``available`` (bytes) and ``namespaces`` (how many more network
+    namespaces the kernel allows) default to what /proc says now.
+    """
+    check_nodes(what, nodes)
+    need = fabric_bytes(nodes, links)
+    if available is None:
+        available = meminfo_bytes("MemAvailable")
+    if available is not None and need > available - KEEP_FREE_BYTES:
+        raise FabricError(
+            f"{what} needs about {format_size(need)} of memory ({nodes} nodes x {format_size(NODE_BYTES)}, "
+            f"{links} links x {format_size(LINK_BYTES)}); this machine has {format_size(max(available, 0))} "
+            f"available and keeps {format_size(KEEP_FREE_BYTES)} free: use a smaller topology")
+    if namespaces is None:
+        namespaces = _namespaces_left()
+    if namespaces is not None and nodes + 1 > namespaces:
+        raise FabricError(f"{what} needs {nodes + 1} network namespaces; the kernel allows {namespaces} more "
+                          "(sysctl user.max_net_namespaces)")
+
+
+def meminfo_bytes(field: str, path: str = "/proc/meminfo") -> int | None:
+    """One field of /proc/meminfo (``MemTotal``, ``MemAvailable``) in bytes; None if absent."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key == field and rest.split() and rest.split()[0].isdigit():
+                    return int(rest.split()[0]) * 1024  # the kernel prints kB
+    except OSError:
+        return None
+    return None
+
+
+def _namespaces_left() -> int | None:
+    """``user.max_net_namespaces`` less the named namespaces that exist (an
+    upper bound: unnamed ones count against the limit too)."""
+    try:
+        with open("/proc/sys/user/max_net_namespaces") as f:
+            limit = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return limit - len(existing_namespaces())

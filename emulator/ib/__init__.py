@@ -1,1 +1,0 @@
-"""Emulated InfiniBand: the wire format and the subnet manager."""

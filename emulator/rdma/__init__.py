@@ -1,1 +1,0 @@
-"""Emulated RDMA: RoCEv2 frames, the RC transport model, the RNIC and verbs."""

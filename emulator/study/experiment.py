@@ -1,0 +1,544 @@
+"""Experiment files: which collectives to compare on which fabrics, as data.
+
+An experiment is a TOML file (the built-ins are package data in
+``emulator/study/experiments/``, installed with the package) listing
+``[[variants]]`` to compare, such as one incast on a lossless and on a
+lossy fabric, optionally multiplied by a ``[sweep]``.  Keys at the top
+level are defaults for every variant; a variant's own keys override them
+(``link`` and ``switch`` tables merge option by option); a swept key takes
+each of its values in turn, over the top level (a variant may not set a
+key it is swept over: one of the two would be ignored).  The shorthands ``loss``/``bw`` (link options)
+and ``buffer``/``headroom`` (switch options) make sweeps one line.
+
+Everything a run would trip over later (topology specs, link and switch
+options and their combination on the topology's switches, message sizes,
+sender counts, the RDMA path MTU) is checked here, before anything is
+built: a typo should cost a second, not a half-finished experiment.  Each
+mistake is a :class:`FabricError` of one line naming the file, the variant
+and the key.  Nothing here needs root.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import platform
+import pwd
+import re
+import subprocess
+import tomllib
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from importlib import resources
+from typing import Any, Iterator
+
+from emulator import bounds
+from emulator.collectives.algorithms import COLLECTIVES, chunk_bytes
+from emulator.errors import FabricError, one_line, printable, shown
+from emulator.fabric.capacity import meminfo_bytes
+from emulator.fabric.plan import DEFAULT_LINK, FabricPlan, link_params, make_plan
+from emulator.agents.memory import MAX_MR_BYTES
+from emulator.agents.rnic import PATHS_MTU, ROCE_OVERHEAD
+from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, derive_config, parse_overrides
+from emulator.fabric.topospec import build_topo
+from emulator.units import format_size, parse_size
+
+# The directory that holds the emulator package: the checkout for a source
+# tree or an editable install, site-packages for an installed one.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILTIN = resources.files("emulator.study") / "experiments"
+MAX_FILE_BYTES = 1 << 20  # an experiment file is a page of text; refuse to read a disk image
+
+VARIANT_KEYS = ("name", "fabric", "collective", "topo", "size", "iterations", "warmup", "senders",
+                "link", "switch", "seed", "mtu", "capture")
+SHORTHANDS = {"loss": "link", "bw": "link", "buffer": "switch", "headroom": "switch"}
+SWEEP_KEYS = ("loss", "bw", "buffer", "headroom", "size", "senders", "fabric", "collective", "topo")
+EXPERIMENT_KEYS = ("name", "description", "variants", "sweep")
+TOP_LEVEL_KEYS = EXPERIMENT_KEYS + VARIANT_KEYS[1:] + tuple(SHORTHANDS)
+REQUIRED = ("collective", "topo", "size")
+DEFAULTS: dict[str, Any] = {"fabric": "lossless", "iterations": 10, "warmup": 1, "seed": 1, "mtu": 1024,
+                            "capture": False}
+
+_EXPERIMENT_NAME = re.compile(r"[a-z0-9-]+")
+# Variant names become directory names: no '/', no leading '.' or '-'.
+_VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+MAX_NAME = 100  # experiment and variant names (sweep suffixes included) name directories
+MAX_VARIANTS = 256  # each runs on a fabric of its own, for minutes
+_SCALARS = (str, int, float, bool)  # what a swept value may be: it becomes part of a name
+_CHECK_RUN = "check"  # run name of the throw-away plan that validates a variant
+_GIT_TIMEOUT_S = 10
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One fabric and one collective, fully resolved: what one run executes."""
+
+    name: str
+    fabric: str
+    collective: str
+    topo: str
+    size: int  # bytes, as nccl-tests counts them
+    iterations: int
+    warmup: int
+    senders: int | None  # incast: how many hosts send (default all but the receiver); None otherwise
+    link: dict[str, str]  # every link option as --link text, defaults included
+    switch: dict[str, str]  # --switch overrides only: the rest is derived per switch
+    seed: int
+    mtu: int  # RDMA path MTU
+    capture: bool
+    params: dict[str, Any] = field(default_factory=dict)  # the swept values, as written
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field, for config.json and results files."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A named list of variants, from a file or a built-in."""
+
+    name: str
+    description: str
+    source: str  # absolute path of the TOML file, or "built-in:<name>"
+    variants: list[Variant]
+
+
+@dataclass
+class _Settings:
+    """A variant's keys after layering; link and switch options keep the
+    key they were written as (``loss`` or ``link.loss``) for messages."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    link: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    switch: dict[str, tuple[str, Any]] = field(default_factory=dict)
+
+
+def builtin_names() -> list[str]:
+    """The experiments shipped with the package: file names without ``.toml``."""
+    return sorted(entry.name[:-len(".toml")] for entry in BUILTIN.iterdir() if entry.name.endswith(".toml"))
+
+
+def builtin_descriptions() -> dict[str, str]:
+    """Each built-in's ``description``, for ``fabric-emu run --list``."""
+    return {name: _parse((BUILTIN / f"{name}.toml").read_bytes(), f"{name}.toml").get("description", "")
+            for name in builtin_names()}
+
+
+def load_experiment(name_or_path: str) -> Experiment:
+    """Load a built-in by name, or a TOML file by path; check and expand it."""
+    if name_or_path in builtin_names():
+        label = f"{name_or_path}.toml"
+        data = _parse((BUILTIN / label).read_bytes(), label)
+        return _experiment(data, label, f"built-in:{name_or_path}")
+    path = os.path.abspath(name_or_path)
+    label = printable(os.path.basename(path))
+    return _experiment(_parse(_read(path), label), label, path)
+
+
+def host_count(topo_spec: str) -> int:
+    """How many hosts (ranks) a topology spec has."""
+    return len(build_topo(topo_spec).hosts())
+
+
+def results_directory(root: str, experiment: str, now: datetime) -> str:
+    """``root/<experiment>/<UTC time>``: runs sort by time and never mix."""
+    return os.path.join(root, experiment, _utc(now).strftime("%Y%m%dT%H%M%SZ"))
+
+
+def run_config(experiment: Experiment, features: dict[str, bool] | None,
+               now: datetime | None = None) -> dict[str, Any]:
+    """What config.json records: enough to know what ran, where and on what.
+
+    ``now`` defaults to the current time; pass the instant given to
+    :func:`results_directory` so the two agree.
+    """
+    return {
+        "experiment": experiment.name,
+        "description": experiment.description,
+        "source": experiment.source,
+        "created_utc": _utc(now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "git_commit": git_commit(PACKAGE_PARENT),
+        "kernel": os.uname().release,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "memory_bytes": meminfo_bytes("MemTotal"),
+        "features": features,
+        "seeds": sorted({variant.seed for variant in experiment.variants}),
+        "variants": [variant.to_json() for variant in experiment.variants],
+    }
+
+
+def git_commit(repo: str) -> str:
+    """HEAD of the checkout whose top directory is ``repo``, with ``-dirty``
+    if it has changes; ``unknown`` without git or when ``repo`` is not the
+    top of a checkout (an installed package in a venv that happens to sit
+    inside some checkout is not that checkout's code)."""
+    top = _git(repo, "rev-parse", "--show-toplevel")
+    if top is None or os.path.realpath(top) != os.path.realpath(repo):
+        return "unknown"
+    head = _git(repo, "rev-parse", "HEAD")
+    if head is None:
+        return "unknown"
+    status = _git(repo, "--no-optional-locks", "status", "--porcelain")
+    return f"{head}-dirty" if status else head
+
+
+def _git(repo: str, *args: str) -> str | None:
+    """Run git read-only; stdout, or None if it fails.
+
+    Runs run as root, usually on a checkout some user owns.  git refuses
+    such a repository ("dubious ownership"), and overriding that would let
+    the repository's config run commands as root, so git runs as the owner.
+    ``--no-optional-locks`` keeps ``status`` from rewriting the index.
+    """
+    try:
+        done = subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
+                              timeout=_GIT_TIMEOUT_S, check=False, **_as_owner(repo))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _as_owner(repo: str) -> dict[str, Any]:
+    """subprocess arguments that run a command as the repository's owner when we are root."""
+    owner = os.stat(repo)
+    if os.geteuid() != 0 or owner.st_uid == 0:
+        return {}
+    return {"user": owner.st_uid, "group": owner.st_gid, "extra_groups": [],
+            "env": {**os.environ, "HOME": _home(owner.st_uid)}}
+
+
+def _home(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_dir
+    except KeyError:  # a uid without a passwd entry (e.g. a shared folder's)
+        return "/nonexistent"
+
+
+def _cpu_model() -> str | None:
+    """The CPU's name from /proc/cpuinfo: timings only compare on like hardware."""
+    for line in _proc_lines("/proc/cpuinfo"):
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            return value.strip()
+    return None
+
+
+def _proc_lines(path: str) -> list[str]:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.readlines()
+    except OSError:
+        return []
+
+
+def _utc(now: datetime) -> datetime:
+    """A naive datetime could be local or UTC; refuse to guess."""
+    if now.tzinfo is None:
+        raise ValueError("pass a timezone-aware datetime, e.g. datetime.now(timezone.utc)")
+    return now.astimezone(timezone.utc)
+
+
+def _read(path: str) -> bytes:
+    """The file's bytes, at most MAX_FILE_BYTES of them."""
+    label = os.path.basename(path)
+    if not os.path.isfile(path):
+        raise FabricError(f"{printable(path)}: no such experiment file or built-in experiment "
+                          f"(built-in: {', '.join(builtin_names())})")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise FabricError(f"{printable(label)}: cannot read: {err.strerror}") from err
+    if len(data) > MAX_FILE_BYTES:
+        raise FabricError(f"{printable(label)}: larger than {format_size(MAX_FILE_BYTES)}; not an experiment file")
+    return data
+
+
+def _parse(data: bytes, label: str) -> dict[str, Any]:
+    """TOML to tables; every way it can fail is one line naming the file."""
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise FabricError(f"{printable(label)}: bad TOML: not UTF-8 text") from err
+    except tomllib.TOMLDecodeError as err:
+        raise FabricError(f"{printable(label)}: bad TOML: {one_line(str(err))}") from err
+    except ValueError as err:  # tomllib's int() of an integer over 4300 digits
+        raise FabricError(f"{printable(label)}: bad TOML: {one_line(str(err)).split(';')[0]}") from err
+    except RecursionError as err:
+        raise FabricError(f"{printable(label)}: bad TOML: arrays or tables nested too deeply") from err
+
+
+def _experiment(data: dict[str, Any], label: str, source: str) -> Experiment:
+    """Check the top level, then expand and check every variant."""
+    _check_keys(data, TOP_LEVEL_KEYS, label)
+    name = _name(data, _EXPERIMENT_NAME, "lowercase letters, digits and '-'", label)
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise FabricError(f'{label}: key "description": expected text, got {shown(description)}')
+    defaults = {key: value for key, value in data.items() if key not in EXPERIMENT_KEYS}
+    sweep = _sweep(data.get("sweep", {}), label)
+    tables = _variant_tables(data, label)
+    count = len(tables) * math.prod(len(values) for values in sweep.values())
+    if count > MAX_VARIANTS:
+        raise FabricError(f"{label}: {count} variants ({len(tables)} [[variants]] x the sweep's values); "
+                          f"at most {MAX_VARIANTS}")
+    variants = [variant for index, table in enumerate(tables, start=1)
+                for variant in _expand(table, index, defaults, sweep, label)]
+    _check_unique(variants, label)
+    return Experiment(name, description, source, variants)
+
+
+def _variant_tables(data: dict[str, Any], label: str) -> list[dict[str, Any]]:
+    tables = data.get("variants")
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+        raise FabricError(f'{label}: expected one or more [[variants]] tables, each with a "name"')
+    return tables
+
+
+def _sweep(table: Any, label: str) -> dict[str, list[Any]]:
+    if not isinstance(table, dict):
+        raise FabricError(f"{label}: sweep: expected a [sweep] table of key = [values]")
+    _check_keys(table, SWEEP_KEYS, f"{label}: sweep")
+    for key, values in table.items():
+        if not isinstance(values, list) or not values or not all(isinstance(v, _SCALARS) for v in values):
+            raise FabricError(f"{label}: sweep: key {_q(key)}: expected a list of values, e.g. {key} = [1, 2]")
+        with _key(f"{label}: sweep", key):
+            for value in values:
+                _text(value)  # a swept value becomes part of a name: it must have a text
+    return table
+
+
+def _expand(table: dict[str, Any], index: int, defaults: dict[str, Any], sweep: dict[str, list[Any]],
+            label: str) -> list[Variant]:
+    """One variant per point of the sweep (just one without a sweep)."""
+    name = _name(table, _VARIANT_NAME, "letters, digits, '.', '_' and '-'", f"{label}: variant {index}")
+    context = f"{label}: variant {_q(name)}"
+    _check_keys(table, VARIANT_KEYS + tuple(SHORTHANDS), context)
+    clash = [key for key in sweep if key in _written(table)]
+    if clash:
+        raise FabricError(f"{context}: key {_q(clash[0])} is also swept; set it in one place")
+    variants = []
+    for values in itertools.product(*sweep.values()):
+        point = dict(zip(sweep, values))
+        full = name + "".join(f"-{key}{_name_text(value)}" for key, value in point.items())
+        if len(full) > MAX_NAME:
+            raise FabricError(f"{context}: name {_q(full[:MAX_NAME])}... with its sweep suffixes is longer than "
+                              f"{MAX_NAME} characters (it names a directory)")
+        variants.append(_variant(full, [defaults, table, point], point, f"{label}: variant {_q(full)}"))
+    return variants
+
+
+def _written(table: dict[str, Any]) -> set[str]:
+    """The keys a table sets, with ``link.loss`` counted as ``loss`` and so on."""
+    keys = set(table)
+    for key, target in SHORTHANDS.items():
+        if isinstance(table.get(target), dict) and key in table[target]:
+            keys.add(key)
+    return keys
+
+
+def _name_text(value: Any) -> str:
+    """A swept value as part of a variant (directory) name: ``star,8`` -> ``star-8``."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", _text(value)).strip("-")
+
+
+def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], context: str) -> Variant:
+    """Layer the tables, then check every key in the order they depend on each other."""
+    settings = _Settings()
+    for table in layers:
+        _layer(settings, table, context)
+    values = {**DEFAULTS, **settings.values}
+    for key in REQUIRED:
+        if key not in values:
+            raise FabricError(f"{context}: missing key {_q(key)}")
+    fabric = _choice(values, "fabric", FABRICS, context)
+    collective = _choice(values, "collective", COLLECTIVES, context)
+    link = _link(settings.link, context)
+    switch = _switch(settings.switch, context)
+    topo, plan = _topology(values["topo"], collective, link, context)
+    with _key(context, "switch"):
+        _check_switches(plan, fabric, switch)
+    hosts = len(plan.hosts())
+    capture = values["capture"]
+    if not isinstance(capture, bool):
+        raise FabricError(f'{context}: key "capture": expected true or false, got {shown(capture)}')
+    return Variant(
+        name=name, fabric=fabric, collective=collective, topo=topo,
+        size=_size(values["size"], collective, hosts, context),
+        iterations=_integer(values, "iterations", bounds.ITERATIONS, context),
+        warmup=_integer(values, "warmup", bounds.WARMUP, context),
+        senders=_senders(values, collective, hosts, context), link=link, switch=switch,
+        seed=_integer(values, "seed", bounds.SEED, context), mtu=_path_mtu(values, plan, context), capture=capture,
+        params=dict(params),
+    )
+
+
+def _layer(settings: _Settings, table: dict[str, Any], context: str) -> None:
+    """Lay one table over the settings: later tables win, key by key."""
+    for key, value in table.items():
+        if key in ("link", "switch"):
+            if not isinstance(value, dict):
+                raise FabricError(f"{context}: key {_q(key)}: expected a table, e.g. {key} = {{ ... }}")
+            options = settings.link if key == "link" else settings.switch
+            options.update({option: (f"{key}.{option}", text) for option, text in value.items()})
+        elif key in SHORTHANDS:
+            target = SHORTHANDS[key]
+            if isinstance(table.get(target), dict) and key in table[target]:
+                raise FabricError(f"{context}: key {_q(key)} is also set as {target}.{key}; set it once")
+            (settings.link if target == "link" else settings.switch)[key] = (key, value)
+        else:
+            settings.values[key] = value
+
+
+def _link(options: dict[str, tuple[str, Any]], context: str) -> dict[str, str]:
+    """Every link option as --link text, each checked on its own so the
+    message can name it."""
+    link = {option: _text(value) for option, value in DEFAULT_LINK.items()}
+    for option, (written, value) in options.items():
+        if option not in DEFAULT_LINK:
+            raise FabricError(f"{context}: unknown key {_q(written)} (known link options: {', '.join(DEFAULT_LINK)})")
+        with _key(context, written):
+            link[option] = _text(value)
+            link_params({}, {option: link[option]})
+    return link
+
+
+def _switch(options: dict[str, tuple[str, Any]], context: str) -> dict[str, str]:
+    switch = {}
+    for option, (written, value) in options.items():
+        if option not in SWITCH_OPTIONS:
+            raise FabricError(f"{context}: unknown key {_q(written)} "
+                              f"(known switch options: {', '.join(SWITCH_OPTIONS)})")
+        with _key(context, written):
+            switch[option] = _text(value)
+            parse_overrides({option: switch[option]})
+    return switch
+
+
+def _topology(spec: Any, collective: str, link: dict[str, str], context: str) -> tuple[str, FabricPlan]:
+    """The spec and the plan the fabric would build from it (pure)."""
+    with _key(context, "topo"):
+        if not isinstance(spec, str):
+            raise FabricError(f'expected a spec such as "star,8", got {shown(spec)}')
+        plan = make_plan(build_topo(spec), _CHECK_RUN, link)
+        if len(plan.hosts()) < 2:
+            raise FabricError(f"{collective} needs at least 2 hosts, {shown(spec)} has {len(plan.hosts())}")
+    return spec.strip(), plan
+
+
+def _check_switches(plan: FabricPlan, fabric: str, switch: dict[str, str]) -> None:
+    """Derive each switch's settings as the fabric builder does
+    (``fabric._switch_config``), so combinations fail now: a buffer too
+    small for the reserves and headroom of its ports, kmax <= kmin, ..."""
+    for node in plan.switches():
+        ports = [port.params for port in node.ports]
+        if ports:
+            derive_config(fabric, max(p.bw_bps for p in ports), max(p.delay_ns for p in ports),
+                          max(p.mtu for p in ports), len(ports), switch)
+
+
+def _size(value: Any, collective: str, hosts: int, context: str) -> int:
+    with _key(context, "size"):
+        size = parse_size(value)
+        if not 1 <= size <= MAX_MR_BYTES:
+            raise FabricError(f"{format_size(size)}: messages are 1 B to {format_size(MAX_MR_BYTES)}")
+        chunk_bytes(collective, size, hosts)
+    return size
+
+
+def _senders(values: dict[str, Any], collective: str, hosts: int, context: str) -> int | None:
+    """Incast only; by default every host but the receiver sends."""
+    if "senders" not in values:
+        return hosts - 1 if collective == "incast" else None
+    if collective != "incast":
+        raise FabricError(f'{context}: key "senders": only incast has senders, this variant runs {collective}')
+    senders = _integer(values, "senders", (1, bounds.MAX_NODES), context)
+    if senders > hosts - 1:
+        raise FabricError(f'{context}: key "senders": {senders} senders and a receiver need {senders + 1} hosts, '
+                          f'{shown(values["topo"])} has {hosts} (choose 1 to {hosts - 1})')
+    return senders
+
+
+def _path_mtu(values: dict[str, Any], plan: FabricPlan, context: str) -> int:
+    """The RDMA path MTU must be one verbs knows and fit every link's MTU."""
+    mtu = values["mtu"]
+    if isinstance(mtu, bool) or not isinstance(mtu, int) or mtu not in PATHS_MTU:
+        raise FabricError(f'{context}: key "mtu": RDMA path MTU {shown(mtu)}: choose one of '
+                          f'{", ".join(map(str, PATHS_MTU))}')
+    link_mtu = min(port.params.mtu for port, _ in plan.links)
+    if mtu + ROCE_OVERHEAD > link_mtu:
+        raise FabricError(f'{context}: key "mtu": path MTU {mtu} needs a link MTU of {mtu + ROCE_OVERHEAD}, '
+                          f'the links have {link_mtu}; set link = {{ mtu = {mtu + ROCE_OVERHEAD} }} or lower mtu')
+    return mtu
+
+
+def _integer(values: dict[str, Any], key: str, allowed: tuple[int, int], context: str) -> int:
+    """A whole number within its range (a TOML integer, not text)."""
+    value = values[key]
+    if isinstance(value, str):
+        raise FabricError(f"{context}: key {_q(key)}: expected a whole number, got {shown(value)}")
+    return bounds.whole(f"{context}: key {_q(key)} =", value, allowed)
+
+
+def _choice(values: dict[str, Any], key: str, choices: tuple[str, ...], context: str) -> str:
+    value = values[key]
+    if not isinstance(value, str) or value not in choices:
+        raise FabricError(f"{context}: key {_q(key)}: {shown(value)} is not one of {', '.join(choices)}")
+    return value
+
+
+def _name(table: dict[str, Any], pattern: re.Pattern[str], allowed: str, context: str) -> str:
+    if "name" not in table:
+        raise FabricError(f'{context}: missing key "name"')
+    name = table["name"]
+    if not isinstance(name, str) or not pattern.fullmatch(name) or len(name) > MAX_NAME:
+        raise FabricError(f'{context}: key "name": expected {allowed}, at most {MAX_NAME}, got {shown(name)}')
+    return name
+
+
+def _check_keys(table: dict[str, Any], known: tuple[str, ...], context: str) -> None:
+    for key in table:
+        if key not in known:
+            raise FabricError(f"{context}: unknown key {_q(key)} (known: {', '.join(known)})")
+
+
+def _check_unique(variants: list[Variant], label: str) -> None:
+    seen: set[str] = set()
+    for variant in variants:
+        if variant.name in seen:
+            raise FabricError(f"{label}: variant {_q(variant.name)}: name used twice "
+                              "(names must be unique, sweep suffixes included)")
+        seen.add(variant.name)
+
+
+def _text(value: Any) -> str:
+    """A link or switch option as --link/--switch text: booleans are on/off,
+    lists are joined by ':' (drop=100:250, lossless=3:4)."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, int) and abs(value) >= 2**63:  # str() of it may fail, and nothing takes it
+        raise FabricError(f"number {shown(value)} is too large")
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    if isinstance(value, list) and all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
+        return ":".join(map(_text, value))
+    raise FabricError(f"expected text, a number or a list, got {shown(value)}")
+
+
+@contextmanager
+def _key(context: str, key: str) -> Iterator[None]:
+    """Prefix a FabricError raised while checking one key with where it is."""
+    try:
+        yield
+    except FabricError as err:
+        raise FabricError(f"{context}: key {_q(key)}: {one_line(str(err))}") from err
+
+
+def _q(text: str) -> str:
+    """Quote a key or name for a message: double quotes, always one line."""
+    return printable(json.dumps(text, ensure_ascii=False))

@@ -1,0 +1,435 @@
+"""Tables and plots from a results directory (``fabric-emu report DIR``).
+
+``fabric-emu run`` writes a results directory (layout in docs/results.md);
+this module reports on it, read back and checked by :mod:`emulator.study.results`,
+and needs nothing else: no root, no fabric, no agents, so a directory copied
+off the test machine reports the same.  It prints one comparison table
+(with lossy/lossless ratios and, for the straggler experiment, measured
+against predicted CCT) and writes PNG plots into ``DIR/plots`` through
+:class:`emulator.study.safefiles.Outputs`: never through a symbolic link, never
+outside DIR, all plots or none.  Text from the directory is printed with
+its control characters escaped.
+
+Everything but :func:`make_plots` and :func:`main_report` is pure and works
+on what :func:`load_results` returns, so the unit tests feed it synthetic
+directories.
+
+Occupancy telemetry is *change-only*: a switch writes a row for a (port,
+priority) when one of its values changed since its last sample, so a value
+holds until the next row for the same (switch, port, priority).  The queue
+and pause computations here carry values forward accordingly.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from itertools import groupby
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, TextIO
+
+from emulator.errors import printable
+from emulator.study.results import Iteration, Results, Sample, load_results
+from emulator.study.safefiles import Outputs
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+# Two variants that agree on these (and on ``params`` but for a swept fabric) differ only in
+# the fabric: the ratio lines compare such pairs.  Keys a variant lacks count as equal.
+SETUP_KEYS = ("collective", "topo", "hosts", "size", "senders", "link", "switch", "mtu")
+MISSING = "-"
+PLOT_DPI = 120
+SHADE_RESOLUTION = 1000  # shaded spans per plot at most; finer detail is below a pixel
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+
+def table(results: Results) -> str:
+    """The comparison table, the lossy/lossless ratios and, for a straggler sweep, the prediction table."""
+    lines = _heading(results)
+    if not results.results.get("complete", True):
+        lines.append("incomplete run: it was interrupted; results for the finished variants only")
+    lines += _render(
+        ["VARIANT", "FABRIC", "COLLECTIVE", "ITERS", "CCT p50 ms", "CCT p99 ms", "CCT max ms", "CCT mean ms",
+         "DROPS", "RETRANS", "PFC", "ECN", "SKEW max us"],
+        [_variant_row(v) for v in results.variants], text_columns=3)
+    ratios = ratio_lines(results.variants)
+    if ratios:
+        lines += ["", *ratios]
+    predictions = prediction_lines(results.variants)
+    if predictions:
+        lines += ["", *predictions]
+    return "\n".join(lines)
+
+
+def _heading(results: Results) -> list[str]:
+    """What ran, when and on what, so a pasted table says where it came from."""
+    config = results.config
+    title = f"{results.experiment}: {len(results.variants)} variants"
+    if config.get("description"):
+        title += f" ({_listed(config['description'])})"
+    facts = [f"{label} {_listed(config[key])}" for key, label in
+             (("created_utc", "created"), ("git_commit", "git"), ("kernel", "kernel"), ("seeds", "seeds"),
+              ("seed", "seed")) if config.get(key) is not None]
+    return [title, ", ".join(facts)] if facts else [title]
+
+
+def _listed(value: Any) -> str:
+    """A value from the directory as printed: a list comma-separated, control characters escaped."""
+    return printable(",".join(map(str, value)) if isinstance(value, list) else str(value))
+
+
+def _variant_row(variant: dict[str, Any]) -> list[str]:
+    return [variant["name"], _listed(variant.get("fabric", MISSING)), _listed(variant.get("collective", MISSING)),
+            _fmt(variant.get("iterations")),
+            *(_fmt(_cct(variant, stat), 2, 1e3) for stat in ("p50", "p99", "max", "mean")),
+            *(_fmt(variant.get(key)) for key in ("drops", "retransmissions", "pfc_sent", "ecn_marked")),
+            _fmt(variant.get("start_skew_us"), 1)]
+
+
+def ratio_lines(variants: list[dict[str, Any]]) -> list[str]:
+    """"incast: lossy p99 / lossless p99 = 2.71x" for each variant on another fabric whose setup a
+    lossless one shares (lossy, and the InfiniBand-like ib)."""
+    lines = []
+    for other in (v for v in variants if v.get("fabric") in ("lossy", "ib")):
+        fabric = other["fabric"]
+        for lossless in (v for v in variants if v.get("fabric") == "lossless" and _setup(v) == _setup(other)):
+            for stat in ("p99", "mean"):
+                num, den = _cct(other, stat), _cct(lossless, stat)
+                if num is not None and den:
+                    lines.append(f"{_listed(other.get('collective', MISSING))}: {fabric} {stat} / lossless {stat} = "
+                                 f"{num / den:.2f}x ({other['name']} / {lossless['name']})")
+    return lines
+
+
+def prediction_lines(variants: list[dict[str, Any]]) -> list[str]:
+    """Measured mean CCT against the two loss-recovery predictions, one row per swept loss rate p."""
+    swept = [v for v in variants if isinstance(v.get("prediction"), dict)]
+    if not swept:
+        return []
+    swept.sort(key=lambda v: _number(v["prediction"].get("p")) or 0.0)
+    return ["straggler: loss p, packets n, P(hit)=1-(1-p)^n, measured mean CCT, predicted (go-back-N round), "
+            "predicted (RTO), measured - baseline",
+            "(times in ms; vs GBN, vs RTO: measured minus predicted, in percent of the prediction)",
+            *_render(["VARIANT", "LOSS p", "PACKETS n", "P(hit)", "MEASURED ms", "GBN ms", "vs GBN", "RTO ms",
+                      "vs RTO", "MEAS-BASE ms"], [_prediction_row(v) for v in swept], text_columns=1)]
+
+
+def _prediction_row(variant: dict[str, Any]) -> list[str]:
+    pred = variant["prediction"]
+    p, measured = _number(pred.get("p")), _cct(variant, "mean")
+    gbn, rto = _number(pred.get("predicted_gbn_us")), _number(pred.get("predicted_rto_us"))
+    baseline = _number(pred.get("baseline_mean_us"))
+    above_baseline = None if measured is None or baseline is None else measured - baseline
+    return [variant["name"], MISSING if p is None else f"{p:g}", _fmt(pred.get("packets")),
+            _fmt(pred.get("hit_probability"), 3), _fmt(measured, 2, 1e3),
+            _fmt(gbn, 2, 1e3), _percent(measured, gbn), _fmt(rto, 2, 1e3), _percent(measured, rto),
+            _fmt(above_baseline, 2, 1e3)]
+
+
+def _render(headers: list[str], rows: list[list[str]], text_columns: int) -> list[str]:
+    """Aligned columns: the first ``text_columns`` left-aligned, numbers right-aligned."""
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(cell.ljust(width) if i < text_columns else cell.rjust(width)
+                         for i, (cell, width) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(headers), *(line(row) for row in rows)]
+
+
+def _setup(variant: dict[str, Any]) -> tuple[Any, ...]:
+    """What must match for a lossy/lossless pair; ``params`` holds the swept values, the fabric among them
+    when the experiment sweeps it."""
+    params = variant.get("params")
+    swept = {k: v for k, v in params.items() if k != "fabric"} if isinstance(params, dict) else params
+    return (*(variant.get(key) for key in SETUP_KEYS), swept)
+
+
+def _cct(variant: dict[str, Any], stat: str) -> float | None:
+    cct = variant.get("cct_us")
+    return _number(cct.get(stat)) if isinstance(cct, dict) else None
+
+
+def _number(value: Any) -> float | None:
+    """A JSON number as float; None for anything else (missing keys, null, text, booleans)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _fmt(value: Any, digits: int = 0, scale: float = 1.0) -> str:
+    number = _number(value)
+    return MISSING if number is None else f"{number / scale:.{digits}f}"
+
+
+def _percent(measured: float | None, predicted: float | None) -> str:
+    if measured is None or not predicted:
+        return MISSING
+    return f"{(measured - predicted) / predicted * 100:+.1f}%"
+
+
+# --- queue occupancy -----------------------------------------------------------------------------
+
+
+def busiest_port(rows: list[Sample]) -> tuple[str, str] | None:
+    """The (switch, port) whose egress queue, all priorities together, reaches the highest maximum.
+
+    One link's queue tells the story of a run (the incast bottleneck, the
+    congested uplink); this picks it without the user naming it.  Ties go
+    to the first (switch, port) in name order; None when there are no rows.
+    """
+    peaks = {key: max(total for _, total in _held_totals(series)) for key, series in _by_port(rows).items()}
+    return max(sorted(peaks), key=peaks.__getitem__) if peaks else None
+
+
+def port_series(rows: list[Sample], switch: str, port: str) -> dict[int, tuple[list[float], list[float]]]:
+    """Per priority with a nonzero egress queue: (ms from the first sample, KiB) points of a step plot.
+
+    Each series ends at the last sample of ``rows`` with its last value:
+    change-only rows mean the value held until then.
+    """
+    first, last = _span(rows)
+    series: dict[int, tuple[list[float], list[float]]] = {}
+    mine = sorted((r for r in rows if r.switch == switch and r.port == port), key=lambda r: r.time_ns)
+    for priority in sorted({r.priority for r in mine if r.egress_bytes}):
+        points = [(r.time_ns, r.egress_bytes) for r in mine if r.priority == priority]
+        points.append((last, points[-1][1]))
+        series[priority] = ([(t - first) / 1e6 for t, _ in points], [b / 1024 for _, b in points])
+    return series
+
+
+def xoff_intervals(rows: list[Sample], switch: str) -> list[tuple[float, float]]:
+    """When ``switch`` asserts PFC XOFF upstream on any port and priority, in ms from the first sample."""
+    return _flag_intervals(rows, lambda r: r.switch == switch, lambda r: r.xoff)
+
+
+def egress_paused_intervals(rows: list[Sample], switch: str, port: str) -> list[tuple[float, float]]:
+    """When the port's egress is paused by PFC from downstream (any priority), in ms from the first sample."""
+    return _flag_intervals(rows, lambda r: r.switch == switch and r.port == port, lambda r: r.egress_paused)
+
+
+def _flag_intervals(rows: list[Sample], select: Callable[[Sample], bool],
+                    flag: Callable[[Sample], bool]) -> list[tuple[float, float]]:
+    """Union of the times a flag is set on any selected (port, priority); one still set ends at the last sample."""
+    if not rows:
+        return []
+    first, last = _span(rows)
+    active: set[tuple[str, int]] = set()
+    intervals, start = [], None
+    for time_ns, group in groupby(sorted(filter(select, rows), key=lambda r: r.time_ns), key=lambda r: r.time_ns):
+        for r in group:
+            (active.add if flag(r) else active.discard)((r.port, r.priority))
+        if active and start is None:
+            start = time_ns
+        elif not active and start is not None:
+            intervals.append(((start - first) / 1e6, (time_ns - first) / 1e6))
+            start = None
+    if start is not None:
+        intervals.append(((start - first) / 1e6, (last - first) / 1e6))
+    return intervals
+
+
+def _by_port(rows: Iterable[Sample]) -> dict[tuple[str, str], list[Sample]]:
+    ports: dict[tuple[str, str], list[Sample]] = {}
+    for r in rows:
+        ports.setdefault((r.switch, r.port), []).append(r)
+    for series in ports.values():
+        series.sort(key=lambda r: r.time_ns)
+    return ports
+
+
+def _held_totals(series: list[Sample]) -> list[tuple[int, int]]:
+    """(time, egress bytes of all priorities) after each sample time of one port, values carried forward."""
+    held: dict[int, int] = {}
+    totals = []
+    for time_ns, group in groupby(series, key=lambda r: r.time_ns):
+        for r in group:
+            held[r.priority] = r.egress_bytes
+        totals.append((time_ns, sum(held.values())))
+    return totals
+
+
+def _span(rows: list[Sample]) -> tuple[int, int]:
+    return min(r.time_ns for r in rows), max(r.time_ns for r in rows)
+
+
+# --- plots ---------------------------------------------------------------------------------------
+
+
+def make_plots(results: Results) -> list[str]:
+    """Write the PNG plots into ``DIR/plots``; the paths written, in order.
+
+    All or none (:class:`Outputs`): a telemetry file found malformed half-way
+    leaves the plots of an earlier report as they were.  Figures are drawn
+    on the Agg canvas directly (no pyplot): nothing global changes for a
+    caller with its own matplotlib backend, and no display is needed.
+    matplotlib is imported here, not at module level, so the rest of the
+    command line does not pay for it.
+    """
+    written: list[str] = []
+    with Outputs(results.directory, "plots") as outputs:
+
+        def save(filename: str, fig: Figure | None) -> None:
+            if fig is not None:  # saved at once: a sweep's queue figures need not all be in memory together
+                written.append(outputs.write(filename, lambda f: _save_png(fig, f)))
+
+        cct = cct_by_variant(results.iterations)
+        if cct:
+            save("cct_cdf.png", _cct_cdf(cct, results.experiment))
+            save("cct_per_iteration.png", _cct_per_iteration(cct, results.experiment))
+        for variant in results.variants:
+            rows = results.occupancy(variant["name"]) or []
+            busiest = busiest_port(rows)
+            if busiest:
+                save(f"queue_{variant['name']}.png", _queue(variant["name"], rows, *busiest))
+        save("straggler.png", _straggler(results.variants))
+    return written
+
+
+def _save_png(fig: Figure, f: BinaryIO) -> None:
+    fig.savefig(f, format="png", dpi=PLOT_DPI)
+
+
+def cct_by_variant(iterations: list[Iteration]) -> dict[str, tuple[list[int], list[float]]]:
+    """Per variant (in file order): iteration numbers and their CCT in ms, by iteration."""
+    series: dict[str, list[Iteration]] = {}
+    for it in iterations:
+        series.setdefault(it.variant, []).append(it)
+    cct = {}
+    for name, its in series.items():
+        its.sort(key=lambda it: it.iteration)
+        cct[name] = ([it.iteration for it in its], [it.cct_us / 1e3 for it in its])
+    return cct
+
+
+def _figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def _legend(ax: Axes, loc: str = "best") -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc=loc, fontsize="small")
+
+
+def _cct_cdf(cct: dict[str, tuple[list[int], list[float]]], experiment: str) -> Figure:
+    fig, ax = _figure(f"{experiment}: CCT distribution", "collective completion time (ms)",
+                      "fraction of iterations (CDF)")
+    for name, (_, ms) in cct.items():
+        xs = sorted(ms)
+        ax.step([xs[0], *xs], [0.0, *((i + 1) / len(xs) for i in range(len(xs)))], where="post", label=name)
+    ax.set_ylim(0, 1.02)
+    _legend(ax, "lower right")
+    return fig
+
+
+def _cct_per_iteration(cct: dict[str, tuple[list[int], list[float]]], experiment: str) -> Figure:
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = _figure(f"{experiment}: CCT per iteration (warm-up excluded)", "iteration",
+                      "collective completion time (ms)")
+    for name, (iters, ms) in cct.items():
+        ax.plot(iters, ms, marker="o", markersize=3, label=name)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _legend(ax)
+    return fig
+
+
+def _queue(variant: str, rows: list[Sample], switch: str, port: str) -> Figure:
+    fig, ax = _figure(f"{variant}: egress queue of {switch} port {port} (the fullest)",
+                      "time (ms from the first sample)", "egress queue (KiB)")
+    series = port_series(rows, switch, port)
+    for priority, (ms, kib) in series.items():
+        ax.step(ms, kib, where="post", label=f"priority {priority}")
+    if not series:
+        ax.text(0.5, 0.5, "the queue stayed empty", transform=ax.transAxes, ha="center")
+    first, last = _span(rows)
+    span_ms = (last - first) / 1e6
+    _shade(ax, visible_intervals(xoff_intervals(rows, switch), span_ms), "tab:red",
+           f"PFC XOFF asserted (by {switch}, any port)")
+    _shade(ax, visible_intervals(egress_paused_intervals(rows, switch, port), span_ms), "tab:purple", "egress paused")
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.3)  # room above the queue for the legend
+    _legend(ax, "upper right")
+    return fig
+
+
+def visible_intervals(intervals: list[tuple[float, float]], span: float) -> list[tuple[float, float]]:
+    """``intervals`` (sorted, disjoint) with every gap narrower than 1/:data:`SHADE_RESOLUTION` of ``span``
+    closed: at most that many remain.
+
+    A plot is about a thousand pixels wide, so nothing visible is lost, and
+    telemetry whose flag toggles every sample (a million rows) cannot make
+    the plot take minutes: matplotlib draws a span in about a millisecond.
+    """
+    merged: list[tuple[float, float]] = []
+    for start, end in intervals:
+        if merged and start - merged[-1][1] < span / SHADE_RESOLUTION:
+            merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _shade(ax: Axes, intervals: list[tuple[float, float]], color: str, label: str) -> None:
+    """Shaded spans; only the first carries the label so the legend lists it once."""
+    for i, (start, end) in enumerate(intervals):
+        ax.axvspan(start, end, color=color, alpha=0.18, linewidth=0, label=label if i == 0 else None)
+
+
+def _straggler(variants: list[dict[str, Any]]) -> Figure | None:
+    """Measured mean CCT against p with the two predictions; p = 0 has no place on a log axis (it is the baseline)."""
+    points, baselines = [], []
+    for v in variants:
+        pred = v.get("prediction")
+        if isinstance(pred, dict):
+            baselines.append(_number(pred.get("baseline_mean_us")))
+            p, measured = _number(pred.get("p")), _cct(v, "mean")
+            gbn, rto = _number(pred.get("predicted_gbn_us")), _number(pred.get("predicted_rto_us"))
+            if p is not None and p > 0 and measured is not None and gbn is not None and rto is not None:
+                points.append((p, measured / 1e3, gbn / 1e3, rto / 1e3))
+    if not points:
+        return None
+    p, measured, gbn, rto = zip(*sorted(points))
+    baseline = next((b for b in baselines if b is not None), None)
+    fig, ax = _figure("straggler: mean CCT against random loss", "link loss probability p per frame (log scale)",
+                      "mean collective completion time (ms)")
+    ax.set_xscale("log")
+    ax.plot(p, gbn, "-", color="tab:blue", label="predicted: baseline + P(hit) x go-back-N round")
+    ax.plot(p, rto, "--", color="tab:orange", label="predicted: baseline + P(hit) x RTO")
+    ax.plot(p, measured, "o", color="black", label="measured mean")
+    if baseline is not None:
+        ax.axhline(baseline / 1e3, color="gray", linestyle=":", label="baseline (no loss)")
+    _legend(ax, "upper left")
+    return fig
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def main_report(directory: str, out: TextIO | None = None) -> int:
+    """``fabric-emu report DIR``: print the table, write DIR/plots, list them.
+
+    ``out`` defaults to the sys.stdout of the moment of the call (not of the
+    import), so output captured by a test or redirected by a caller lands
+    where they expect.
+    """
+    out = out or sys.stdout
+    results = load_results(directory)
+    print(table(results), file=out)
+    paths = make_plots(results)
+    print("\nplots:" if paths else "\nplots: none (no iterations, telemetry or prediction to plot)", file=out)
+    for path in paths:
+        print(f"  {printable(path)}", file=out)
+    return 0

@@ -1,0 +1,227 @@
+"""``fabric-emu run``: every variant of an experiment on a fresh fabric.
+
+Each variant builds its own fabric (so no variant inherits another's queues
+or counters), runs its collective through the coordinator, and appends its
+summary to ``results.json`` and its rows to the CSV files at once: an
+interrupted run keeps every finished variant (``complete`` stays false).
+At the end the report (:mod:`emulator.study.report`) prints the table and draws
+the plots from the directory alone, as ``fabric-emu report`` does later.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import statistics
+from collections import deque
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from emulator.fabric.capacity import check_capacity
+from emulator.collectives.algorithms import bus_factor, plan
+from emulator.collectives.coordinator import CollectiveRun, Iteration, run_collective
+from emulator.errors import FabricError
+from emulator.study.experiment import Experiment, Variant, results_directory, run_config
+from emulator.fabric.builder import Fabric
+from emulator.fabric.plan import hop_distances, link_params, make_plan
+from emulator.model.rc import RcConfig
+from emulator.agents.rnic import ROCE_OVERHEAD, default_timeout_ns
+from emulator.fabric.topospec import build_topo
+
+ITERATION_FIELDS = ["variant", "iteration", "start_ns", "cct_us", "start_skew_us", "last_src", "last_dst", "cause",
+                    "retransmissions", "paused_us"]
+FLOW_FIELDS = ["variant", "iteration", "src", "dst", "bytes", "fct_us", "retransmissions", "timeouts"]
+COUNTERS = ("drops", "pfc_sent", "ecn_marked", "host_paused_ns")
+
+
+def run_experiment(experiment: Experiment, out_root: str, log: Callable[[str], None]) -> str:
+    """Run every variant; returns the results directory.
+
+    Before any fabric is built: every variant must fit on this machine,
+    and the results directory must be created with its first files.
+    """
+    for variant in experiment.variants:
+        fabric = make_plan(build_topo(variant.topo), "check", variant.link)
+        check_capacity(f"variant {variant.name} ({variant.topo})", len(fabric.nodes), len(fabric.links))
+    now = datetime.now(timezone.utc)
+    directory = results_directory(out_root, experiment.name, now)
+    config = run_config(experiment, None, now)
+    results: dict[str, Any] = {"experiment": experiment.name, "created_utc": config["created_utc"],
+                               "complete": False, "variants": []}
+    try:
+        os.makedirs(directory)
+    except OSError as err:
+        raise FabricError(f"--out {out_root!r}: cannot create {err.filename or directory!r}: "
+                          f"{err.strerror or err}") from None
+    try:
+        _write_json(os.path.join(directory, "config.json"), config)
+        _write_json(os.path.join(directory, "results.json"), results)
+        for name, fields in (("iterations.csv", ITERATION_FIELDS), ("flows.csv", FLOW_FIELDS)):
+            with open(os.path.join(directory, name), "w", newline="") as f:
+                csv.writer(f).writerow(fields)
+    except OSError as err:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise FabricError(f"--out {out_root!r}: cannot write {err.filename or directory!r}: "
+                          f"{err.strerror or err}") from None
+    log(f"results go to {directory}")
+    for number, variant in enumerate(experiment.variants, start=1):
+        log(f"variant {number}/{len(experiment.variants)} {variant.name}: {variant.collective} of "
+            f"{variant.size} bytes on {variant.topo}, {variant.fabric}, {variant.warmup}+{variant.iterations} "
+            f"iterations")
+        summary, run = _run_variant(variant, directory, config, log)
+        results["variants"].append(summary)
+        _write_json(os.path.join(directory, "results.json"), results)
+        _append_rows(directory, variant.name, run.iterations)
+        if number == 1:  # the first fabric's kernel probe stands for the run's machine
+            _write_json(os.path.join(directory, "config.json"), config)
+    _add_predictions(experiment, results["variants"])
+    results["complete"] = True
+    _write_json(os.path.join(directory, "results.json"), results)
+    return directory
+
+
+def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
+                 log: Callable[[str], None]) -> tuple[dict[str, Any], CollectiveRun]:
+    telemetry = os.path.join(directory, "telemetry", variant.name)
+    capture = os.path.join(directory, "pcap", variant.name) if variant.capture else None
+    net = Fabric(build_topo(variant.topo), link=dict(variant.link), spec=variant.topo, fabric=variant.fabric,
+                 switch=dict(variant.switch), seed=variant.seed, capture=capture, telemetry=telemetry, log=log)
+    with net:
+        if config["features"] is None and net.features is not None:
+            config["features"] = net.features.as_dict()
+        baseline = deque([_counters(net)], maxlen=1)  # fabric counters when the measured iterations begin
+
+        def progress(i: int, total: int, record: Iteration) -> None:
+            if i == variant.warmup - 1:
+                baseline.append(_counters(net))
+            phase = "warm-up" if i < variant.warmup else "iteration"
+            log(f"  {variant.name} {phase} {i + 1}/{total}: CCT {record.cct_us / 1e3:.1f} ms, "
+                f"start skew {record.start_skew_us:.0f} us, last {record.last_src}->{record.last_dst} "
+                f"({record.cause})")
+
+        run = run_collective(net, variant.collective, variant.size, variant.iterations, variant.warmup,
+                             variant.senders, variant.mtu, progress)
+        after = _counters(net)
+    fabric_delta = {key: after[key] - baseline[0][key] for key in COUNTERS}
+    return summarize_variant(variant, run, fabric_delta), run
+
+
+def _counters(net: Fabric) -> dict[str, int]:
+    totals = net.stats()["totals"]
+    return {key: totals[key] for key in COUNTERS}
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation, as numpy's default."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def summarize_variant(variant: Variant, run: CollectiveRun, fabric: dict[str, int]) -> dict[str, Any]:
+    """The results.json entry of one variant (measured iterations only)."""
+    ccts = [it.cct_us for it in run.iterations]
+    skews = [it.start_skew_us for it in run.iterations]
+    ranks = len(run.hosts)
+    mean_s = statistics.fmean(ccts) / 1e6
+    algbw = variant.size / mean_s * 8 / 1e9 if variant.collective != "incast" else \
+        variant.size * (variant.senders or ranks - 1) / mean_s * 8 / 1e9
+    causes = {"retransmission": 0, "pause": 0, "queueing": 0}
+    for it in run.iterations:
+        causes[it.cause] += 1
+    return {
+        "name": variant.name, "fabric": variant.fabric, "collective": variant.collective, "topo": variant.topo,
+        "hosts": ranks, "size": variant.size, "senders": variant.senders, "iterations": len(ccts),
+        "warmup": variant.warmup, "params": variant.params, "link": variant.link, "switch": variant.switch,
+        "cct_us": {"p50": round(percentile(ccts, 50), 1), "p99": round(percentile(ccts, 99), 1),
+                   "max": round(max(ccts), 1), "mean": round(statistics.fmean(ccts), 1), "min": round(min(ccts), 1)},
+        "algbw_gbps": round(algbw, 6), "busbw_gbps": round(algbw * bus_factor(variant.collective, ranks), 6),
+        "drops": fabric["drops"], "retransmissions": sum(it.retransmissions for it in run.iterations),
+        "timeouts": sum(f.timeouts for it in run.iterations for f in it.flows),
+        "pfc_sent": fabric["pfc_sent"], "ecn_marked": fabric["ecn_marked"],
+        "paused_ms": round(fabric["host_paused_ns"] / 1e6, 3),
+        "start_skew_us": round(max(skews), 1), "start_skew_p99_us": round(percentile(skews, 99), 1),
+        "start_late_max_us": round(max(it.start_late_us for it in run.iterations), 1),
+        "stragglers": causes, "verified": all(it.verified for it in run.iterations),
+    }
+
+
+def _append_rows(directory: str, name: str, iterations: list[Iteration]) -> None:
+    with open(os.path.join(directory, "iterations.csv"), "a", newline="") as f:
+        writer = csv.writer(f)
+        for it in iterations:
+            writer.writerow([name, it.iteration, it.start_ns, round(it.cct_us, 1), round(it.start_skew_us, 1),
+                             it.last_src, it.last_dst, it.cause, it.retransmissions, round(it.paused_us, 1)])
+    with open(os.path.join(directory, "flows.csv"), "a", newline="") as f:
+        writer = csv.writer(f)
+        for it in iterations:
+            for flow in it.flows:
+                writer.writerow([name, it.iteration, flow.src, flow.dst, flow.bytes, round(flow.fct_us, 1),
+                                 flow.retransmissions, flow.timeouts])
+
+
+def _add_predictions(experiment: Experiment, summaries: list[dict[str, Any]]) -> None:
+    """Straggler sweeps: measured mean CCT against 1 - (1 - p)^n times the recovery time.
+
+    Only for variants swept over ``loss`` whose loss-0 sibling (same other
+    parameters) ran: that sibling's mean is the baseline.
+    """
+    by_name = {v.name: v for v in experiment.variants}
+    for summary in summaries:
+        variant = by_name[summary["name"]]
+        if "loss" not in variant.params:
+            continue
+        siblings = [s for s in summaries if "loss" in by_name[s["name"]].params
+                    and float(by_name[s["name"]].params["loss"]) == 0
+                    and {k: v for k, v in by_name[s["name"]].params.items() if k != "loss"}
+                    == {k: v for k, v in variant.params.items() if k != "loss"}]
+        if not siblings:
+            continue
+        summary["prediction"] = prediction(variant, siblings[0]["cct_us"]["mean"])
+        summary["prediction"]["measured_mean_us"] = summary["cct_us"]["mean"]
+
+
+def prediction(variant: Variant, baseline_mean_us: float) -> dict[str, Any]:
+    """The straggler model of reference.md for one variant.
+
+    n counts every data packet of one iteration once per link it crosses
+    (loss is drawn per link); the recovery time is either one go-back-N
+    round (a window of frames resent at the link rate) or the local ACK
+    timeout (a lost last packet or ACK is found only by the timer).
+    """
+    params = link_params({}, variant.link)
+    p = params.loss
+    fabric = make_plan(build_topo(variant.topo), "predict", variant.link)
+    hosts = [node.name for node in fabric.hosts()]  # rank order, as the fabric numbers hosts
+    links = {node.name: node.ports for node in fabric.nodes.values()}
+    distances = {host: hop_distances(links, host) for host in hosts}
+    plans = plan(variant.collective, len(hosts), variant.size, variant.senders)
+    packets = 0
+    for rank, rank_plan in enumerate(plans):
+        for step in rank_plan.steps:
+            for send in step.sends:
+                packets += max(1, math.ceil(send.length / variant.mtu)) * distances[hosts[send.dst]][hosts[rank]]
+    hit = 1 - (1 - p) ** packets
+    frame_s = (variant.mtu + ROCE_OVERHEAD + 14) * 8 / params.bw_bps
+    largest = max(s.length for rp in plans for st in rp.steps for s in st.sends)
+    gbn_us = min(RcConfig.max_inflight, math.ceil(largest / variant.mtu)) * frame_s * 1e6
+    rto_us = default_timeout_ns(params.bw_bps, variant.mtu) / 1e3
+    return {"p": p, "packets": packets, "hit_probability": round(hit, 6),
+            "recovery_gbn_us": round(gbn_us, 1), "recovery_rto_us": round(rto_us, 1),
+            "baseline_mean_us": baseline_mean_us,
+            "predicted_gbn_us": round(baseline_mean_us + hit * gbn_us, 1),
+            "predicted_rto_us": round(baseline_mean_us + hit * rto_us, 1)}
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
