@@ -22,7 +22,8 @@ from typing import Any, Callable, NoReturn, Sequence
 from emulator import bounds
 from emulator.fabric import runstate
 from emulator.errors import FabricError
-from emulator.fabric.builder import Fabric, Node, collect_stats, finish_run, require_root
+from emulator.fabric.builder import Fabric, collect_stats, finish_run, require_root
+from emulator.fabric.node import Node
 from emulator.fabric.plan import DEFAULT_LINK, link_params
 from emulator.agents.rnic import PATHS_MTU
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, parse_overrides

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 
 from emulator.errors import FabricError
-from emulator.fabric.builder import Node
+from emulator.fabric.node import Node
 
 SERVER_START_TIMEOUT = 5.0
 BASE_PORT = 5201

@@ -40,7 +40,7 @@ from emulator.apps.verbs import CQ, MR, PD, QP, Context, RecvWR, SendWR, VerbsEr
 from emulator.units import format_size
 
 if TYPE_CHECKING:
-    from emulator.fabric.builder import Node
+    from emulator.fabric.node import Node
 
 PERF_PORT = 18515  # perftest's default port
 OPERATIONS = ("write", "read", "send", "tcp")

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from mininet.topo import Topo
 from pyroute2 import IPRoute
@@ -32,7 +32,8 @@ from emulator.fabric.capture import Captures, stop_detached
 from emulator.errors import FabricError, NeedRootError, shown
 from emulator.kernel.ethtool import disable_offloads
 from emulator.fabric.features import Features, probe_features, probe_namespace
-from emulator.kernel.netns import create_namespace, enter_for_exec, entered, existing_namespaces
+from emulator.fabric.node import Node
+from emulator.kernel.netns import create_namespace, entered, existing_namespaces
 from emulator.fabric.plan import GATEWAY_IP, FabricPlan, NodePlan, make_plan
 from emulator.kernel.processes import ProcessId, running
 from emulator.fabric.ib_subnet import Subnet
@@ -70,31 +71,6 @@ def require_root() -> None:
     caps = _effective_capabilities()
     if os.geteuid() != 0 or not (caps >> CAP_SYS_ADMIN & 1 and caps >> CAP_NET_ADMIN & 1):
         raise NeedRootError("this command needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to create network namespaces; run it with sudo")
-
-
-class Node:
-    """A host or switch of a running fabric: run commands inside it."""
-
-    def __init__(self, name: str, kind: str, netns: str, ip: str | None) -> None:
-        self.name, self.kind, self.netns, self.ip = name, kind, netns, ip
-
-    def __repr__(self) -> str:
-        return f"<{self.kind} {self.name} {self.ip or ''}>".replace(" >", ">")
-
-    def popen(self, cmd: Sequence[str], **kwargs: Any) -> subprocess.Popen:
-        """Start ``cmd`` inside the node's namespace (``subprocess.Popen``)."""
-        netns = self.netns
-        return subprocess.Popen(list(cmd), preexec_fn=lambda: enter_for_exec(netns), **kwargs)
-
-    def run(self, cmd: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess:
-        """Run ``cmd`` inside the node's namespace to completion.
-
-        Output is captured as text unless the caller says otherwise.
-        """
-        kwargs.setdefault("capture_output", "stdout" not in kwargs and "stderr" not in kwargs)
-        kwargs.setdefault("text", True)
-        netns = self.netns
-        return subprocess.run(list(cmd), preexec_fn=lambda: enter_for_exec(netns), **kwargs)
 
 
 class Fabric:

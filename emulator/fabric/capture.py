@@ -48,7 +48,7 @@ from emulator.kernel.processes import ProcessId, running, send_signal
 from emulator.fabric.runstate import create_file
 
 if TYPE_CHECKING:
-    from emulator.fabric.builder import Node
+    from emulator.fabric.node import Node
 
 START_TIMEOUT = 10.0  # seconds for one tcpdump to say "listening on"
 STOP_TIMEOUT = 10.0  # seconds for one tcpdump to exit after SIGINT

@@ -27,7 +27,7 @@ the CRC-32 that RoCE receivers check over the invariant fields
 from __future__ import annotations
 
 import functools
-import socket
+import ipaddress
 import struct
 import zlib
 from dataclasses import dataclass
@@ -92,7 +92,7 @@ class Framer:
                  dscp: int = 26, ttl: int = 64) -> None:
         if not 0 <= dscp < 64 or not 0 < ttl < 256 or not 0 <= src_port < 65536:
             raise ValueError(f"bad Framer parameters: dscp {dscp}, ttl {ttl}, port {src_port}")
-        src, dst = socket.inet_aton(src_ip), socket.inet_aton(dst_ip)
+        src, dst = ipaddress.IPv4Address(src_ip).packed, ipaddress.IPv4Address(dst_ip).packed
         tos = dscp << 2 | ECT0
         self._ident = 0
         self._eth_ip = mac_bytes(dst_mac) + mac_bytes(src_mac) + ETH_IPV4 + bytes((0x45, tos))
@@ -275,4 +275,4 @@ def _addressing(raw: bytes) -> tuple[str, str, str]:
     Cached: a host hears from few peers, and formatting them anew for every
     frame would be about a tenth of the decoding time.
     """
-    return raw[:6].hex(":"), socket.inet_ntoa(raw[6:10]), socket.inet_ntoa(raw[10:14])
+    return raw[:6].hex(":"), str(ipaddress.IPv4Address(raw[6:10])), str(ipaddress.IPv4Address(raw[10:14]))

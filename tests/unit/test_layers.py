@@ -1,0 +1,129 @@
+"""The package's layers: a module imports only from its own layer or a lower one, and no import cycles.
+
+docs/architecture.md draws the layers; this test reads every module's imports with ast (function-level
+and TYPE_CHECKING imports included: a layer that needs a name from above at any time is crossed) and
+fails on an upward import, a cycle between modules, a package it does not know, or I/O in the models.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "emulator"
+
+# Lowest first.  Top-level modules are named alone; packages by their folder.
+LAYERS: list[set[str]] = [
+    {"errors", "units", "bounds"},
+    {"wire"},
+    {"model"},
+    {"kernel"},
+    {"agents"},
+    {"fabric", "topologies"},
+    {"apps"},
+    {"collectives"},
+    {"study"},
+    {"cli", "__main__", "__init__"},
+]
+LAYER = {name: index for index, names in enumerate(LAYERS) for name in names}
+
+# What a model may not touch: it gets time as ``now`` and hands frames back to its caller.
+IO_MODULES = {"socket", "select", "selectors", "time", "os", "subprocess", "threading", "signal", "fcntl",
+              "mmap", "pyroute2"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    found = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    found.update({_module_name(p): p for p in (ROOT / "topologies").rglob("*.py")})
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Project modules ``name`` imports (``from pkg import module`` resolved to the module)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names
+                         if f"{node.module}.{alias.name}" in MODULES)
+    # A package's __init__ holds only its docstring: ``from emulator import bounds`` imports bounds.
+    return {m for m in found if m in MODULES and m != name and MODULES[m].name != "__init__.py"}
+
+
+def _external(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    key = parts[0] if parts[0] == "topologies" else (parts[1] if len(parts) > 1 else "__init__")
+    if key not in LAYER:
+        raise AssertionError(f"{module}: in no layer; add its package to LAYERS and to docs/architecture.md")
+    return LAYER[key]
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def test_every_module_is_in_a_layer():
+    for name in MODULES:
+        layer_of(name)
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_upward_import(name):
+    upward = sorted(m for m in GRAPH[name] if layer_of(m) > layer_of(name))
+    assert not upward, f"{name} (layer {layer_of(name)}) imports from above: {upward}"
+
+
+def test_no_import_cycle():
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(name: str) -> None:
+        state[name] = 1
+        path.append(name)
+        for dep in sorted(GRAPH[name]):
+            if state.get(dep) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(dep):] + [dep]))
+            if dep not in state:
+                visit(dep)
+        path.pop()
+        state[name] = 2
+
+    for name in sorted(GRAPH):
+        if name not in state:
+            visit(name)
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith(("emulator.model", "emulator.wire"))))
+def test_models_and_frame_formats_do_no_io(name):
+    """Models and frame formats get time as ``now`` and hand frames back: no clock, no socket, no process."""
+    touched = sorted(_external(MODULES[name]) & IO_MODULES)
+    assert not touched, f"{name} imports {touched}: models get time as `now` and return frames to send"
+
+
+def test_the_checker_sees_a_violation():
+    """The walk itself: a model importing the builder would be caught."""
+    fake = {"emulator.fabric.builder"}
+    assert [m for m in fake if layer_of(m) > layer_of("emulator.model.mmu")] == ["emulator.fabric.builder"]
+    assert layer_of("emulator.errors") < layer_of("emulator.wire.pfc") < layer_of("emulator.model.pause")
