@@ -25,7 +25,7 @@ from emulator.errors import FabricError
 from emulator.fabric.builder import Fabric, collect_stats, finish_run, require_root
 from emulator.fabric.node import Node
 from emulator.fabric.plan import DEFAULT_LINK, link_params
-from emulator.agents.rnic import PATHS_MTU
+from emulator.model.rdma_params import PATHS_MTU
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, parse_overrides
 from emulator.fabric.topospec import build_topo, topo_parameters
 from emulator.units import parse_size

@@ -15,12 +15,12 @@ fixed list instead.  An H counts as drop-free only if all ``--repeat`` runs
 of it are.
 
 Next to the smallest drop-free H it prints the headroom formula of
-docs (shared/reference.md, emulator/model/switch_params.py):
+docs (../shared/reference.md, emulator/model/switch_params.py):
 
     2 x rate x delay  +  2 x (MTU + 14)  +  rate x response
 
 with the configured rate, delay and MTU, and the response time of both ends
-measured first from a captured incast (scripts/pfc_timing.py: (a) the
+measured first from a captured incast (emulator/study/pfc_response.py: (a) the
 switch's XOFF generation plus (b) the sender's reaction, added per XOFF;
 median, p99 and max), unless ``--response-us`` gives it.
 
@@ -38,12 +38,11 @@ import os
 import sys
 from dataclasses import dataclass
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pfc_timing import headroom_drops, measure_response, run_incast  # noqa: E402
-
 from emulator.study import pfc_analysis as pa  # noqa: E402
+from emulator.study.incast import run_incast  # noqa: E402
+from emulator.study.pfc_response import headroom_drops, measure_response  # noqa: E402
 from emulator.model.switch_params import RESPONSE_NS, default_headroom  # noqa: E402
 from emulator.units import format_rate, parse_rate, parse_size, parse_time  # noqa: E402
 
@@ -90,12 +89,12 @@ class Sweep:
             return self.trials[headroom]
         trial = Trial(headroom, [], [], [], [])
         for _ in range(self.args.repeat):
-            stats, flows, _ = run_incast(self.args.bw, self.args.seconds, delay=self.args.delay, mtu=self.args.mtu,
-                                         switch={**self.switch, "headroom": str(headroom)})
-            trial.drops.append(headroom_drops(stats))
-            trial.lost.append(sum(f.lost_packets or 0 for f in flows))
-            trial.pfc_sent.append(stats["totals"]["pfc_sent"])
-            trial.goodput_bps.append(sum(f.received_bps for f in flows))
+            incast = run_incast("lossless", "udp", bw=self.args.bw, seconds=self.args.seconds, delay=self.args.delay,
+                                mtu=self.args.mtu, switch={**self.switch, "headroom": str(headroom)})
+            trial.drops.append(headroom_drops(incast.stats))
+            trial.lost.append(sum(f.lost_packets or 0 for f in incast.flows))
+            trial.pfc_sent.append(incast.totals["pfc_sent"])
+            trial.goodput_bps.append(incast.aggregate_bps)
             if trial.drops[-1] and not self.args.headrooms:
                 break  # one run with drops settles it
         self.trials[headroom] = trial

@@ -38,125 +38,20 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from emulator.study import pfc_analysis as pa  # noqa: E402
 from emulator.fabric.builder import Fabric  # noqa: E402
-from emulator.apps.iperf import TOS_PRIORITY_3, run_flows  # noqa: E402
+from emulator.apps.iperf import TOS_PRIORITY_3  # noqa: E402
+from emulator.study.pfc_response import DEFAULT_GAP_FRAMES, PRIORITY, ResponseResult, measure_response  # noqa: E402
+from emulator.study.stats import percentile  # noqa: E402
 from emulator.wire.pfc import pause_ns  # noqa: E402
 from emulator.units import format_rate, parse_rate, parse_time  # noqa: E402
 from topologies import StarTopo  # noqa: E402
 
-PRIORITY = 3
-DEFAULT_GAP_FRAMES = 3.0
 HOLD_SPACING_NS = 250_000_000  # silence after each pause has ended, before the next
-
-
-# --- response: generation and reaction under incast ----------------------------------------------
-
-
-@dataclass
-class ResponseResult:
-    """What :func:`measure_response` found: per-XOFF events and the run's counters."""
-
-    rate_bps: int
-    delay_ns: int
-    mtu: int
-    generation: dict[str, list[pa.Generation]] = field(default_factory=dict)  # switch port -> XOFFs
-    reaction: dict[str, list[pa.Reaction]] = field(default_factory=dict)  # host -> XOFFs
-    combined_ns: list[int] = field(default_factory=list)  # generation + reaction per matched XOFF
-    totals: dict[str, Any] = field(default_factory=dict)
-    headroom_drops: int = 0
-    lost: list[int | None] = field(default_factory=list)
-    scheduling: str = "?"  # the agents' scheduling policy
-
-    @property
-    def frame_ns(self) -> int:
-        return pa.frame_time_ns(self.rate_bps)
-
-    def generation_ns(self) -> list[int]:
-        return [g.delay_ns for events in self.generation.values() for g in events]
-
-    def stopped(self) -> list[pa.Reaction]:
-        return [r for events in self.reaction.values() for r in events if r.stopped]
-
-    def all_reactions(self) -> list[pa.Reaction]:
-        return [r for events in self.reaction.values() for r in events]
-
-
-def headroom_drops(stats: dict[str, Any]) -> int:
-    """Sum of drops.headroom over every switch port and priority."""
-    return sum(q["drops"]["headroom"] for sw in stats["switches"].values()
-               for port in sw["ports"].values() for q in port["priorities"])
-
-
-def agent_scheduling(stats: dict[str, Any]) -> str:
-    """The scheduling policies the agents report (e.g. SCHED_FIFO 10)."""
-    agents = list(stats["switches"].values()) + list(stats["hosts"].values())
-    return ", ".join(sorted({a.get("scheduling", "?") for a in agents}))
-
-
-def run_incast(bw: str, seconds: int, senders: int = 3, delay: str = "0us", mtu: int = 1500,
-               switch: dict[str, str] | None = None, capture: str | None = None,
-               log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], list[Any], dict[str, str]]:
-    """Lossless incast on star,senders+1 (UDP, priority 3, full rate each).
-
-    Returns the final stats, the iperf3 results and the map of switch port
-    to the host on it.
-    """
-    rate = parse_rate(bw)
-    link = {"bw": bw, "delay": delay, "mtu": mtu}
-    with Fabric(StarTopo(n=senders + 1), link=link, fabric="lossless", switch=switch, capture=capture,
-                spec=f"star,{senders + 1}", log=log) as net:
-        ports = {p.ifname: p.peer_node for p in net.plan.nodes["s1"].ports}
-        receiver = net.hosts[-1]
-        flows = run_flows([(h, receiver) for h in net.hosts[:-1]], seconds, udp_bps=rate, tos=TOS_PRIORITY_3)
-        stats = net.stats()
-        net.check_agents()
-    return stats, flows, ports
-
-
-def analyse_response(directory: str, ports: dict[str, str], rate_bps: int, gap_ns: int,
-                     result: ResponseResult) -> None:
-    """Fill ``result`` from the pcapng files of a response run."""
-    for ifname, host in sorted(ports.items()):
-        switch_side = pa.read_capture(os.path.join(directory, f"{ifname}.pcapng"))
-        generations = pa.generation_delays(switch_side, PRIORITY)
-        if not generations:
-            continue  # the receiver's port sends no XOFF
-        host_side = pa.read_capture(os.path.join(directory, f"{host}-eth0.pcapng"))
-        reactions = pa.reactions(host_side, PRIORITY, gap_ns=gap_ns)
-        result.generation[ifname] = generations
-        result.reaction[host] = reactions
-        pairs = pa.match([g.xoff_ns for g in generations], [r.pause_ns for r in reactions], tolerance_ns=100_000)
-        result.combined_ns += [generations[i].delay_ns + reactions[j].reaction_ns
-                               for i, j in pairs if reactions[j].stopped]
-
-
-def measure_response(bw: str = "50mbit", seconds: int = 3, senders: int = 3, delay: str = "0us",
-                     mtu: int = 1500, switch: dict[str, str] | None = None, capture: str | None = None,
-                     gap_frames: float = DEFAULT_GAP_FRAMES,
-                     log: Callable[[str], None] | None = None) -> ResponseResult:
-    """Run a captured lossless incast and measure (a) generation and (b) reaction.
-
-    ``capture`` keeps the pcapng files there; by default they go to a
-    temporary directory that is removed.
-    """
-    rate = parse_rate(bw)
-    directory = capture or tempfile.mkdtemp(prefix="pfc-timing-")
-    try:
-        stats, flows, ports = run_incast(bw, seconds, senders, delay, mtu, switch, directory, log)
-        result = ResponseResult(rate, parse_time(delay), mtu, totals=stats["totals"],
-                                headroom_drops=headroom_drops(stats), lost=[f.lost_packets for f in flows],
-                                scheduling=agent_scheduling(stats))
-        analyse_response(directory, ports, rate, int(gap_frames * pa.frame_time_ns(rate)), result)
-    finally:
-        if capture is None:
-            shutil.rmtree(directory, ignore_errors=True)
-    return result
 
 
 # --- pause hold ----------------------------------------------------------------------------------
@@ -282,7 +177,7 @@ def print_holds(holds: list[pa.Hold], sent: int, own_xoff: int, rate_bps: int) -
             by_quanta.setdefault(h.quanta, []).append(h)
     for q, group in sorted(by_quanta.items()):
         errors = [h.error_ns for h in group]
-        median = pa.percentile(errors, 50)
+        median = percentile(errors, 50, nearest_rank=True)
         print(f"Q={q}: expected {group[0].expected_ns / 1000:.0f} us, error median {median / 1000:.0f} us "
               f"({100 * median / group[0].expected_ns:.1f}%), max {max(errors) / 1000:.0f} us "
               f"({max(errors) / frame_ns:.2f} frame times)")

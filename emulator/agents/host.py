@@ -19,12 +19,10 @@ from typing import Any
 
 from emulator.agents.base import AgentBase, run_agent
 from emulator.model.pause import PauseState
-from emulator.wire.pfc import PRIORITIES, decode_pfc
+from emulator.wire.pfc import ETHERTYPE_MAC_CONTROL, PRIORITIES, decode_pfc
 from emulator.agents.rnic import Rnic
 from emulator.kernel.rps import keep_flows_in_order
 from emulator.kernel.tc import PauseGates
-
-ETH_P_MAC_CONTROL = 0x8808
 
 
 class HostAgent(AgentBase):
@@ -38,8 +36,8 @@ class HostAgent(AgentBase):
         self.state = PauseState(config["rate_bps"])
         self.pfc_received = [0] * PRIORITIES
         self.malformed = 0  # MAC control frames that are no PFC frame enabling a class
-        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_MAC_CONTROL))
-        self.sock.bind((ifname, ETH_P_MAC_CONTROL))
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETHERTYPE_MAC_CONTROL))
+        self.sock.bind((ifname, ETHERTYPE_MAC_CONTROL))
         self.sock.setblocking(False)
         self.watch(self.sock.fileno(), select.EPOLLIN, self._on_frame)
         self.rnic = Rnic(config, self.watch, self.modify, self.unwatch)

@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable
 
-from emulator.model.credits import FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, CreditLink, CreditViolation, FcPacket, blocks
-from emulator.wire.ib import LRH_AT, SLP, data_end, decode_fc, encode_fc, set_vl
+from emulator.model.credits import FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, CreditLink, CreditViolation, blocks
+from emulator.wire.ib import LRH_AT, MIN_FRAME, SLP, data_end, decode_fc, encode_fc, set_vl
+from emulator.wire.mac import mac_bytes
 
-MIN_FRAME = 60
 IB_DROPS = (
     "malformed",         # not a local-routed data packet or a flow-control packet with a good LPCRC; a VL we lack
     "credit_violation",  # the sender ignored our credit
@@ -35,7 +35,7 @@ class IbPlane:
 
     def __init__(self, macs: list[tuple[str, str]], config: dict[str, Any], max_frames: list[int]) -> None:
         self.macs = macs  # per port: (our MAC, the peer's MAC), as text
-        self.mac_bytes = [(bytes.fromhex(a.replace(":", "")), bytes.fromhex(b.replace(":", ""))) for a, b in macs]
+        self.mac_bytes = [(mac_bytes(a), mac_bytes(b)) for a, b in macs]
         self.max_frames = max_frames  # per port: the longest Ethernet frame its link carries
         self.lft = {int(dlid): port for dlid, port in config["lft"].items()}  # DLID -> port index
         self.sl2vl = [int(v) for v in config["sl2vl"]]
@@ -64,10 +64,10 @@ class IbPlane:
             return []
         if frame[LRH_AT - 1] == SLP:
             fc = decode_fc(frame)
-            if fc is None or not fc.lpcrc_ok or fc.vl >= self.vls:
+            if fc is None or not fc.lpcrc_ok or fc.packet.vl >= self.vls:
                 drops["malformed"] += 1
                 return []
-            self.links[port].on_fc(now, FcPacket(fc.op, fc.fctbs, fc.vl, fc.fccl))
+            self.links[port].on_fc(now, fc.packet)
             return [port]
         end = data_end(frame)  # None unless an SDP frame with LNH "IBA local" and a PktLen the frame holds
         vl_in = frame[LRH_AT] >> 4
@@ -143,7 +143,7 @@ class IbPlane:
             due = link.fc_due(now)
             if due:
                 ours, peers = self.macs[index]
-                self.control[index].extend(encode_fc(ours, peers, fc.op, fc.fctbs, fc.vl, fc.fccl) for fc in due)
+                self.control[index].extend(encode_fc(ours, peers, fc) for fc in due)
                 ports.append(index)
         return ports
 

@@ -32,7 +32,6 @@ import os
 import random
 import select
 import socket
-import struct
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -46,16 +45,14 @@ from emulator.agents.verbs_messages import (
 )
 from emulator.wire.transport import PSN_MASK
 from emulator.agents.rnic_links import make_link
-from emulator.model.rc import Completion, RcConfig, RcQueuePair, RecvWR, SendWR, WcOpcode, WrOpcode
+from emulator.kernel.packet_socket import kernel_drops, open_packet_socket
+from emulator.model.rc import (
+    Completion, RcConfig, RcQueuePair, RecvWR, SendWR, WcOpcode, WrOpcode, default_timeout_ns,
+)
+from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD
 
-SOL_PACKET = 263
-PACKET_STATISTICS = 6
-PACKET_IGNORE_OUTGOING = 23
 SEND_BUFFER = 16 * 1024  # the kernel doubles it: about a dozen 1 KiB frames (1 ms at 100 Mbit/s) queued in tc
 RECV_BUFFER = 4 << 20  # a NIC's receive ring: the agent may be scheduled out for a few ms
-PATHS_MTU = (256, 512, 1024, 2048, 4096)
-# IPv4 + UDP + BTH + RETH + ImmDt + ICRC: what a path-MTU payload needs on top in a link's MTU.
-ROCE_OVERHEAD = 20 + 8 + 12 + 16 + 4 + 4
 RECV_OPCODES = (WcOpcode.RECV, WcOpcode.RECV_RDMA_WITH_IMM)
 EARLY_WAKE_NS = 1_000_000  # a timed post wakes the RNIC this much before its start (see _release)
 MAX_CLIENTS = 256  # application connections (contexts) at once
@@ -69,25 +66,6 @@ SEND_WR_COLUMNS = (("wr_id", 0, U64), ("opcode", min(WrOpcode), max(WrOpcode)), 
 RECV_WR_COLUMNS = (("wr_id", 0, U64), ("addr", 0, U64), ("length", 0, U32), ("lkey", 0, U32))
 # connect's optional QP attributes and their ranges: IB's local ACK timeout spans 4.096 us x 2^(1..31).
 QP_OPTIONS = {"timeout_ns": (8192, 4096 << 31), "retry_cnt": (0, 7), "rnr_retry": (0, 7), "max_inflight": (1, 4096)}
-
-
-def default_timeout_ns(rate_bps: int, mtu: int, max_inflight: int = RcConfig.max_inflight) -> int:
-    """The local ACK timeout a QP gets unless the application sets one.
-
-    IB's timeout 14 (67 ms, perftest's default) is thousands of windows at
-    100 Gbit/s.  On an emulated link of tens of Mbit/s one window of 128
-    frames takes tens of milliseconds, and a sender that PFC holds back in an
-    8-to-1 incast waits longer than 67 ms between ACKs without losing
-    anything: timeouts would fire on paused packets, not lost ones.  So the
-    timeout scales with the link: the smallest IB value (4.096 us x 2^t,
-    t >= 14) that covers 8 windows of path-MTU frames at the link rate
-    (20 Mbit/s: 537 ms; 100 Mbit/s: 134 ms; 1 Gbit/s and up: 67 ms).
-    """
-    needed = 8 * max_inflight * (mtu + ROCE_OVERHEAD + 14) * 8 * 1_000_000_000 // max(rate_bps, 1)
-    exponent = 14
-    while 4096 * 2**exponent < needed and exponent < 31:
-        exponent += 1
-    return 4096 * 2**exponent
 
 
 @dataclass
@@ -149,13 +127,7 @@ class Rnic:
         self.closed_qp_counters: dict[str, int] = {}
 
         self.link = make_link(config)
-        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(self.link.ethertype))
-        self.link.prepare(self.sock)
-        self.sock.bind((self.ifname, self.link.ethertype))
-        self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER)
-        self.sock.setblocking(False)
+        self.sock = open_packet_socket(self.ifname, self.link.ethertype, SEND_BUFFER, RECV_BUFFER, self.link.prepare)
         self._rx = bytearray(self.link_mtu + 64)
         watch(self.sock.fileno(), select.EPOLLIN, self._on_socket)
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -530,8 +502,7 @@ class Rnic:
     # --- counters and exit -------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        _, drops = struct.unpack("II", self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
-        self.counters["rx_kernel_drops"] += drops  # reading the statistics resets them
+        self.counters["rx_kernel_drops"] += kernel_drops(self.sock)
         totals = dict(self.closed_qp_counters)
         for entry in self.qps.values():
             if entry.qp is not None:

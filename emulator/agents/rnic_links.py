@@ -14,8 +14,9 @@ import socket
 import struct
 from typing import Any
 
-from emulator.model.credits import FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, CreditLink, CreditViolation, FcPacket, blocks
-from emulator.wire.ib import ETHERTYPE_IB, LRH_AT, SLP, decode_data, decode_fc, encode_data, encode_fc
+from emulator.model.credits import FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, CreditLink, CreditViolation, blocks
+from emulator.model.rdma_params import IB_OVERHEAD
+from emulator.wire.ib import ETHERTYPE_IB, LRH_AT, SLP, decode_data, decode_fc, encode_data, encode_fc, packet_size
 from emulator.wire.transport import Packet
 from emulator.wire.roce import ROCE_PORT, Framer, decode
 
@@ -31,8 +32,6 @@ _ROCE_FILTER = [
     (0x06, 0, 0, 0xFFFF), (0x06, 0, 0, 0),      # accept; drop
 ]
 _DROP_ALL = [(0x06, 0, 0, 0)]
-# The most an IB packet carries on top of a path-MTU payload: LRH, BTH, RETH, ImmDt, ICRC, VCRC.
-IB_OVERHEAD = 8 + 12 + 16 + 4 + 4 + 2
 
 
 def attach_filter(sock: socket.socket, program: list[tuple[int, int, int, int]]) -> None:
@@ -141,16 +140,16 @@ class IbLink:
         """(packet, source GID, CRCs good) of a data packet; None for a link packet (consumed) or garbage (counted)."""
         if len(frame) > LRH_AT and frame[LRH_AT - 1] == SLP:
             fc = decode_fc(frame)
-            if fc is None or not fc.lpcrc_ok or fc.vl >= self.credits.vls:
+            if fc is None or not fc.lpcrc_ok or fc.packet.vl >= self.credits.vls:
                 self.malformed += 1
             else:
-                self.credits.on_fc(now, FcPacket(fc.op, fc.fctbs, fc.vl, fc.fccl))
+                self.credits.on_fc(now, fc.packet)
             return None
         decoded = decode_data(frame)  # None for anything but a local-routed SDP packet that its frame holds
         if decoded is None or decoded.vl >= self.credits.vls:
             self.malformed += 1
             return None
-        size = _ib_size(frame)
+        size = packet_size(frame)
         try:
             self.credits.received(decoded.vl, size)
         except CreditViolation:  # the switch ignored our credit
@@ -162,7 +161,7 @@ class IbLink:
 
     def admit(self, frame: bytes) -> bool:
         """Whether the switch has credit for this packet; counts it as sent if so."""
-        vl, size = frame[LRH_AT] >> 4, _ib_size(frame)
+        vl, size = frame[LRH_AT] >> 4, packet_size(frame)
         if not self.credits.can_send(vl, size):
             self.waiting = True
             return False
@@ -171,8 +170,7 @@ class IbLink:
         return True
 
     def control_frames(self, now: int) -> list[bytes]:
-        return [encode_fc(self.mac, self.gateway_mac, fc.op, fc.fctbs, fc.vl, fc.fccl)
-                for fc in self.credits.fc_due(now)]
+        return [encode_fc(self.mac, self.gateway_mac, fc) for fc in self.credits.fc_due(now)]
 
     def next_deadline(self) -> int | None:
         return self.credits.next_deadline()
@@ -183,11 +181,6 @@ class IbLink:
 
     def close(self) -> None:
         """Nothing beyond the RNIC's socket."""
-
-
-def _ib_size(frame: bytes | memoryview) -> int:
-    """Bytes of the IB packet in a frame: LRH through ICRC (PktLen words), and the VCRC."""
-    return (int.from_bytes(frame[LRH_AT + 4:LRH_AT + 6], "big") & 0x7FF) * 4 + 2
 
 
 def make_link(config: dict[str, Any]) -> RoceLink | IbLink:

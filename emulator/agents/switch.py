@@ -26,13 +26,14 @@ from __future__ import annotations
 import random
 import select
 import socket
-import struct
 from collections import deque
 from typing import Any
 
 from emulator.agents.base import AgentBase, run_agent
 from emulator.wire.mac import mac_bytes
-from emulator.wire.pfc import PRIORITIES, decode_pfc, encode_pfc
+from emulator.wire.ib import ETH_IB
+from emulator.wire.pfc import ETH_MAC_CONTROL, PRIORITIES, decode_pfc, encode_pfc
+from emulator.kernel.packet_socket import ETH_P_ALL, kernel_drops, open_packet_socket
 from emulator.kernel.rps import keep_flows_in_order
 from emulator.model.forwarding import (
     ETH_ARP, ETH_CONTROL, ETH_IPV4, ETH_LEN, arp_reply, ecmp_index, ipv4_ok, priority, routed,
@@ -41,12 +42,6 @@ from emulator.agents.ib_plane import IB_DROPS, IbPlane
 from emulator.model.mmu import Mmu, MmuConfig
 from emulator.kernel.tc import leaf_class
 
-ETH_P_ALL = 0x0003
-ETH_MAC_CONTROL = b"\x88\x08"
-ETH_IB = b"\x88\xb6"  # native IB packets (emulator.wire.ib)
-SOL_PACKET = 263
-PACKET_STATISTICS = 6
-PACKET_IGNORE_OUTGOING = 23
 SEND_BUFFER = 3000  # the kernel doubles it: room for two MTU-sized frames
 RECV_BUFFER = 4 << 20
 BATCH = 64
@@ -78,12 +73,7 @@ class Port:
         self.loss = spec["loss"]
         self.drop_seq = set(spec["drop"])
         self.random = random.Random(seed * 1000 + index)
-        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-        self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER)
-        self.sock.bind((self.ifname, ETH_P_ALL))
-        self.sock.setblocking(False)
+        self.sock = open_packet_socket(self.ifname, ETH_P_ALL, SEND_BUFFER, RECV_BUFFER)
         self.pfc_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         self.pfc_sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, leaf_class(PRIORITIES - 1))
         self.pfc_sock.bind((self.ifname, 0))
@@ -112,8 +102,7 @@ class Port:
 
     def read_kernel_drops(self) -> int:
         """Frames the kernel dropped because this socket's buffer was full."""
-        _, drops = struct.unpack("II", self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
-        self.kernel_drops += drops
+        self.kernel_drops += kernel_drops(self.sock)
         return self.kernel_drops
 
 

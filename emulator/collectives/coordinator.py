@@ -43,7 +43,7 @@ class Flow:
 
 
 @dataclass
-class Iteration:
+class IterationResult:
     """One measured iteration of a collective."""
 
     iteration: int
@@ -63,13 +63,13 @@ class Iteration:
 @dataclass
 class CollectiveRun:
     hosts: list[str]
-    iterations: list[Iteration]
-    warmup: list[Iteration]
+    iterations: list[IterationResult]
+    warmup: list[IterationResult]
 
 
 def run_collective(net: "Fabric", collective: str, size: int, iterations: int, warmup: int = 0,
                    senders: int | None = None, mtu: int = 1024,
-                   progress: Callable[[int, int, Iteration], None] | None = None) -> CollectiveRun:
+                   progress: Callable[[int, int, IterationResult], None] | None = None) -> CollectiveRun:
     """Run ``warmup + iterations`` iterations of ``collective`` over every host of ``net``."""
     hosts = [node.name for node in net.hosts]
     plans = plan(collective, len(hosts), size, senders)  # bad parameters fail before any process starts
@@ -138,7 +138,7 @@ def _paused_ns(net: "Fabric", hosts: list[str]) -> dict[str, int]:
 
 
 def _iteration(net: "Fabric", links: dict[str, JsonLines], hosts: list[str], plans: list, i: int,
-               previous: dict[str, dict[str, list[int]]]) -> Iteration:
+               previous: dict[str, dict[str, list[int]]]) -> IterationResult:
     for host in hosts:
         links[host].receive(f"ready for iteration {i}")
     paused_before = _paused_ns(net, hosts)
@@ -152,7 +152,7 @@ def _iteration(net: "Fabric", links: dict[str, JsonLines], hosts: list[str], pla
 
 
 def summarize(i: int, start: int, hosts: list[str], plans: list, reports: dict[str, dict[str, Any]],
-              previous: dict[str, dict[str, list[int]]], paused: dict[str, int]) -> Iteration:
+              previous: dict[str, dict[str, list[int]]], paused: dict[str, int]) -> IterationResult:
     """One iteration's metrics from the ranks' reports (pure: unit-tested)."""
     delta: dict[tuple[int, int], tuple[int, int]] = {}  # (src rank, dst rank) -> (retransmissions, timeouts)
     for rank, host in enumerate(hosts):
@@ -185,7 +185,7 @@ def summarize(i: int, start: int, hosts: list[str], plans: list, reports: dict[s
     released = [r["released_ns"] for r in reports.values() if r.get("released_ns")]
     skew = max(released) - min(released) if released else 0
     late = max(released) - start if released else 0
-    return Iteration(
+    return IterationResult(
         iteration=i, start_ns=start, cct_us=(last_stamp - start) / 1e3, start_skew_us=skew / 1e3,
         start_late_us=max(late, 0) / 1e3,
         last_src=hosts[last_src], last_dst=hosts[last_dst], cause=cause,

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from mininet.util import natural
 
 from emulator.errors import FabricError
-from emulator.fabric.plan import FabricPlan, NodePlan, Port, hop_distances
+from emulator.fabric.plan import FabricPlan, NodePlan, PortPlan, hop_distances
 
 MAX_UNICAST_LID = 0xBFFF  # 0xC000 and up are multicast LIDs, 0 is reserved
 GUID_BASE = 0x0002C90300000000  # a Mellanox-style OUI prefix; the low bits are the node's index
@@ -46,7 +46,7 @@ class Subnet:
     """What the subnet manager programmed into the fabric.
 
     ``lfts`` holds, per switch, DLID -> egress port number (the plan's
-    ``Port.number``; 0 is the switch itself).  ``sl2vl`` maps each of the 16
+    ``PortPlan.number``; 0 is the switch itself).  ``sl2vl`` maps each of the 16
     SLs onto the data VLs ``0..vls-1``; VL15 is reserved for subnet
     management packets and never carries data.
     """
@@ -101,19 +101,19 @@ def _lid_order(plan: FabricPlan) -> list[str]:
     return hosts + switches
 
 
-def _switch_links(plan: FabricPlan, switch: NodePlan) -> list[Port]:
+def _switch_links(plan: FabricPlan, switch: NodePlan) -> list[PortPlan]:
     """The ports of ``switch`` cabled to other switches: the only transit paths."""
     return [p for p in switch.ports if plan.nodes[p.peer_node].kind == "switch"]
 
 
-def _next_hops(switch: str, ports: list[Port], dist: dict[str, int]) -> list[int]:
+def _next_hops(switch: str, ports: list[PortPlan], dist: dict[str, int]) -> list[int]:
     """Port numbers of ``switch`` whose neighbour is one hop closer (``dist``)."""
     if switch not in dist:
         return []
     return [p.number for p in ports if dist.get(p.peer_node) == dist[switch] - 1]
 
 
-def _min_hop_lft(plan: FabricPlan, switch: str, order: list[str], ports: list[Port],
+def _min_hop_lft(plan: FabricPlan, switch: str, order: list[str], ports: list[PortPlan],
                  distances: dict[str, dict[str, int]]) -> dict[int, int]:
     """One switch's LFT: every LID to a least-loaded port on a shortest path.
 

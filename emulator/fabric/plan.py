@@ -47,7 +47,7 @@ class LinkParams:
 
 
 @dataclass
-class Port:
+class PortPlan:
     """One veth end: its node, name, MAC, and what is cabled to it."""
 
     node: str
@@ -67,7 +67,7 @@ class NodePlan:
     name: str
     kind: str  # "host" or "switch"
     netns: str
-    ports: list[Port] = field(default_factory=list)
+    ports: list[PortPlan] = field(default_factory=list)
     ip: str | None = None  # hosts only
 
 
@@ -77,7 +77,7 @@ class FabricPlan:
 
     run: str
     nodes: dict[str, NodePlan]
-    links: list[tuple[Port, Port]]
+    links: list[tuple[PortPlan, PortPlan]]
     routes: dict[str, dict[str, list[str]]]  # switch -> host IP -> egress ifnames
 
     def hosts(self) -> list[NodePlan]:
@@ -154,7 +154,7 @@ def make_plan(topo: Topo, run: str, link_defaults: dict[str, Any] | None = None)
         nodes[name] = NodePlan(name, "switch", f"{run}-{name}")
     order = {name: i for i, name in enumerate(hosts + switches, start=1)}
 
-    links: list[tuple[Port, Port]] = []
+    links: list[tuple[PortPlan, PortPlan]] = []
     for _, _, info in topo.links(sort=True, withInfo=True):
         n1, n2 = info["node1"], info["node2"]
         params = link_params(info, defaults)
@@ -167,8 +167,8 @@ def make_plan(topo: Topo, run: str, link_defaults: dict[str, Any] | None = None)
                 raise FabricError(f"interface name {ifname!r} is longer than {IFNAMSIZ} characters; use shorter node names")
             ends.append((node, peer, ifname, number, _mac(nodes[node].kind, order[node], number)))
         (a, b) = ends
-        pa = Port(a[0], a[2], a[3], a[4], b[0], b[2], b[4], params)
-        pb = Port(b[0], b[2], b[3], b[4], a[0], a[2], a[4], params)
+        pa = PortPlan(a[0], a[2], a[3], a[4], b[0], b[2], b[4], params)
+        pb = PortPlan(b[0], b[2], b[3], b[4], a[0], a[2], a[4], params)
         nodes[n1].ports.append(pa)
         nodes[n2].ports.append(pb)
         links.append((pa, pb))
@@ -218,7 +218,7 @@ def compute_routes(plan: FabricPlan) -> dict[str, dict[str, list[str]]]:
     return routes
 
 
-def hop_distances(links: dict[str, list[Port]], start: str) -> dict[str, int]:
+def hop_distances(links: dict[str, list[PortPlan]], start: str) -> dict[str, int]:
     """Hop count between ``start`` and every switch ``links`` connects it to.
 
     ``links`` holds each switch's ports towards other switches.  Links are

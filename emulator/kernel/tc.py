@@ -45,7 +45,6 @@ PRIORITIES = 8
 ROOT = 0x10000
 PARENT_CLASS = 0x10001
 ETH_P_IP = 0x0800
-ETH_P_ALL = 0x0003
 # Gate and kick frames: IEEE local experimental EtherType; switches drop them.
 CONTROL_ETHERTYPE = 0x88B5
 GATE_LIMIT = 8 << 20  # bytes a closed gate holds; above any socket's send buffer

@@ -36,14 +36,12 @@ count that data twice and over-grant.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from emulator.wire.ib import OP_INIT, OP_NORMAL, FcPacket
 
 BLOCK = 64
 MODULUS = 4096  # FCTBS, ABR and FCCL are 12-bit counters
 WINDOW = 2048  # the most a grant may run ahead of the blocks already sent
 MAX_PACKET_BLOCKS = WINDOW - 1
-OP_NORMAL = 0
-OP_INIT = 1
 
 COUNTER_NAMES = ("packets_sent", "blocks_sent", "stalls", "fc_sent", "fc_received", "max_occupancy_blocks")
 
@@ -74,29 +72,6 @@ def blocks(nbytes: int) -> int:
 def _fits(fccl: int, fctbs: int, nblocks: int) -> bool:
     """The spec's send rule: (FCCL - (FCTBS + blocks)) mod 4096 <= 2048."""
     return (fccl - (fctbs + nblocks)) % MODULUS <= WINDOW
-
-
-@dataclass(frozen=True)
-class FcPacket:
-    """One flow-control packet for one VL, as on the wire.
-
-    ``op`` is :data:`OP_INIT` until this end has heard from its peer on
-    the VL, then :data:`OP_NORMAL`; ``fctbs`` is the sender's blocks sent
-    and ``fccl`` its grant to the peer, both mod 4096.
-    """
-
-    op: int
-    fctbs: int
-    vl: int
-    fccl: int
-
-    def __post_init__(self) -> None:
-        if self.op not in (OP_NORMAL, OP_INIT):
-            raise ValueError(f"flow-control op {self.op} is neither normal (0) nor init (1)")
-        if not (0 <= self.fctbs < MODULUS and 0 <= self.fccl < MODULUS):
-            raise ValueError(f"FCTBS {self.fctbs} or FCCL {self.fccl} is not a 12-bit value")
-        if self.vl < 0:
-            raise ValueError(f"negative VL {self.vl}")
 
 
 def _per_vl(value: int | list[int], vls: int, name: str) -> list[int]:

@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Protocol
 
+from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD
 from emulator.wire.transport import (
     HAS_IMM, NAK_INVALID_REQUEST, NAK_PSN_SEQUENCE_ERROR, NAK_REMOTE_ACCESS_ERROR, NAK_REMOTE_OPERATIONAL_ERROR,
     PSN_MASK, SYNDROME_ACK, SYNDROME_RNR_NAK, Opcode, Packet, psn_add, psn_diff,
 )
 
-MTUS = (256, 512, 1024, 2048, 4096)
 INFINITE_RNR_RETRY = 7
 # The 5-bit RNR NAK timer of IBTA table 45, in nanoseconds (code 0 is the longest).
 RNR_TIMER_NS = [655_360_000] + [int(ms * 1_000_000) for ms in (
@@ -130,12 +130,31 @@ class RcConfig:
     max_msg: int = 1 << 30
 
     def __post_init__(self) -> None:
-        if self.mtu not in MTUS:
-            raise ValueError(f"path MTU {self.mtu}: choose one of {', '.join(map(str, MTUS))}")
+        if self.mtu not in PATHS_MTU:
+            raise ValueError(f"path MTU {self.mtu}: choose one of {', '.join(map(str, PATHS_MTU))}")
         if self.max_inflight < 1 or self.ack_every < 1 or self.max_rd_atomic < 1:
             raise ValueError("max_inflight, ack_every and max_rd_atomic must be at least 1")
         if not 0 <= self.retry_cnt <= 7 or not 0 <= self.rnr_retry <= 7:
             raise ValueError("retry_cnt and rnr_retry are 0 to 7")
+
+
+def default_timeout_ns(rate_bps: int, mtu: int, max_inflight: int = RcConfig.max_inflight) -> int:
+    """The local ACK timeout a QP gets unless the application sets one.
+
+    IB's timeout 14 (67 ms, perftest's default) is thousands of windows at
+    100 Gbit/s.  On an emulated link of tens of Mbit/s one window of 128
+    frames takes tens of milliseconds, and a sender that PFC holds back in an
+    8-to-1 incast waits longer than 67 ms between ACKs without losing
+    anything: timeouts would fire on paused packets, not lost ones.  So the
+    timeout scales with the link: the smallest IB value (4.096 us x 2^t,
+    t >= 14) that covers 8 windows of path-MTU frames at the link rate
+    (20 Mbit/s: 537 ms; 100 Mbit/s: 134 ms; 1 Gbit/s and up: 67 ms).
+    """
+    needed = 8 * max_inflight * (mtu + ROCE_OVERHEAD + 14) * 8 * 1_000_000_000 // max(rate_bps, 1)
+    exponent = 14
+    while 4096 * 2**exponent < needed and exponent < 31:
+        exponent += 1
+    return 4096 * 2**exponent
 
 
 def rnr_timer_code(ns: int) -> int:

@@ -1,4 +1,4 @@
-"""The default experiment, until the collective experiments exist.
+"""``fabric-emu demo``: the emulator shown working in a few minutes, with no experiment file to write.
 
 On a leaf-spine fabric: all-pairs reachability, then iperf3 TCP and UDP
 (offered at twice the link rate) between hosts on different leaves: the

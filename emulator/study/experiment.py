@@ -41,7 +41,7 @@ from emulator.errors import FabricError, one_line, printable, shown
 from emulator.fabric.capacity import meminfo_bytes
 from emulator.fabric.plan import DEFAULT_LINK, FabricPlan, link_params, make_plan
 from emulator.agents.memory import MAX_MR_BYTES
-from emulator.agents.rnic import PATHS_MTU, ROCE_OVERHEAD
+from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, derive_config, parse_overrides
 from emulator.fabric.topospec import build_topo
 from emulator.units import format_size, parse_size

@@ -40,12 +40,11 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from emulator.errors import FabricError
-from emulator.wire.pfc import PRIORITIES, pause_ns
+from emulator.study.stats import percentile
+from emulator.wire.pfc import OPCODE_PFC, PRIORITIES, pause_ns
 
 FULL_FRAME = 1514  # an MTU-sized (1500) Ethernet frame without FCS
 ETH_IPV4 = 0x0800
-ETH_MAC_CONTROL = 0x8808
-OPCODE_PFC = 0x0101
 IPPROTO_UDP = 17
 
 TSHARK_FIELDS = (
@@ -105,7 +104,7 @@ def parse_tshark_fields(text: str) -> list[Frame]:
         when, src, dst, ethertype, length, tos, proto, opcode, vector = cols[:9]
         times = cols[9:9 + PRIORITIES]
         pfc = None
-        if opcode and int(opcode, 16) == OPCODE_PFC and vector:
+        if opcode and int(opcode, 16) == int.from_bytes(OPCODE_PFC, "big") and vector:
             enabled = int(vector, 16)
             pfc = tuple(int(times[p] or 0) if enabled >> p & 1 else None for p in range(PRIORITIES))
         frames.append(Frame(
@@ -350,15 +349,6 @@ def match(times_a: Sequence[int], times_b: Sequence[int], tolerance_ns: int) -> 
 # --- statistics ------------------------------------------------------------------------------
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The nearest-rank ``q``-th percentile (0 < q <= 100) of ``values``."""
-    if not values:
-        raise ValueError("no values")
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * q // 100))
-    return ordered[int(rank) - 1]
-
-
 @dataclass(frozen=True)
 class Summary:
     count: int
@@ -371,4 +361,5 @@ def summarize(values: Sequence[float]) -> Summary | None:
     """Count, median (nearest rank, lower), p99 and max; None if empty."""
     if not values:
         return None
-    return Summary(len(values), percentile(values, 50), percentile(values, 99), max(values))
+    return Summary(len(values), percentile(values, 50, nearest_rank=True), percentile(values, 99, nearest_rank=True),
+                   max(values))

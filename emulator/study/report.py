@@ -28,7 +28,7 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, TextIO
 
 from emulator.errors import printable
-from emulator.study.results import Iteration, Results, Sample, load_results
+from emulator.study.results import IterationRow, Results, Sample, load_results
 from emulator.study.safefiles import Outputs
 
 if TYPE_CHECKING:
@@ -293,9 +293,9 @@ def _save_png(fig: Figure, f: BinaryIO) -> None:
     fig.savefig(f, format="png", dpi=PLOT_DPI)
 
 
-def cct_by_variant(iterations: list[Iteration]) -> dict[str, tuple[list[int], list[float]]]:
+def cct_by_variant(iterations: list[IterationRow]) -> dict[str, tuple[list[int], list[float]]]:
     """Per variant (in file order): iteration numbers and their CCT in ms, by iteration."""
-    series: dict[str, list[Iteration]] = {}
+    series: dict[str, list[IterationRow]] = {}
     for it in iterations:
         series.setdefault(it.variant, []).append(it)
     cct = {}

@@ -68,7 +68,7 @@ class Sample(NamedTuple):
     xoff: bool
 
 
-class Iteration(NamedTuple):
+class IterationRow(NamedTuple):
     """The columns of iterations.csv that the report uses."""
 
     variant: str
@@ -145,7 +145,7 @@ class Results:
     directory: str
     config: dict[str, Any]
     results: dict[str, Any]
-    iterations: list[Iteration]
+    iterations: list[IterationRow]
 
     @property
     def variants(self) -> list[dict[str, Any]]:
@@ -189,7 +189,7 @@ def load_results(directory: str) -> Results:
     for path, data in ((results_path, results), (printable(os.path.join(directory, "config.json")), config)):
         if data.get("experiment") is not None:
             _check_name(path, "experiment", data["experiment"])
-    iterations = _read_csv(directory, "iterations.csv", _iteration_columns(seen), Iteration) or []
+    iterations = _read_csv(directory, "iterations.csv", _iteration_columns(seen), IterationRow) or []
     return Results(directory, config, results, iterations)
 
 

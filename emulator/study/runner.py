@@ -22,14 +22,15 @@ from typing import Any, Callable
 
 from emulator.fabric.capacity import check_capacity
 from emulator.collectives.algorithms import bus_factor, plan
-from emulator.collectives.coordinator import CollectiveRun, Iteration, run_collective
+from emulator.collectives.coordinator import CollectiveRun, IterationResult, run_collective
 from emulator.errors import FabricError
 from emulator.study.experiment import Experiment, Variant, results_directory, run_config
 from emulator.fabric.builder import Fabric
 from emulator.fabric.plan import hop_distances, link_params, make_plan
-from emulator.model.rc import RcConfig
-from emulator.agents.rnic import ROCE_OVERHEAD, default_timeout_ns
+from emulator.model.rc import RcConfig, default_timeout_ns
+from emulator.model.rdma_params import ROCE_OVERHEAD
 from emulator.fabric.topospec import build_topo
+from emulator.study.stats import percentile
 
 ITERATION_FIELDS = ["variant", "iteration", "start_ns", "cct_us", "start_skew_us", "last_src", "last_dst", "cause",
                     "retransmissions", "paused_us"]
@@ -44,8 +45,8 @@ def run_experiment(experiment: Experiment, out_root: str, log: Callable[[str], N
     and the results directory must be created with its first files.
     """
     for variant in experiment.variants:
-        fabric = make_plan(build_topo(variant.topo), "check", variant.link)
-        check_capacity(f"variant {variant.name} ({variant.topo})", len(fabric.nodes), len(fabric.links))
+        fabric_plan = make_plan(build_topo(variant.topo), "check", variant.link)
+        check_capacity(f"variant {variant.name} ({variant.topo})", len(fabric_plan.nodes), len(fabric_plan.links))
     now = datetime.now(timezone.utc)
     directory = results_directory(out_root, experiment.name, now)
     config = run_config(experiment, None, now)
@@ -94,7 +95,7 @@ def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
             config["features"] = net.features.as_dict()
         baseline = deque([_counters(net)], maxlen=1)  # fabric counters when the measured iterations begin
 
-        def progress(i: int, total: int, record: Iteration) -> None:
+        def progress(i: int, total: int, record: IterationResult) -> None:
             if i == variant.warmup - 1:
                 baseline.append(_counters(net))
             phase = "warm-up" if i < variant.warmup else "iteration"
@@ -114,19 +115,8 @@ def _counters(net: Fabric) -> dict[str, int]:
     return {key: totals[key] for key in COUNTERS}
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The q-th percentile (0..100) by linear interpolation, as numpy's default."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    position = (len(ordered) - 1) * q / 100
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def summarize_variant(variant: Variant, run: CollectiveRun, fabric: dict[str, int]) -> dict[str, Any]:
-    """The results.json entry of one variant (measured iterations only)."""
+def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, int]) -> dict[str, Any]:
+    """The results.json entry of one variant (measured iterations only; ``counters``: the fabric's COUNTERS over them)."""
     ccts = [it.cct_us for it in run.iterations]
     skews = [it.start_skew_us for it in run.iterations]
     ranks = len(run.hosts)
@@ -143,17 +133,17 @@ def summarize_variant(variant: Variant, run: CollectiveRun, fabric: dict[str, in
         "cct_us": {"p50": round(percentile(ccts, 50), 1), "p99": round(percentile(ccts, 99), 1),
                    "max": round(max(ccts), 1), "mean": round(statistics.fmean(ccts), 1), "min": round(min(ccts), 1)},
         "algbw_gbps": round(algbw, 6), "busbw_gbps": round(algbw * bus_factor(variant.collective, ranks), 6),
-        "drops": fabric["drops"], "retransmissions": sum(it.retransmissions for it in run.iterations),
+        "drops": counters["drops"], "retransmissions": sum(it.retransmissions for it in run.iterations),
         "timeouts": sum(f.timeouts for it in run.iterations for f in it.flows),
-        "pfc_sent": fabric["pfc_sent"], "ecn_marked": fabric["ecn_marked"],
-        "paused_ms": round(fabric["host_paused_ns"] / 1e6, 3),
+        "pfc_sent": counters["pfc_sent"], "ecn_marked": counters["ecn_marked"],
+        "paused_ms": round(counters["host_paused_ns"] / 1e6, 3),
         "start_skew_us": round(max(skews), 1), "start_skew_p99_us": round(percentile(skews, 99), 1),
         "start_late_max_us": round(max(it.start_late_us for it in run.iterations), 1),
         "stragglers": causes, "verified": all(it.verified for it in run.iterations),
     }
 
 
-def _append_rows(directory: str, name: str, iterations: list[Iteration]) -> None:
+def _append_rows(directory: str, name: str, iterations: list[IterationResult]) -> None:
     with open(os.path.join(directory, "iterations.csv"), "a", newline="") as f:
         writer = csv.writer(f)
         for it in iterations:
@@ -189,7 +179,7 @@ def _add_predictions(experiment: Experiment, summaries: list[dict[str, Any]]) ->
 
 
 def prediction(variant: Variant, baseline_mean_us: float) -> dict[str, Any]:
-    """The straggler model of reference.md for one variant.
+    """The straggler model of ../shared/reference.md for one variant.
 
     n counts every data packet of one iteration once per link it crosses
     (loss is drawn per link); the recovery time is either one go-back-N
@@ -198,19 +188,19 @@ def prediction(variant: Variant, baseline_mean_us: float) -> dict[str, Any]:
     """
     params = link_params({}, variant.link)
     p = params.loss
-    fabric = make_plan(build_topo(variant.topo), "predict", variant.link)
-    hosts = [node.name for node in fabric.hosts()]  # rank order, as the fabric numbers hosts
-    links = {node.name: node.ports for node in fabric.nodes.values()}
+    fabric_plan = make_plan(build_topo(variant.topo), "predict", variant.link)
+    hosts = [node.name for node in fabric_plan.hosts()]  # rank order, as the fabric numbers hosts
+    links = {node.name: node.ports for node in fabric_plan.nodes.values()}
     distances = {host: hop_distances(links, host) for host in hosts}
-    plans = plan(variant.collective, len(hosts), variant.size, variant.senders)
+    rank_plans = plan(variant.collective, len(hosts), variant.size, variant.senders)
     packets = 0
-    for rank, rank_plan in enumerate(plans):
+    for rank, rank_plan in enumerate(rank_plans):
         for step in rank_plan.steps:
             for send in step.sends:
                 packets += max(1, math.ceil(send.length / variant.mtu)) * distances[hosts[send.dst]][hosts[rank]]
     hit = 1 - (1 - p) ** packets
     frame_s = (variant.mtu + ROCE_OVERHEAD + 14) * 8 / params.bw_bps
-    largest = max(s.length for rp in plans for st in rp.steps for s in st.sends)
+    largest = max(s.length for rp in rank_plans for st in rp.steps for s in st.sends)
     gbn_us = min(RcConfig.max_inflight, math.ceil(largest / variant.mtu)) * frame_s * 1e6
     rto_us = default_timeout_ns(params.bw_bps, variant.mtu) / 1e3
     return {"p": p, "packets": packets, "hit_probability": round(hit, 6),

@@ -15,7 +15,7 @@ decoders go by LRH.PktLen or the link packet's fixed 6 bytes and ignore it.
 The LRH carries VL, LVer 0, SL, LNH 2 ("IBA local": no GRH), DLID, PktLen
 (LRH through ICRC in 4-byte words) and SLID.
 
-CRCs (IBTA 7.8; shared/reference.md), each appended least significant
+CRCs (IBTA 7.8; ../shared/reference.md), each appended least significant
 byte first:
 
 - ICRC: the Ethernet CRC-32 over LRH..pad with LRH.VL and BTH byte 4
@@ -38,11 +38,12 @@ from dataclasses import dataclass
 
 import crcmod
 
-from emulator.wire.mac import mac_bytes
+from emulator.wire.mac import mac_bytes, mac_text
 from emulator.wire.transport import Opcode, Packet
 from emulator.wire.roce import BECN, pack_transport, unpack_transport
 
 ETHERTYPE_IB = 0x88B6
+ETH_IB = ETHERTYPE_IB.to_bytes(2, "big")  # as it sits in a frame
 SDP = 0xFB  # start of data packet (IB's K27.7)
 SLP = 0x5C  # start of link packet (IB's K28.2)
 LNH_LOCAL = 2  # LRH.LNH "IBA local": BTH follows the LRH
@@ -57,7 +58,6 @@ MIN_FRAME = 60
 MIN_WORDS = (LRH_LEN + BTH_LEN + ICRC_LEN) // 4
 MAX_WORDS = 0x7FF  # PktLen is 11 bits
 
-_ETHERTYPE = ETHERTYPE_IB.to_bytes(2, "big")
 _PADS = (b"", b"\0", b"\0\0", b"\0\0\0")
 _ZEROS = bytes(MIN_FRAME)
 _CNP = int(Opcode.CNP)
@@ -77,13 +77,7 @@ _ICRC_FIRST = tuple(zlib.crc32(bytes((0xF0 | lver,))) for lver in range(16))
 @functools.lru_cache(maxsize=1024)
 def _head(src_mac: str, dst_mac: str, delimiter: int) -> bytes:
     """Ethernet header and delimiter byte: a port talks to one peer, so this is cached."""
-    return mac_bytes(dst_mac) + mac_bytes(src_mac) + _ETHERTYPE + bytes((delimiter,))
-
-
-@functools.lru_cache(maxsize=1024)
-def _mac_text(raw: bytes) -> str:
-    """A source MAC as text; cached, as a port hears from one peer."""
-    return raw.hex(":")
+    return mac_bytes(dst_mac) + mac_bytes(src_mac) + ETH_IB + bytes((delimiter,))
 
 
 def _check_lrh(dlid: int, slid: int, sl: int, vl: int) -> None:
@@ -139,9 +133,17 @@ def data_end(frame: bytes | bytearray | memoryview) -> int | None:
     if (len(frame) < BTH_AT + BTH_LEN + ICRC_LEN + VCRC_LEN or frame[12] != 0x88 or frame[13] != 0xB6
             or frame[ETH_LEN] != SDP or frame[LRH_AT + 1] & 3 != LNH_LOCAL):
         return None
-    words = (frame[LRH_AT + 4] & 0x07) << 8 | frame[LRH_AT + 5]
-    end = LRH_AT + words * 4 + VCRC_LEN
-    return end if words >= MIN_WORDS and end <= len(frame) else None
+    size = packet_size(frame)
+    end = LRH_AT + size
+    return end if size >= MIN_WORDS * 4 + VCRC_LEN and end <= len(frame) else None
+
+
+def packet_size(frame: bytes | bytearray | memoryview) -> int:
+    """Bytes of the IB packet in an SDP frame, what link credits count: LRH through ICRC (LRH.PktLen words) and the VCRC.
+
+    Reads LRH.PktLen as it stands; :func:`data_end` checks it against the frame.
+    """
+    return ((frame[LRH_AT + 4] & 0x07) << 8 | frame[LRH_AT + 5]) * 4 + VCRC_LEN
 
 
 def _icrc(frame: bytes | bytearray | memoryview, icrc_at: int) -> int:
@@ -190,7 +192,7 @@ def decode_data(frame: bytes | bytearray | memoryview) -> IbDecoded | None:
     vl_lver, sl_lnh, dlid, _, slid = _LRH.unpack_from(frame, LRH_AT)
     icrc_ok = _icrc(frame, icrc_at) == int.from_bytes(frame[icrc_at:icrc_at + ICRC_LEN], "little")
     vcrc_ok = crc16(memoryview(frame)[LRH_AT:end - VCRC_LEN]) == int.from_bytes(frame[end - VCRC_LEN:end], "little")
-    return IbDecoded(packet, dlid, slid, sl_lnh >> 4, vl_lver >> 4, _mac_text(bytes(frame[6:12])), icrc_ok, vcrc_ok)
+    return IbDecoded(packet, dlid, slid, sl_lnh >> 4, vl_lver >> 4, mac_text(frame[6:12]), icrc_ok, vcrc_ok)
 
 
 def set_vl(frame: bytes | bytearray, vl: int) -> bytes:
@@ -210,26 +212,46 @@ def set_vl(frame: bytes | bytearray, vl: int) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class FcPacket:
-    """A received link flow-control packet (see :mod:`emulator.model.credits`) and whether its LPCRC held."""
+    """One flow-control packet for one VL, its fields as on the wire.
+
+    ``op`` is :data:`OP_INIT` until the sending end has heard from its peer
+    on the VL, then :data:`OP_NORMAL`; ``fctbs`` is the sender's blocks sent
+    and ``fccl`` its grant to the peer, both mod 4096 (what they mean to
+    the ends of a link is :mod:`emulator.model.credits`).  A packet whose
+    fields do not fit their bits cannot be made.
+    """
 
     op: int
     fctbs: int
     vl: int
     fccl: int
+
+    def __post_init__(self) -> None:
+        if self.op not in (OP_NORMAL, OP_INIT):
+            raise ValueError(f"flow-control op {self.op} is neither normal (0) nor init (1)")
+        if self.fctbs >> 12 or self.fccl >> 12:  # a negative number shifts to -1, also refused
+            raise ValueError(f"FCTBS {self.fctbs} or FCCL {self.fccl} is not a 12-bit value")
+        if self.vl >> 4:
+            raise ValueError(f"VL {self.vl} is not a 4-bit value")
+
+
+@dataclass(frozen=True, slots=True)
+class FcDecoded:
+    """A received :class:`FcPacket`, whether its LPCRC held and who sent it."""
+
+    packet: FcPacket
     lpcrc_ok: bool
     src_mac: str
 
 
-def encode_fc(src_mac: str, dst_mac: str, op: int, fctbs: int, vl: int, fccl: int) -> bytes:
+def encode_fc(src_mac: str, dst_mac: str, fc: FcPacket) -> bytes:
     """The Ethernet frame of a flow-control packet: Op (0 normal, 1 init), FCTBS, VL, FCCL, LPCRC."""
-    if op not in (OP_NORMAL, OP_INIT) or fctbs >> 12 or vl >> 4 or fccl >> 12:  # negatives shift to -1
-        raise ValueError(f"bad flow-control packet: op {op}, FCTBS {fctbs}, VL {vl}, FCCL {fccl}")
-    fields = _FC.pack(op << 12 | fctbs, vl << 12 | fccl)
+    fields = _FC.pack(fc.op << 12 | fc.fctbs, fc.vl << 12 | fc.fccl)
     body = fields + crc16(fields).to_bytes(2, "little")
     return b"".join((_head(src_mac, dst_mac, SLP), body, _ZEROS[:MIN_FRAME - LRH_AT - FC_LEN]))
 
 
-def decode_fc(frame: bytes | bytearray | memoryview) -> FcPacket | None:
+def decode_fc(frame: bytes | bytearray | memoryview) -> FcDecoded | None:
     """The link packet of an SLP frame, or None (also for a reserved Op); never raises on garbage."""
     if len(frame) < LRH_AT + FC_LEN or frame[12] != 0x88 or frame[13] != 0xB6 or frame[ETH_LEN] != SLP:
         return None
@@ -237,7 +259,7 @@ def decode_fc(frame: bytes | bytearray | memoryview) -> FcPacket | None:
     if first >> 12 not in (OP_NORMAL, OP_INIT):
         return None
     ok = crc16(memoryview(frame)[LRH_AT:LRH_AT + 4]) == int.from_bytes(frame[LRH_AT + 4:LRH_AT + FC_LEN], "little")
-    return FcPacket(first >> 12, first & 0xFFF, second >> 12, second & 0xFFF, ok, _mac_text(bytes(frame[6:12])))
+    return FcDecoded(FcPacket(first >> 12, first & 0xFFF, second >> 12, second & 0xFFF), ok, mac_text(frame[6:12]))
 
 
 def is_ib(frame: bytes | bytearray | memoryview) -> bool:

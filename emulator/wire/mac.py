@@ -9,6 +9,6 @@ def mac_bytes(text: str) -> bytes:
     return raw
 
 
-def mac_text(raw: bytes) -> str:
+def mac_text(raw: bytes | bytearray | memoryview) -> str:
     """6 bytes -> ``02:00:00:00:01:00``."""
-    return ":".join(f"{b:02x}" for b in raw)
+    return raw.hex(":")

@@ -12,7 +12,7 @@ import struct
 
 PFC_DST = bytes.fromhex("0180c2000001")
 ETHERTYPE_MAC_CONTROL = 0x8808
-ETH_MAC_CONTROL = ETHERTYPE_MAC_CONTROL.to_bytes(2, "big")
+ETH_MAC_CONTROL = ETHERTYPE_MAC_CONTROL.to_bytes(2, "big")  # as it sits in a frame
 OPCODE_PFC = b"\x01\x01"
 PRIORITIES = 8
 MAX_QUANTA = 0xFFFF

@@ -15,7 +15,7 @@ import sys
 import time
 
 from emulator.fabric.builder import Fabric
-from emulator.wire.ib import encode_data, encode_fc
+from emulator.wire.ib import FcPacket, encode_data, encode_fc
 from emulator.wire.mac import mac_bytes
 from emulator.wire.transport import Opcode, Packet
 from emulator.apps.perf import run_pair
@@ -77,7 +77,7 @@ def test_an_ib_switch_and_rnic_count_hostile_packets_and_transfer_on():
         lnh0[16] = 1 << 4  # issue 10: SL 1 on VL 0, LNH 0
         inject(net, "h1", h1.ifname, [header, header + b"\xfb", bytes(lnh0),
                                       encode_data(h1.mac, h1.peer_mac, 2, 1, 0, 9, ack),  # VL 9
-                                      encode_fc(h1.mac, h1.peer_mac, 0, 0, 7, 10)])        # credits for VL 7
+                                      encode_fc(h1.mac, h1.peer_mac, FcPacket(0, 0, 7, 10))])  # credits for VL 7
         # issue 10: a data packet on VL >= 4 reaching the RNIC (from a broken switch port: sent out of s1's side)
         inject(net, "s1", h1.peer_ifname, [encode_data(h1.peer_mac, h1.mac, 1, 2, 0, vl, ack) for vl in (4, 15)])
         assert_still_transfers(net)

@@ -23,6 +23,7 @@ from emulator.agents import base as agentlib
 from emulator.agents import host as host_agent
 from emulator.agents import rnic_links as links, rnic
 from emulator.agents import switch as switch_agent
+from emulator.kernel import packet_socket
 from emulator.model.switch_params import derive_config
 
 MAC_S1 = ["02:01:00:00:01:01", "02:01:00:00:01:02", "02:01:00:00:01:03"]
@@ -88,7 +89,7 @@ def _socket_module() -> types.SimpleNamespace:
 def fake_wire(monkeypatch: pytest.MonkeyPatch) -> None:
     """Patch the agents' modules so that their wire sockets are FakeWires and RPS is left alone."""
     fake = _socket_module()
-    for module in (switch_agent, host_agent, rnic, links):
+    for module in (switch_agent, host_agent, rnic, links, packet_socket):
         monkeypatch.setattr(module, "socket", fake)
     for module in (switch_agent, host_agent):
         monkeypatch.setattr(module, "keep_flows_in_order", lambda *_args, **_kw: [])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from emulator.wire.ib import encode_data, encode_fc
+from emulator.wire.ib import FcPacket, encode_data, encode_fc
 from emulator.wire.mac import mac_bytes
 from emulator.wire.pfc import encode_pfc
 from emulator.wire.transport import Opcode, Packet
@@ -31,7 +31,7 @@ def _valid_frames(dst_mac: str, src_mac: str, dst_ip: str, src_ip: str) -> list[
     return [
         roce.encode(write), roce.encode(read), roce.encode(response), roce.encode(ack),
         encode_data(src_mac, dst_mac, 2, 1, 3, 3, write), encode_data(src_mac, dst_mac, 1, 2, 1, 0, response),
-        encode_data(src_mac, dst_mac, 1, 2, 0, 5, ack), encode_fc(src_mac, dst_mac, 1, 0, 0, 100),
+        encode_data(src_mac, dst_mac, 1, 2, 0, 5, ack), encode_fc(src_mac, dst_mac, FcPacket(1, 0, 0, 100)),
         encode_pfc(mac_bytes(src_mac), {3: 0xFFFF}), arp,
     ]
 

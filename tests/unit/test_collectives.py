@@ -10,7 +10,7 @@ import pytest
 from emulator.collectives.algorithms import bus_factor, chunk_bytes, plan
 from emulator.collectives.coordinator import summarize
 from emulator.errors import FabricError
-from emulator.study.runner import percentile
+from emulator.study.stats import percentile
 
 
 def execute(collective: str, ranks: int, size: int, senders: int | None = None):

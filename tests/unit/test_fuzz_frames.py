@@ -17,7 +17,7 @@ import time
 import pytest
 from hypothesis import given
 
-from emulator.wire.ib import encode_data, encode_fc
+from emulator.wire.ib import FcPacket, encode_data, encode_fc
 from emulator.wire.mac import mac_bytes
 from emulator.wire.transport import Opcode, Packet
 from emulator.wire.roce import Framer
@@ -170,7 +170,7 @@ def test_ib_packets_with_a_vl_we_lack_or_no_route_or_too_long_are_counted(fake_w
 
 
 def test_a_flow_control_packet_for_a_vl_we_lack_is_malformed(ib_switch):
-    deliver(ib_switch, 0, encode_fc(MAC_PEERS[0], MAC_S1[0], 0, 0, 9, 100))
+    deliver(ib_switch, 0, encode_fc(MAC_PEERS[0], MAC_S1[0], FcPacket(0, 0, 9, 100)))
     assert ib_switch.ib.drops[0]["malformed"] == 1
 
 

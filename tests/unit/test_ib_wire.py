@@ -18,7 +18,7 @@ import pytest
 from capture_files import classic_pcap, pcapng
 from emulator.study import erf
 from emulator.wire.ib import (
-    LRH_AT, SDP, decode_data, decode_fc, encode_data, encode_fc, icrc_native, is_ib, set_vl, vcrc,
+    LRH_AT, SDP, FcPacket, decode_data, decode_fc, encode_data, encode_fc, icrc_native, is_ib, set_vl, vcrc,
 )
 from emulator.wire.transport import HAS_AETH, HAS_IMM, HAS_PAYLOAD, HAS_RETH, Opcode, Packet
 
@@ -173,14 +173,14 @@ def test_a_packet_beyond_pktlen_is_refused():
 
 @pytest.mark.parametrize("op,fctbs,vl,fccl", [(0, 0, 0, 0), (1, 4095, 15, 4095), (0, 100, 3, 2048), (1, 7, 1, 1)])
 def test_link_packets_round_trip_and_carry_the_lpcrc(op, fctbs, vl, fccl):
-    frame = encode_fc(A, B, op, fctbs, vl, fccl)
+    frame = encode_fc(A, B, FcPacket(op, fctbs, vl, fccl))
     assert len(frame) == 60 and frame[12:15] == b"\x88\xb6\x5c" and is_ib(frame)
     fields = frame[LRH_AT:LRH_AT + 4]
     assert fields == struct.pack("!HH", op << 12 | fctbs, vl << 12 | fccl)
     assert frame[LRH_AT + 4:LRH_AT + 6] == plain_crc16(fields).to_bytes(2, "little")
     assert frame[LRH_AT + 6:] == bytes(60 - LRH_AT - 6)
     fc = decode_fc(frame)
-    assert (fc.op, fc.fctbs, fc.vl, fc.fccl, fc.lpcrc_ok, fc.src_mac) == (op, fctbs, vl, fccl, True, A)
+    assert (fc.packet, fc.lpcrc_ok, fc.src_mac) == (FcPacket(op, fctbs, vl, fccl), True, A)
     for at in range(6):
         bad = bytearray(frame)
         bad[LRH_AT + at] ^= 0x01
@@ -191,12 +191,12 @@ def test_link_packets_round_trip_and_carry_the_lpcrc(op, fctbs, vl, fccl):
                                   (0, 0, -1, 0), (0, 0, 0, 4096), (0, 0, 0, -1)])
 def test_link_packet_fields_out_of_range_are_refused(args):
     with pytest.raises(ValueError):
-        encode_fc(A, B, *args)
+        encode_fc(A, B, FcPacket(*args))
 
 
 def test_decoders_never_raise_on_truncation_or_garbage():
     frames = [data_frame(Opcode.WRITE_ONLY_IMM, b"y" * 300), data_frame(Opcode.ACK),
-              data_frame(Opcode.READ_REQUEST), encode_fc(A, B, 1, 5, 2, 9)]
+              data_frame(Opcode.READ_REQUEST), encode_fc(A, B, FcPacket(1, 5, 2, 9))]
     for frame in frames:
         for cut in range(len(frame)):
             short = frame[:cut]
@@ -222,7 +222,7 @@ def test_erf_records_and_timestamps():
     frame = data_frame(Opcode.SEND_ONLY, b"q" * 20)
     kind, payload = erf.ib_record(frame)
     assert kind == erf.ERF_INFINIBAND and payload == packet_bytes(frame)
-    kind, payload = erf.ib_record(encode_fc(A, B, 0, 1, 2, 3))
+    kind, payload = erf.ib_record(encode_fc(A, B, FcPacket(0, 1, 2, 3)))
     assert kind == erf.ERF_INFINIBAND_LINK and len(payload) == 64 and payload[6:] == bytes(58)
     assert erf.ib_record(bytes(60)) is None
     record = erf.erf_record(T0, 21, b"abcd")
@@ -292,7 +292,7 @@ def expected_data(frame: bytes, ns: int) -> dict[str, str]:
 
 
 def expected_link(frame: bytes, ns: int) -> dict[str, str]:
-    fc = decode_fc(frame)
+    fc = decode_fc(frame).packet
     lpcrc = frame[LRH_AT + 4:LRH_AT + 6]
     return {"infiniband_link.op": str(fc.op), "infiniband_link.fctbs": str(fc.fctbs),
             "infiniband_link.vl": str(fc.vl), "infiniband_link.fccl": str(fc.fccl),
@@ -322,10 +322,10 @@ def capture_frames() -> list[bytes]:
         encode_data(B, A, 7, 3, 0, 2, Packet(Opcode.ACK, 0x12, 7, syndrome=0x60, msn=3)),
         encode_data(A, B, 3, 7, 4, 3, Packet(Opcode.READ_RESPONSE_MIDDLE, 0x11, 0xFFFFFF, payload=payload)),
         encode_data(A, B, 0xBFFF, 1, 15, 14, Packet(Opcode.SEND_ONLY, 0xFFFFFF, 9, payload=payload[:17])),
-        encode_fc(A, B, 0, 100, 0, 200),
-        encode_fc(A, B, 1, 4095, 3, 12),
-        encode_fc(B, A, 0, 0, 7, 4095),
-        encode_fc(B, A, 1, 2048, 14, 1),
+        encode_fc(A, B, FcPacket(0, 100, 0, 200)),
+        encode_fc(A, B, FcPacket(1, 4095, 3, 12)),
+        encode_fc(B, A, FcPacket(0, 0, 7, 4095)),
+        encode_fc(B, A, FcPacket(1, 2048, 14, 1)),
     ]
 
 

@@ -4,7 +4,7 @@ Expected admission counts, PFC timings and scheduling shares are worked
 out by hand in the comments from the model's rules (reserve, shared pool
 threshold, headroom; 512 bit-time quanta; DWRR), never by calling the
 code's own helpers.  The closed-loop test plays three PFC-obeying senders
-against one egress port and checks the headroom rule of reference.md.
+against one egress port and checks the headroom rule of ../shared/reference.md.
 """
 
 import functools

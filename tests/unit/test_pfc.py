@@ -1,7 +1,7 @@
 """802.1Qbb PFC frames and the receiver's pause state.
 
 The frame layout is checked field by field against the 802.1Qbb layout in
-/work/shared/reference.md and against scapy's MAC-control dissector; pause
+../shared/reference.md and against scapy's MAC-control dissector; pause
 times against the reference's worked figures (a quantum is 512 bit times).
 """
 

@@ -15,6 +15,7 @@ from decimal import Decimal
 import pytest
 
 from emulator.study import pfc_analysis as pa
+from emulator.study.stats import percentile
 
 RATE = 50_000_000
 US = 1_000
@@ -174,8 +175,8 @@ def test_pause_hold_from_frames():
 
 def test_frame_time_and_statistics():
     assert pa.frame_time_ns(RATE) == 242_240
-    assert pa.percentile([5, 1, 3, 2, 4], 50) == 3
-    assert pa.percentile(list(range(1, 201)), 99) == 198
+    assert percentile([5, 1, 3, 2, 4], 50, nearest_rank=True) == 3
+    assert percentile(list(range(1, 201)), 99, nearest_rank=True) == 198
     s = pa.summarize([10, 30, 20])
     assert (s.count, s.median, s.p99, s.max) == (3, 20, 30, 30)
     assert pa.summarize([]) is None

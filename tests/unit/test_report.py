@@ -143,7 +143,7 @@ def test_load(headline):
     results = report.load_results(headline)
     assert [v["name"] for v in results.variants] == ["incast-lossless", "incast-lossy", "allreduce-lossless"]
     assert results.config["git_commit"] == "abc123"
-    assert results.iterations[0] == report.Iteration("incast-lossless", 2, 730.0)
+    assert results.iterations[0] == report.IterationRow("incast-lossless", 2, 730.0)
     assert results.occupancy("incast-lossless") == samples(OCCUPANCY)
     assert results.occupancy("incast-lossy") is None
 

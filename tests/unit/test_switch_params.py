@@ -1,6 +1,6 @@
 """Switch MMU settings derived from the links, and ``--switch`` overrides.
 
-The headroom is recomputed here from reference.md's rule (2 x frame, the
+The headroom is recomputed here from ../shared/reference.md's rule (2 x frame, the
 cable both ways, rate x response time) with exact fractions.
 """
 

@@ -1,0 +1,48 @@
+"""Raw AF_PACKET sockets of the agents' data paths: a switch port, an RNIC.
+
+Both want the same kernel behaviour: their own frames not looped back to
+them (PACKET_IGNORE_OUTGOING: an agent that hears what it sends would
+forward or count it again), a send buffer small enough that the kernel's tc
+queue stays short and the backlog stays in the agent, a receive buffer that
+rides out the agent being scheduled out, and the count of frames the kernel
+dropped because that buffer was full.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Callable
+
+ETH_P_ALL = 0x0003  # every EtherType
+SOL_PACKET = 263
+PACKET_STATISTICS = 6
+PACKET_IGNORE_OUTGOING = 23
+
+
+def open_packet_socket(ifname: str, protocol: int, send_buffer: int, recv_buffer: int,
+                       prepare: Callable[[socket.socket], None] | None = None) -> socket.socket:
+    """A non-blocking raw socket on ``ifname`` for EtherType ``protocol``.
+
+    ``prepare`` runs before the bind (e.g. to attach a filter), so that no
+    frame reaches the socket unfiltered.  The kernel doubles both buffer
+    sizes.
+    """
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(protocol))
+    if prepare is not None:
+        prepare(sock)
+    sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buffer)
+    sock.bind((ifname, protocol))
+    sock.setblocking(False)
+    return sock
+
+
+def kernel_drops(sock: socket.socket) -> int:
+    """Frames the kernel dropped since the last call because ``sock``'s receive buffer was full.
+
+    Reading the statistics resets them, so callers add the result up.
+    """
+    _, drops = struct.unpack("II", sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+    return drops

@@ -1,0 +1,18 @@
+"""What the RNIC offers and what its packets cost on a link, for everyone who checks a path MTU.
+
+The verbs server, ``perf``, the CLI and the experiment files all refuse a
+path MTU the RNIC would refuse, and the collective runner predicts frame
+times from the same overheads, so they take them from here rather than from
+the RNIC's daemon module.
+"""
+
+from __future__ import annotations
+
+from emulator.wire import ib, roce
+
+PATHS_MTU = (256, 512, 1024, 2048, 4096)  # the IB path MTUs
+RETH_LEN, IMMDT_LEN = 16, 4  # the largest a path-MTU packet's extension headers get: RDMA WRITE with immediate
+# What a path-MTU payload needs on top in a link's MTU: IPv4 + UDP + BTH + RETH + ImmDt + ICRC.
+ROCE_OVERHEAD = roce.IP_LEN + roce.UDP_LEN + roce.BTH_LEN + RETH_LEN + IMMDT_LEN + roce.ICRC_LEN
+# The most an IB packet carries on top of a path-MTU payload: LRH, BTH, RETH, ImmDt, ICRC, VCRC.
+IB_OVERHEAD = ib.LRH_LEN + ib.BTH_LEN + RETH_LEN + IMMDT_LEN + ib.ICRC_LEN + ib.VCRC_LEN
