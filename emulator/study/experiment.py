@@ -44,6 +44,7 @@ from emulator.agents.memory import MAX_MR_BYTES
 from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, derive_config, parse_overrides
 from emulator.fabric.topospec import build_topo
+from emulator.study.safefiles import read_bounded
 from emulator.units import format_size, parse_size
 
 # The directory that holds the emulator package: the checkout for a source
@@ -249,14 +250,13 @@ def _read(path: str) -> bytes:
     if not os.path.isfile(path):
         raise FabricError(f"{printable(path)}: no such experiment file or built-in experiment "
                           f"(built-in: {', '.join(builtin_names())})")
+    unreadable = f"{printable(label)}: cannot read"
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
+        f = open(path, "rb")
     except OSError as err:
-        raise FabricError(f"{printable(label)}: cannot read: {err.strerror}") from err
-    if len(data) > MAX_FILE_BYTES:
-        raise FabricError(f"{printable(label)}: larger than {format_size(MAX_FILE_BYTES)}; not an experiment file")
-    return data
+        raise FabricError(f"{unreadable}: {err.strerror}") from err
+    return read_bounded(f, MAX_FILE_BYTES, unreadable,
+                        f"{printable(label)}: larger than {format_size(MAX_FILE_BYTES)}; not an experiment file")
 
 
 def _parse(data: bytes, label: str) -> dict[str, Any]:

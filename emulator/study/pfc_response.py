@@ -104,7 +104,8 @@ def measure_response(bw: str = "50mbit", seconds: int = 3, senders: int = 3, del
         incast = run_incast("lossless", "udp", senders, bw, seconds, switch=switch, capture=directory, log=log,
                             delay=delay, mtu=mtu)
         result = ResponseResult(rate, parse_time(delay), mtu, totals=incast.totals,
-                                headroom_drops=headroom_drops(incast.stats), lost=[f.lost_packets for f in incast.flows],
+                                headroom_drops=headroom_drops(incast.stats),
+                                lost=[f.lost_packets for f in incast.flows],
                                 scheduling=agent_scheduling(incast.stats))
         analyse_response(directory, incast.switch_ports, rate, int(gap_frames * pa.frame_time_ns(rate)), result)
     finally:

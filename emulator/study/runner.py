@@ -116,7 +116,7 @@ def _counters(net: Fabric) -> dict[str, int]:
 
 
 def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, int]) -> dict[str, Any]:
-    """The results.json entry of one variant (measured iterations only; ``counters``: the fabric's COUNTERS over them)."""
+    """The results.json entry of one variant, from its measured iterations and the fabric's ``counters`` over them."""
     ccts = [it.cct_us for it in run.iterations]
     skews = [it.start_skew_us for it in run.iterations]
     ranks = len(run.hosts)

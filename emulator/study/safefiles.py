@@ -123,13 +123,24 @@ def read_inside(directory: str, relative: str, limit: int) -> bytes | None:
     if f is None:
         return None
     shown = printable(os.path.join(directory, relative))
+    return read_bounded(f, limit, f"cannot read {shown}",
+                        f"{shown} is larger than {format_size(limit)}, the limit for this file")
+
+
+def read_bounded(f: BinaryIO, limit: int, unreadable: str, too_large: str) -> bytes:
+    """All of ``f``, closed after, if it holds at most ``limit`` bytes.
+
+    Reads one byte past the limit instead of trusting the size a stat
+    reports, which a file that grows outdates.  Fails with ``unreadable:
+    strerror`` or ``too_large``, each the caller's words for its file.
+    """
     try:
         with f:
             data = f.read(limit + 1)
     except OSError as err:
-        raise FabricError(f"cannot read {shown}: {err.strerror}") from None
+        raise FabricError(f"{unreadable}: {err.strerror}") from err
     if len(data) > limit:
-        raise FabricError(f"{shown} is larger than {format_size(limit)}, the limit for this file")
+        raise FabricError(too_large)
     return data
 
 

@@ -139,9 +139,10 @@ def data_end(frame: bytes | bytearray | memoryview) -> int | None:
 
 
 def packet_size(frame: bytes | bytearray | memoryview) -> int:
-    """Bytes of the IB packet in an SDP frame, what link credits count: LRH through ICRC (LRH.PktLen words) and the VCRC.
+    """Bytes of the IB packet in an SDP frame, what link credits count.
 
-    Reads LRH.PktLen as it stands; :func:`data_end` checks it against the frame.
+    LRH through ICRC (LRH.PktLen, in 4-byte words) and the VCRC.  Reads
+    PktLen as it stands; :func:`data_end` checks it against the frame.
     """
     return ((frame[LRH_AT + 4] & 0x07) << 8 | frame[LRH_AT + 5]) * 4 + VCRC_LEN
 
