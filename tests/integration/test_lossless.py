@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -146,9 +147,11 @@ def _ping_rtts(net, src: str, dst: str, count: int, interval: float = 0.05) -> l
 def test_link_delay_is_modelled_both_ways():
     with Fabric(StarTopo(n=2), link={"delay": "2ms"}) as net:
         rtts = _ping_rtts(net, "h1", "h2", 10)
-    # Two links each way, 2 ms each: 8 ms, plus processing and timer lateness.
+    # Two links each way, 2 ms each: 8 ms, plus processing and timer lateness.  The median, not the
+    # maximum: on a loaded 2-core machine one echo in ten now and then waits 2 ms more for a CPU, while a
+    # delay applied once too often or not at all moves every echo by 2 ms or more.
     assert len(rtts) == 10
-    assert 8.0 <= min(rtts) and max(rtts) < 10.0, rtts
+    assert 8.0 <= min(rtts) and statistics.median(rtts) < 10.0, rtts
 
 
 def test_deterministic_drops_hit_the_chosen_frames():
