@@ -26,6 +26,8 @@ from typing import Any, Callable
 from mininet.topo import Topo
 from pyroute2 import IPRoute
 
+import emulator
+
 from emulator.fabric import runstate
 from emulator.fabric.capacity import check_capacity
 from emulator.fabric.capture import Captures, stop_detached
@@ -593,5 +595,9 @@ def _raise_open_file_limit() -> None:
 
 
 def _package_root() -> str:
-    """The directory that holds the ``emulator`` package, for the agents' cwd."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """The directory that holds the ``emulator`` package, for the agents' cwd.
+
+    ``python -m`` looks in its cwd first, so the agents run the same copy of
+    the package as the builder, not whichever one is installed.
+    """
+    return os.path.dirname(os.path.dirname(os.path.abspath(emulator.__file__)))
