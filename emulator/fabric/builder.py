@@ -11,7 +11,6 @@ record is written before anything is created (see
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import select
@@ -24,6 +23,7 @@ from mininet.topo import Topo
 from pyroute2 import IPRoute
 
 import emulator
+from emulator.agents.config import dump
 from emulator.fabric import runstate
 from emulator.fabric.agent_config import agent_configs, switch_mmu
 from emulator.fabric.agent_control import query_agent
@@ -195,7 +195,7 @@ class Fabric:
         for node in self.plan.nodes.values():
             config_path = os.path.join(self.directory, f"{node.name}.json")
             with runstate.create_file(config_path) as f:
-                json.dump(configs[node.name], f)
+                f.write(dump(configs[node.name]))
             module = "emulator.agents.switch" if node.kind == "switch" else "emulator.agents.host"
             read_fd, write_fd = os.pipe()
             # Uninterrupted: an agent started but not recorded would outlive the run.
