@@ -22,7 +22,10 @@ from typing import Any, Callable, NoReturn, Sequence
 from emulator import bounds
 from emulator.fabric import runstate
 from emulator.errors import FabricError
-from emulator.fabric.builder import Fabric, collect_stats, finish_run, require_root
+from emulator.fabric.builder import Fabric
+from emulator.fabric.privileges import require_root
+from emulator.fabric.stats import collect_stats
+from emulator.fabric.teardown import finish_run
 from emulator.fabric.node import Node
 from emulator.fabric.plan import DEFAULT_LINK, link_params
 from emulator.model.rdma_params import PATHS_MTU

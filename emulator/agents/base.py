@@ -1,9 +1,10 @@
 """What every agent process shares: start-up, the event loop, control, exit.
 
 An agent is started as ``python -m <module> CONFIG READY_FD``.  It reads its
-JSON config, enters its node's namespace, builds its sockets, writes
-``ready`` to READY_FD, and runs one epoll loop with a timerfd until SIGTERM
-or a ``stop`` request.  A control socket (a Unix socket in the run
+JSON config (:mod:`emulator.agents.config`; a bad one ends it with one line),
+enters its node's namespace, builds its sockets, writes ``ready`` to
+READY_FD, and runs one epoll loop with a timerfd until SIGTERM or a
+``stop`` request.  A control socket (a Unix socket in the run
 directory, so reachable from any namespace) answers ``stats`` with the
 agent's JSON counters; at exit the counters go to the config's
 ``stats_file``.
@@ -26,6 +27,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from emulator.agents.config import AgentConfig, ConfigError, read
 from emulator.kernel.netns import enter_for_exec
 from emulator.kernel.timerfd import TimerFd
 
@@ -67,15 +69,15 @@ class _ControlClient:
 class AgentBase:
     """The loop and control socket; subclasses add sockets and counters."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: AgentConfig) -> None:
         self.config = config
-        self.name = config["name"]
+        self.name = config.name
         self.epoll = select.epoll()
         self.handlers: dict[int, Handler] = {}
         self.timer = TimerFd()
         self.watch(self.timer.fd, select.EPOLLIN, self._on_timer)
         self.control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        bind_private(self.control, config["control"])
+        bind_private(self.control, config.control)
         self.control.listen(8)
         self.control.setblocking(False)
         self.watch(self.control.fileno(), select.EPOLLIN, self._on_control)
@@ -224,12 +226,14 @@ def _run_before_applications() -> str:
             return "normal"
 
 
-def run_agent(agent_class: type[AgentBase]) -> None:
-    """The ``__main__`` of an agent module."""
+def run_agent(agent_class: type[AgentBase], config_type: type[AgentConfig]) -> None:
+    """The ``__main__`` of an agent module; a config file it cannot use ends it with one line."""
     config_path, ready_fd = sys.argv[1], int(sys.argv[2])
-    with open(config_path) as f:
-        config = json.load(f)
-    enter_for_exec(config["netns"])  # the node's namespace, and a sysfs that shows its interfaces
+    try:
+        config = read(config_path, config_type)
+    except ConfigError as err:
+        sys.exit(f"bad agent config {config_path}: {err}")
+    enter_for_exec(config.netns)  # the node's namespace, and a sysfs that shows its interfaces
     policy = _run_before_applications()
     agent = agent_class(config)
     agent.scheduling = policy
@@ -243,6 +247,6 @@ def run_agent(agent_class: type[AgentBase]) -> None:
     os.close(ready_fd)
     agent.run()
     agent.close()
-    with open(config["stats_file"], "w") as f:
+    with open(config.stats_file, "w") as f:
         json.dump(agent.stats(), f)
     sys.exit(0)

@@ -18,6 +18,7 @@ import socket
 from typing import Any
 
 from emulator.agents.base import AgentBase, run_agent
+from emulator.agents.config import HostConfig
 from emulator.model.pause import PauseState
 from emulator.wire.pfc import ETHERTYPE_MAC_CONTROL, PRIORITIES, decode_pfc
 from emulator.agents.rnic import Rnic
@@ -28,12 +29,12 @@ from emulator.kernel.tc import PauseGates
 class HostAgent(AgentBase):
     """The RNIC and the PFC reaction of one host NIC."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: HostConfig) -> None:
         super().__init__(config)
-        ifname = config["ifname"]
-        self.gates = PauseGates(config["netns"], ifname, socket.if_nametoindex(ifname), config["rate_bps"],
-                                config["mtu"], config["mac"], config["peer_mac"])
-        self.state = PauseState(config["rate_bps"])
+        ifname = config.ifname
+        self.gates = PauseGates(config.netns, ifname, socket.if_nametoindex(ifname), config.rate_bps,
+                                config.mtu, config.mac, config.peer_mac)
+        self.state = PauseState(config.rate_bps)
         self.pfc_received = [0] * PRIORITIES
         self.malformed = 0  # MAC control frames that are no PFC frame enabling a class
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETHERTYPE_MAC_CONTROL))
@@ -41,7 +42,7 @@ class HostAgent(AgentBase):
         self.sock.setblocking(False)
         self.watch(self.sock.fileno(), select.EPOLLIN, self._on_frame)
         self.rnic = Rnic(config, self.watch, self.modify, self.unwatch)
-        self.unordered = keep_flows_in_order([ifname], whole_link=bool(config.get("ib")))
+        self.unordered = keep_flows_in_order([ifname], whole_link=config.ib is not None)
 
     def _on_frame(self, _fd: int, _mask: int, now: int) -> None:
         while True:
@@ -90,4 +91,4 @@ class HostAgent(AgentBase):
 
 
 if __name__ == "__main__":
-    run_agent(HostAgent)
+    run_agent(HostAgent, HostConfig)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable
 
+from emulator.agents.config import SwitchIbConfig
 from emulator.model.credits import FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, CreditLink, CreditViolation, blocks
 from emulator.wire.ib import LRH_AT, MIN_FRAME, SLP, data_end, decode_fc, encode_fc, set_vl
 from emulator.wire.mac import mac_bytes
@@ -33,15 +34,15 @@ IB_DROPS = (
 class IbPlane:
     """Credit state and VL queues of every port of one switch."""
 
-    def __init__(self, macs: list[tuple[str, str]], config: dict[str, Any], max_frames: list[int]) -> None:
+    def __init__(self, macs: list[tuple[str, str]], config: SwitchIbConfig, max_frames: list[int]) -> None:
         self.macs = macs  # per port: (our MAC, the peer's MAC), as text
         self.mac_bytes = [(mac_bytes(a), mac_bytes(b)) for a, b in macs]
         self.max_frames = max_frames  # per port: the longest Ethernet frame its link carries
-        self.lft = {int(dlid): port for dlid, port in config["lft"].items()}  # DLID -> port index
-        self.sl2vl = [int(v) for v in config["sl2vl"]]
-        self.vls = int(config["vls"])
-        capacity = blocks(int(config["vl_buffer"]))
-        self.links = [CreditLink(self.vls, capacity, blocks(int(config["peer_capacity"][i])),
+        self.lft = config.lft  # DLID -> port index
+        self.sl2vl = config.sl2vl
+        self.vls = config.vls
+        capacity = blocks(config.vl_buffer)
+        self.links = [CreditLink(self.vls, capacity, blocks(config.peer_capacity[i]),
                                  refresh_ns=FABRIC_REFRESH_NS, min_interval_ns=FABRIC_MIN_INTERVAL_NS)
                       for i in range(len(macs))]
         self.queues: list[list[deque[tuple[bytes, int, int, int]]]] = [

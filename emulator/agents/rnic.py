@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from emulator.agents.base import bind_private, trusted_peer
+from emulator.agents.config import HostConfig
 from emulator.errors import shown
 from emulator.agents.memory import MAX_MR_BYTES, RegionTable
 from emulator.agents.verbs_messages import (
@@ -104,13 +105,13 @@ class Rnic:
     :meth:`next_deadline` passes.
     """
 
-    def __init__(self, config: dict[str, Any], watch: Callable, modify: Callable, unwatch: Callable) -> None:
-        self.ifname = config["ifname"]
-        self.mac, self.gateway_mac, self.ip = config["mac"], config["peer_mac"], config["ip"]
-        self.link_mtu = config["mtu"]
-        self.rate_bps = config["rate_bps"]
+    def __init__(self, config: HostConfig, watch: Callable, modify: Callable, unwatch: Callable) -> None:
+        self.ifname = config.ifname
+        self.mac, self.gateway_mac, self.ip = config.mac, config.peer_mac, config.ip
+        self.link_mtu = config.mtu
+        self.rate_bps = config.rate_bps
         self._watch, self._modify, self._unwatch = watch, modify, unwatch
-        self.random = random.Random(config.get("seed", 0))
+        self.random = random.Random(config.seed)
         self.regions = RegionTable(self.random.randrange(1 << 30))
         self.qps: dict[int, QpEntry] = {}
         self.clients: dict[int, Client] = {}
@@ -131,7 +132,7 @@ class Rnic:
         self._rx = bytearray(self.link_mtu + 64)
         watch(self.sock.fileno(), select.EPOLLIN, self._on_socket)
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        bind_private(self.server, config["verbs"])
+        bind_private(self.server, config.verbs)
         self.server.listen(16)
         self.server.setblocking(False)
         watch(self.server.fileno(), select.EPOLLIN, self._on_accept)

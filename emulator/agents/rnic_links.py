@@ -14,6 +14,7 @@ import socket
 import struct
 from typing import Any
 
+from emulator.agents.config import HostConfig, HostIbConfig
 from emulator.model.credits import FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, CreditLink, CreditViolation, blocks
 from emulator.model.rdma_params import IB_OVERHEAD
 from emulator.wire.ib import ETHERTYPE_IB, LRH_AT, SLP, decode_data, decode_fc, encode_data, encode_fc, packet_size
@@ -52,8 +53,8 @@ class RoceLink:
 
     ethertype = ETH_P_IP
 
-    def __init__(self, config: dict[str, Any]) -> None:
-        self.mac, self.gateway_mac, self.ip = config["mac"], config["peer_mac"], config["ip"]
+    def __init__(self, config: HostConfig) -> None:
+        self.mac, self.gateway_mac, self.ip = config.mac, config.peer_mac, config.ip
         self.sink: socket.socket | None = None
         self.malformed = 0  # frames that are no RoCEv2 packet we speak
 
@@ -110,15 +111,14 @@ class IbLink:
 
     ethertype = ETHERTYPE_IB
 
-    def __init__(self, config: dict[str, Any]) -> None:
-        ib = config["ib"]
-        self.mac, self.gateway_mac = config["mac"], config["peer_mac"]
-        self.lid = int(ib["lid"])
-        self.lids = {ip: int(lid) for ip, lid in ib["lids"].items()}  # GID (the host's IPv4 address) -> LID
+    def __init__(self, config: HostConfig, ib: HostIbConfig) -> None:
+        self.mac, self.gateway_mac = config.mac, config.peer_mac
+        self.lid = ib.lid
+        self.lids = ib.lids  # GID (the host's IPv4 address) -> LID
         self.ips = {lid: ip for ip, lid in self.lids.items()}
-        self.sl = int(ib["sl"])
-        self.vl = int(ib["sl2vl"][self.sl])
-        self.credits = CreditLink(int(ib["vls"]), blocks(int(ib["capacity"])), blocks(int(ib["peer_capacity"])),
+        self.sl = ib.sl
+        self.vl = ib.sl2vl[self.sl]
+        self.credits = CreditLink(ib.vls, blocks(ib.capacity), blocks(ib.peer_capacity),
                                   refresh_ns=FABRIC_REFRESH_NS,
                                   min_interval_ns=FABRIC_MIN_INTERVAL_NS)
         self.waiting = False  # a frame waits for credit
@@ -183,5 +183,5 @@ class IbLink:
         """Nothing beyond the RNIC's socket."""
 
 
-def make_link(config: dict[str, Any]) -> RoceLink | IbLink:
-    return IbLink(config) if config.get("ib") else RoceLink(config)
+def make_link(config: HostConfig) -> RoceLink | IbLink:
+    return IbLink(config, config.ib) if config.ib is not None else RoceLink(config)

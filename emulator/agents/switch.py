@@ -30,6 +30,7 @@ from collections import deque
 from typing import Any
 
 from emulator.agents.base import AgentBase, run_agent
+from emulator.agents.config import PortConfig, SwitchConfig
 from emulator.wire.mac import mac_bytes
 from emulator.wire.ib import ETH_IB
 from emulator.wire.pfc import ETH_MAC_CONTROL, PRIORITIES, decode_pfc, encode_pfc
@@ -39,7 +40,7 @@ from emulator.model.forwarding import (
     ETH_ARP, ETH_CONTROL, ETH_IPV4, ETH_LEN, arp_reply, ecmp_index, ipv4_ok, priority, routed,
 )
 from emulator.agents.ib_plane import IB_DROPS, IbPlane
-from emulator.model.mmu import Mmu, MmuConfig
+from emulator.model.mmu import Mmu
 from emulator.kernel.tc import leaf_class
 
 SEND_BUFFER = 3000  # the kernel doubles it: room for two MTU-sized frames
@@ -61,17 +62,17 @@ RX_DROPS = (
 class Port:
     """One switch port: sockets, link model (delay, loss) and counters."""
 
-    def __init__(self, index: int, spec: dict[str, Any], seed: int) -> None:
+    def __init__(self, index: int, spec: PortConfig, seed: int) -> None:
         self.index = index
-        self.ifname = spec["ifname"]
-        self.mac = mac_bytes(spec["mac"])
-        self.peer_mac = mac_bytes(spec["peer_mac"])
-        self.rate_bps = spec["rate_bps"]
-        self.max_frame = ETH_LEN + spec["mtu"]  # a longer frame cannot go out on this link
-        self.delay_ns = spec["delay_ns"]
-        self.host_facing = spec["host_facing"]
-        self.loss = spec["loss"]
-        self.drop_seq = set(spec["drop"])
+        self.ifname = spec.ifname
+        self.mac = mac_bytes(spec.mac)
+        self.peer_mac = mac_bytes(spec.peer_mac)
+        self.rate_bps = spec.rate_bps
+        self.max_frame = ETH_LEN + spec.mtu  # a longer frame cannot go out on this link
+        self.delay_ns = spec.delay_ns
+        self.host_facing = spec.host_facing
+        self.loss = spec.loss
+        self.drop_seq = set(spec.drop)
         self.random = random.Random(seed * 1000 + index)
         self.sock = open_packet_socket(self.ifname, ETH_P_ALL, SEND_BUFFER, RECV_BUFFER)
         self.pfc_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
@@ -109,28 +110,24 @@ class Port:
 class SwitchAgent(AgentBase):
     """The forwarding loop of one switch."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: SwitchConfig) -> None:
         super().__init__(config)
-        self.seed = config["seed"]
-        self.ports = [Port(i, spec, self.seed) for i, spec in enumerate(config["ports"])]
-        self.unordered = keep_flows_in_order([port.ifname for port in self.ports], whole_link=bool(config.get("ib")))
+        self.seed = config.seed
+        self.ports = [Port(i, spec, self.seed) for i, spec in enumerate(config.ports)]
+        self.unordered = keep_flows_in_order([port.ifname for port in self.ports], whole_link=config.ib is not None)
         by_name = {p.ifname: p for p in self.ports}
         self.by_fd = {p.fd: p for p in self.ports}
         self.routes = {
-            socket.inet_aton(ip): [by_name[name] for name in names] for ip, names in config["routes"].items()
+            socket.inet_aton(ip): [by_name[name] for name in names] for ip, names in config.routes.items()
         }
-        mmu = dict(config["mmu"])
-        for key in ("lossless", "strict"):
-            mmu[key] = frozenset(mmu[key])
-        mmu["weights"] = tuple(mmu["weights"])
-        self.mmu = Mmu(MmuConfig(**mmu), [p.rate_bps for p in self.ports], seed=self.seed)
+        self.mmu = Mmu(config.mmu, [p.rate_bps for p in self.ports], seed=self.seed)
         self.delayed_in = [p for p in self.ports if p.delay_ns]
         self.delayed_out = [p for p in self.ports if p.delay_ns and p.host_facing]
         self.next_sample = 0
         self.last_sample: dict[tuple[int, int], tuple[int, int, bool, bool]] = {}
-        self.ib = IbPlane([(p["mac"], p["peer_mac"]) for p in config["ports"]], config["ib"],
-                          [p.max_frame for p in self.ports]) if config.get("ib") else None
-        self.occupancy = open(config["occupancy_file"], "w", buffering=1 << 16)
+        self.ib = IbPlane([(p.mac, p.peer_mac) for p in config.ports], config.ib,
+                          [p.max_frame for p in self.ports]) if config.ib is not None else None
+        self.occupancy = open(config.occupancy_file, "w", buffering=1 << 16)
         self.occupancy.write("time_ns,switch,port,priority,ingress_bytes,egress_bytes,egress_paused,xoff\n")
         for port in self.ports:
             self.watch(port.fd, select.EPOLLIN, self._on_port)
@@ -417,4 +414,4 @@ class SwitchAgent(AgentBase):
 
 
 if __name__ == "__main__":
-    run_agent(SwitchAgent)
+    run_agent(SwitchAgent, SwitchConfig)

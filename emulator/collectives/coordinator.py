@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from emulator.collectives.algorithms import plan
 from emulator.errors import FabricError
 from emulator.apps.jsonlines import JsonLines
-from emulator.fabric.builder import query_agent
+from emulator.fabric.agent_control import query_agent
 
 if TYPE_CHECKING:
     from emulator.fabric.builder import Fabric

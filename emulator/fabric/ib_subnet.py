@@ -33,12 +33,11 @@ from mininet.util import natural
 
 from emulator.errors import FabricError
 from emulator.fabric.plan import FabricPlan, NodePlan, PortPlan, hop_distances
+from emulator.wire.ib import MANAGEMENT_VL, SLS
 
 MAX_UNICAST_LID = 0xBFFF  # 0xC000 and up are multicast LIDs, 0 is reserved
 GUID_BASE = 0x0002C90300000000  # a Mellanox-style OUI prefix; the low bits are the node's index
-SLS = 16
 DATA_VL_COUNTS = (1, 2, 4, 8, 15)  # what a port's VLCap can advertise: VL0, VL0-1, VL0-3, VL0-7, VL0-14
-MANAGEMENT_VL = 15
 
 
 @dataclass(frozen=True)

@@ -257,6 +257,11 @@ def verbs_socket(run: str, node: str) -> str:
     return os.path.join(run_dir(run), f"{node}.verbs")
 
 
+def control_socket(run: str, node: str) -> str:
+    """Where the agent of ``node`` answers control requests (``stats``, ``stop``)."""
+    return os.path.join(run_dir(run), f"{node}.sock")
+
+
 def _open_root() -> int | None:
     """An fd of RUN_ROOT, refusing a symbolic link or someone else's directory; None if absent."""
     try:

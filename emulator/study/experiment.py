@@ -433,7 +433,7 @@ def _topology(spec: Any, collective: str, link: dict[str, str], context: str) ->
 
 def _check_switches(plan: FabricPlan, fabric: str, switch: dict[str, str]) -> None:
     """Derive each switch's settings as the fabric builder does
-    (``fabric._switch_config``), so combinations fail now: a buffer too
+    (:func:`emulator.fabric.agent_config.switch_mmu`), so combinations fail now: a buffer too
     small for the reserves and headroom of its ports, kmax <= kmin, ..."""
     for node in plan.switches():
         ports = [port.params for port in node.ports]

@@ -49,6 +49,8 @@ SLP = 0x5C  # start of link packet (IB's K28.2)
 LNH_LOCAL = 2  # LRH.LNH "IBA local": BTH follows the LRH
 FECN = 0x80  # BTH byte 4: a switch on the path saw congestion
 OP_NORMAL, OP_INIT = 0, 1
+SLS = 16  # service levels: LRH.SL is 4 bits, and an SL-to-VL map has an entry for each
+MANAGEMENT_VL = 15  # carries subnet management only; data VLs are 0 to 14
 
 ETH_LEN = 14
 LRH_AT = ETH_LEN + 1  # after the Ethernet header and the delimiter

@@ -10,7 +10,6 @@ temporary directory), the MMU, the IB plane, the RC transport.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 import types
@@ -23,6 +22,7 @@ from emulator.agents import base as agentlib
 from emulator.agents import host as host_agent
 from emulator.agents import rnic_links as links, rnic
 from emulator.agents import switch as switch_agent
+from emulator.agents.config import HostConfig, HostIbConfig, PortConfig, SwitchConfig, SwitchIbConfig
 from emulator.kernel import packet_socket
 from emulator.model.switch_params import derive_config
 
@@ -113,35 +113,34 @@ class FakeGates:
         pass
 
 
-def switch_config(tmp: str, ib: bool = False, mtus: tuple[int, ...] = (1500, 1500, 1500)) -> dict[str, Any]:
+def switch_config(tmp: str, ib: bool = False, mtus: tuple[int, ...] = (1500, 1500, 1500)) -> SwitchConfig:
     """A switch s1 with ports to h1 and h2 and to another switch; routes to 10.0.0.1..3."""
-    mmu = dataclasses.asdict(derive_config("ib" if ib else "lossless", 100_000_000, 0, max(mtus), ports=3))
-    for key in ("lossless", "strict"):
-        mmu[key] = sorted(mmu[key])
-    ports = [{"ifname": f"s1-eth{i + 1}", "mac": MAC_S1[i], "peer_mac": MAC_PEERS[i], "rate_bps": 100_000_000,
-              "mtu": mtus[i], "delay_ns": 0, "host_facing": i < 2, "loss": 0.0, "drop": []} for i in range(3)]
-    return {
-        "name": "s1", "netns": "none", "control": os.path.join(tmp, "s1.sock"),
-        "stats_file": os.path.join(tmp, "s1.stats.json"), "seed": 1, "mmu": mmu,
-        "occupancy_file": os.path.join(tmp, "s1.occupancy.csv"), "ports": ports,
-        "routes": {"10.0.0.1": ["s1-eth1"], "10.0.0.2": ["s1-eth2"], "10.0.0.3": ["s1-eth3"]},
-        "ib": {"lft": {"1": 0, "2": 1, "3": 2}, "sl2vl": [sl % 4 for sl in range(16)], "vls": 4,
-               "vl_buffer": mmu["vl_buffer"], "peer_capacity": [mmu["vl_buffer"]] * 3} if ib else None,
-    }
+    mmu = derive_config("ib" if ib else "lossless", 100_000_000, 0, max(mtus), ports=3)
+    ports = tuple(PortConfig(ifname=f"s1-eth{i + 1}", mac=MAC_S1[i], peer_mac=MAC_PEERS[i], rate_bps=100_000_000,
+                             mtu=mtus[i], delay_ns=0, host_facing=i < 2, loss=0.0, drop=()) for i in range(3))
+    return SwitchConfig(
+        name="s1", netns="none", control=os.path.join(tmp, "s1.sock"),
+        stats_file=os.path.join(tmp, "s1.stats.json"), seed=1, mmu=mmu,
+        occupancy_file=os.path.join(tmp, "s1.occupancy.csv"), ports=ports,
+        routes={"10.0.0.1": ("s1-eth1",), "10.0.0.2": ("s1-eth2",), "10.0.0.3": ("s1-eth3",)},
+        ib=SwitchIbConfig(lft={1: 0, 2: 1, 3: 2}, sl2vl=tuple(sl % 4 for sl in range(16)), vls=4,
+                          vl_buffer=mmu.vl_buffer, peer_capacity=(mmu.vl_buffer,) * 3) if ib else None,
+    )
 
 
 def make_switch(tmp: str, **options: Any) -> switch_agent.SwitchAgent:
     return switch_agent.SwitchAgent(switch_config(tmp, **options))
 
 
-def rnic_config(tmp: str, ib: bool = False, mtu: int = 1500) -> dict[str, Any]:
-    """Host h1's RNIC (10.0.0.1) behind s1, on RoCEv2 or native IB."""
-    return {
-        "ifname": "h1-eth0", "rate_bps": 100_000_000, "mtu": mtu, "mac": HOST_MAC, "peer_mac": GATEWAY_MAC,
-        "ip": HOST_IP, "seed": 7, "verbs": os.path.join(tmp, "h1.verbs"),
-        "ib": {"lid": 1, "sl": 0, "sl2vl": [sl % 4 for sl in range(16)], "vls": 4, "lids": LIDS,
-               "capacity": 64 << 10, "peer_capacity": 16 * 1514} if ib else None,
-    }
+def host_config(tmp: str, ib: bool = False, mtu: int = 1500) -> HostConfig:
+    """Host h1 (10.0.0.1) behind s1, its RNIC on RoCEv2 or native IB."""
+    return HostConfig(
+        name="h1", netns="none", control=os.path.join(tmp, "h1.sock"), stats_file=os.path.join(tmp, "h1.stats.json"),
+        seed=7, ifname="h1-eth0", rate_bps=100_000_000, mtu=mtu, mac=HOST_MAC, peer_mac=GATEWAY_MAC,
+        ip=HOST_IP, verbs=os.path.join(tmp, "h1.verbs"),
+        ib=HostIbConfig(lid=1, sl=0, sl2vl=tuple(sl % 4 for sl in range(16)), vls=4, lids=LIDS,
+                        capacity=64 << 10, peer_capacity=16 * 1514) if ib else None,
+    )
 
 
 class Loop:
@@ -162,14 +161,12 @@ class Loop:
 
 def make_rnic(tmp: str, **options: Any) -> tuple[rnic.Rnic, Loop]:
     loop = Loop()
-    return rnic.Rnic(rnic_config(tmp, **options), loop.watch, loop.modify, loop.unwatch), loop
+    return rnic.Rnic(host_config(tmp, **options), loop.watch, loop.modify, loop.unwatch), loop
 
 
 def make_host(tmp: str, **options: Any) -> host_agent.HostAgent:
     """Host h1's agent: its RNIC and its PFC reaction (gates faked)."""
-    config = {**rnic_config(tmp, **options), "name": "h1", "netns": "none", "control": os.path.join(tmp, "h1.sock"),
-              "stats_file": os.path.join(tmp, "h1.stats.json")}
-    return host_agent.HostAgent(config)
+    return host_agent.HostAgent(host_config(tmp, **options))
 
 
 def close_agent(agent: agentlib.AgentBase) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 import emulator.fabric.builder
 import emulator.fabric.capacity
+import emulator.fabric.privileges
 from emulator import cli
 from emulator.fabric import runstate
 from emulator.errors import FabricError
@@ -45,12 +46,12 @@ def no_side_effects(monkeypatch, tmp_path):
 
 @pytest.fixture
 def non_root(monkeypatch):
-    monkeypatch.setattr(emulator.fabric.builder.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(emulator.fabric.privileges.os, "geteuid", lambda: 1000)
 
 
 @pytest.fixture
 def as_root(monkeypatch):
-    monkeypatch.setattr(emulator.fabric.builder.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(emulator.fabric.privileges.os, "geteuid", lambda: 0)
 
 
 def run(capsys, *argv):
@@ -93,7 +94,7 @@ def assert_one_line_error(code, out, err, *fragments):
 ])
 @pytest.mark.parametrize("root", [False, True], ids=["nonroot", "root"])
 def test_bad_input_is_one_line_before_any_root_check(capsys, monkeypatch, argv, fragments, root):
-    monkeypatch.setattr(emulator.fabric.builder.os, "geteuid", lambda: 0 if root else 1000)
+    monkeypatch.setattr(emulator.fabric.privileges.os, "geteuid", lambda: 0 if root else 1000)
     code, out, err = run(capsys, *argv)
     assert_one_line_error(code, out, err, *fragments)
     assert code == 1   # an input error, not the missing-root error (2)
@@ -212,10 +213,10 @@ def test_parse_options_names_the_option_group():
 
 
 def test_geteuid_patch_reaches_require_root(non_root):
-    # the fixtures above rely on this: emulator.fabric.builder looks geteuid up at call time
+    # the fixtures above rely on this: emulator.fabric.privileges looks geteuid up at call time
     assert os.geteuid() == 1000
     with pytest.raises(FabricError):
-        emulator.fabric.builder.require_root()
+        emulator.fabric.privileges.require_root()
 
 
 # --- numbers out of range, and the tracebacks, as one line --------------------------------------

@@ -627,16 +627,16 @@ def test_fuzz_run_root_entries(run_root, entry, content):
 
 
 def test_finish_run_removes_the_run_even_if_its_captures_fail(run_root, monkeypatch):
-    import emulator.fabric.builder
+    import emulator.fabric.teardown
 
     def broken(tcpdumps, directory):
         raise FabricError("editcap could not convert h1-eth0.pcap")
 
-    monkeypatch.setattr(emulator.fabric.builder, "stop_detached", broken)
+    monkeypatch.setattr(emulator.fabric.teardown, "stop_detached", broken)
     state = make_state("zzcaps", captures={"h1-eth0": 4242}, started={"4242": 1}, capture_dir="/nonexistent/caps")
     state.save()
     with pytest.raises(FabricError, match="editcap could not convert"):
-        emulator.fabric.builder.finish_run(state)
+        emulator.fabric.teardown.finish_run(state)
     assert not (run_root / "zzcaps").exists()
 
 

@@ -1,0 +1,101 @@
+"""What each agent is told when it starts, from the fabric's plan.
+
+The configs are the typed contract of :mod:`emulator.agents.config`; the
+builder writes each to the file its agent is started with.
+
+A switch agent gets its ports and links, its routes and its MMU settings
+(derived from its fastest port and longest delay, with the run's
+``--switch`` overrides); a host agent gets its NIC and RNIC.  On
+``--fabric ib`` both also get their part of the IB subnet: LIDs, the
+switch's forwarding table, the SL-to-VL map and the credit sizes of both
+ends of every link.  Pure: nothing here touches the system, so unit tests
+can build every config without root.
+"""
+
+from __future__ import annotations
+
+import os
+
+from emulator.agents.config import HostConfig, HostIbConfig, PortConfig, SwitchConfig, SwitchIbConfig
+from emulator.fabric import runstate
+from emulator.fabric.ib_subnet import Subnet
+from emulator.fabric.plan import FabricPlan, NodePlan
+from emulator.model.mmu import MmuConfig
+from emulator.model.switch_params import derive_config
+from emulator.wire.ib import SLS
+
+IB_SL = 0  # the service level RDMA uses on --fabric ib
+HOST_IB_BUFFER = 2048 * 64  # a host RNIC takes every packet at once; it advertises the most IB credits allow
+
+
+def switch_mmu(node: NodePlan, fabric: str, overrides: dict[str, str]) -> MmuConfig:
+    """A switch's MMU settings from its fastest port and longest delay."""
+    return derive_config(
+        fabric,
+        rate_bps=max(p.params.bw_bps for p in node.ports),
+        delay_ns=max(p.params.delay_ns for p in node.ports),
+        mtu=max(p.params.mtu for p in node.ports),
+        ports=len(node.ports),
+        overrides=overrides,
+    )
+
+
+def agent_configs(plan: FabricPlan, seed: int, mmu: dict[str, MmuConfig],
+                  subnet: Subnet | None) -> dict[str, HostConfig | SwitchConfig]:
+    """Every node's agent config, in the plan's node order; ``mmu`` holds each switch's settings."""
+    return {node.name: _agent_config(plan, node, seed * 1000 + index, mmu, subnet)
+            for index, node in enumerate(plan.nodes.values(), start=1)}
+
+
+def _agent_config(plan: FabricPlan, node: NodePlan, seed: int, mmu_configs: dict[str, MmuConfig],
+                  subnet: Subnet | None) -> HostConfig | SwitchConfig:
+    directory = runstate.run_dir(plan.run)
+    common = dict(name=node.name, netns=node.netns, control=runstate.control_socket(plan.run, node.name),
+                  stats_file=os.path.join(directory, f"{node.name}.stats.json"), seed=seed)
+    if node.kind == "host":
+        port = node.ports[0]
+        return HostConfig(**common, ifname=port.ifname, rate_bps=port.params.bw_bps, mtu=port.params.mtu,
+                          mac=port.mac, peer_mac=port.peer_mac, ip=node.ip,
+                          verbs=runstate.verbs_socket(plan.run, node.name),
+                          ib=_host_ib(plan, node, mmu_configs, subnet))
+    return SwitchConfig(
+        **common, mmu=mmu_configs[node.name],
+        occupancy_file=os.path.join(directory, f"{node.name}.occupancy.csv"),
+        ports=tuple(
+            PortConfig(ifname=p.ifname, mac=p.mac, peer_mac=p.peer_mac, rate_bps=p.params.bw_bps,
+                       mtu=p.params.mtu, delay_ns=p.params.delay_ns,
+                       host_facing=plan.nodes[p.peer_node].kind == "host", loss=p.params.loss, drop=p.params.drop)
+            for p in node.ports
+        ),
+        routes={ip: tuple(ifnames) for ip, ifnames in plan.routes[node.name].items()},
+        ib=_switch_ib(plan, node, mmu_configs, subnet),
+    )
+
+
+def _host_ib(plan: FabricPlan, node: NodePlan, mmu_configs: dict[str, MmuConfig],
+             subnet: Subnet | None) -> HostIbConfig | None:
+    """A host's port on the IB subnet: its LID, every GID's LID, SL and credits."""
+    if subnet is None:
+        return None
+    peer = node.ports[0].peer_node
+    return HostIbConfig(lid=subnet.lids[node.name], sl=IB_SL, sl2vl=_sl2vl(subnet), vls=subnet.vls,
+                        lids={n.ip: subnet.lids[n.name] for n in plan.hosts()},
+                        capacity=HOST_IB_BUFFER, peer_capacity=mmu_configs[peer].vl_buffer)
+
+
+def _switch_ib(plan: FabricPlan, node: NodePlan, mmu_configs: dict[str, MmuConfig],
+               subnet: Subnet | None) -> SwitchIbConfig | None:
+    """A switch's LFT (by port index), SL to VL map, and every port's credit sizes."""
+    if subnet is None:
+        return None
+    index_of = {port.number: i for i, port in enumerate(node.ports)}
+    peers = tuple(mmu_configs[p.peer_node].vl_buffer if plan.nodes[p.peer_node].kind == "switch"
+                  else HOST_IB_BUFFER for p in node.ports)
+    return SwitchIbConfig(lft={dlid: index_of[number] for dlid, number in subnet.lfts[node.name].items()
+                               if number in index_of},
+                          sl2vl=_sl2vl(subnet), vls=subnet.vls,
+                          vl_buffer=mmu_configs[node.name].vl_buffer, peer_capacity=peers)
+
+
+def _sl2vl(subnet: Subnet) -> tuple[int, ...]:
+    return tuple(subnet.sl2vl[sl] for sl in range(SLS))
