@@ -48,6 +48,12 @@ NUD_PERMANENT = 0x80
 PROGRESS_INTERVAL = 3.0  # seconds between progress lines of a long build
 
 
+# The directory that holds the ``emulator`` package: the checkout for a source tree or an editable
+# install, site-packages for an installed one.  The agents start there, because ``python -m`` looks in
+# its cwd first: they run the same copy of the package as the builder, not whichever one is installed.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(emulator.__file__)))
+
+
 class Fabric:
     """A fabric built from a Mininet ``Topo``; a context manager.
 
@@ -203,7 +209,7 @@ class Fabric:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", module, config_path, str(write_fd)],
                     pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    start_new_session=True, cwd=_package_root(),
+                    start_new_session=True, cwd=PACKAGE_PARENT,
                 )
                 self._agents.procs[node.name] = proc
                 self.state.agents[node.name] = proc.pid
@@ -334,12 +340,3 @@ def _raise_open_file_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def _package_root() -> str:
-    """The directory that holds the ``emulator`` package, for the agents' cwd.
-
-    ``python -m`` looks in its cwd first, so the agents run the same copy of
-    the package as the builder, not whichever one is installed.
-    """
-    return os.path.dirname(os.path.dirname(os.path.abspath(emulator.__file__)))

@@ -38,6 +38,7 @@ from typing import Any, Iterator
 from emulator import bounds
 from emulator.collectives.algorithms import COLLECTIVES, chunk_bytes
 from emulator.errors import FabricError, one_line, printable, shown
+from emulator.fabric.builder import PACKAGE_PARENT
 from emulator.fabric.capacity import meminfo_bytes
 from emulator.fabric.plan import DEFAULT_LINK, FabricPlan, link_params, make_plan
 from emulator.agents.memory import MAX_MR_BYTES
@@ -47,9 +48,6 @@ from emulator.fabric.topospec import build_topo
 from emulator.study.safefiles import read_bounded
 from emulator.units import format_size, parse_size
 
-# The directory that holds the emulator package: the checkout for a source
-# tree or an editable install, site-packages for an installed one.
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILTIN = resources.files("emulator.study") / "experiments"
 MAX_FILE_BYTES = 1 << 20  # an experiment file is a page of text; refuse to read a disk image
 
