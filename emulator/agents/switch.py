@@ -33,7 +33,7 @@ from emulator.kernel.rps import keep_flows_in_order
 from emulator.model.forwarding import (
     ETH_ARP, ETH_CONTROL, ETH_IPV4, ETH_LEN, arp_reply, ecmp_index, ipv4_ok, priority, routed,
 )
-from emulator.agents.ib_plane import IB_DROPS, IbPlane
+from emulator.model.ib_plane import IB_DROPS, IbPlane
 from emulator.model.link import Link
 from emulator.model.mmu import Mmu, MmuConfig
 from emulator.kernel.tc import leaf_class
@@ -251,12 +251,12 @@ class SwitchAgent(AgentBase):
         """Move frames from the MMU towards the wire as far as the wire allows."""
         mmu, index, link = self.mmu, port.index, port.link
         if link.paced:
-            kernel_full = self.ib is not None and not self.ib.drain(index, port.sock.send)  # IB: no modelled delay
+            kernel_full = self.ib is not None and not self._drain_ib(port)  # IB: no modelled delay
             self._drain_paced(port, now)
             backlog = bool(link.departures) or kernel_full
         else:
             send = port.sock.send
-            kernel_full = self.ib is not None and not self.ib.drain(index, send)
+            kernel_full = self.ib is not None and not self._drain_ib(port)
             while not kernel_full:
                 head = mmu.head(index)
                 if head is None:
@@ -277,6 +277,20 @@ class SwitchAgent(AgentBase):
         if backlog != port.writable_armed:
             self.epoll.modify(port.fd, select.EPOLLIN | (select.EPOLLOUT if backlog else 0))
             port.writable_armed = backlog
+
+    def _drain_ib(self, port: Port) -> bool:
+        """Send what the IB plane lets go; False once the kernel queue is full."""
+        ib, index, send = self.ib, port.index, port.sock.send
+        while (frame := ib.head(index)) is not None:
+            try:
+                send(frame)
+            except BlockingIOError:
+                return False
+            except OSError:  # refused for good (e.g. ENOBUFS)
+                ib.refused(index)
+            else:
+                ib.sent(index)
+        return True
 
     def _drain_paced(self, port: Port, now: int) -> None:
         """Host-facing port with delay: the link model's virtual wire and delay line say what goes now."""
