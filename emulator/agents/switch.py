@@ -149,7 +149,9 @@ class SwitchAgent(AgentBase):
             deadlines.append(self.ib.next_deadline())
         backlog = self.mmu.backlog
         for port in self.delayed:
-            deadlines.append(port.link.next_deadline(bool(backlog[port.index])))
+            link = port.link
+            if link.arrivals or link.departures or backlog[port.index]:  # an idle link costs no call
+                deadlines.append(link.next_deadline(bool(backlog[port.index])))
         pending = [d for d in deadlines if d is not None]
         self.timer.set(min(pending) if pending else None)
 
@@ -157,9 +159,10 @@ class SwitchAgent(AgentBase):
         for index in self.mmu.on_timer(now):
             self._drain(self.ports[index], now)
         for port in self.delayed:
-            arrived = port.link.arrived
-            while (item := arrived(now)) is not None:
-                self._process(port, item[1], item[0])
+            if port.link.arrivals:
+                arrived = port.link.arrived
+                while (item := arrived(now)) is not None:
+                    self._process(port, item[1], item[0])
         for port in self.paced:
             self._drain(port, now)
         if self.next_sample and now >= self.next_sample:
@@ -295,15 +298,15 @@ class SwitchAgent(AgentBase):
     def _drain_paced(self, port: Port, now: int) -> None:
         """Host-facing port with delay: the link model's virtual wire and delay line say what goes now."""
         link = port.link
-        link.serialize(now, self.mmu, port.index)
-        while (frame := link.due(now)) is not None:
+        frame = link.transmit(now, self.mmu, port.index)
+        while frame is not None:
             try:
                 port.sock.send(frame)
             except BlockingIOError:
                 break
             except OSError:
                 port.tx_errors += 1
-            link.left()
+            frame = link.left(now)
 
     # --- telemetry ---------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ class Link:
         self.paced = bool(delay_ns) and host_facing  # egress through the virtual wire and the delay line
         self.loss = loss
         self.drop_seq = set(drop)
+        self.lossy = loss > 0 or bool(self.drop_seq)  # without loss no frame needs a draw (the common case)
         self.random = random.Random(seed)
         self.arrivals: deque[tuple[int, bytes]] = deque()  # (due, frame): received, not yet processed
         self.departures: deque[tuple[int, bytes]] = deque()  # (due, frame): on the wire, not yet at the kernel
@@ -80,7 +81,7 @@ class Link:
     def lost_from_host(self, priority: int) -> bool:
         """Whether injected loss takes the next IPv4 frame from the host (counted if so)."""
         self.rx_seq += 1
-        if self._lost(self.rx_seq):
+        if self.lossy and self._lost(self.rx_seq):
             self.injected_drops[priority] += 1
             return True
         return False
@@ -97,17 +98,19 @@ class Link:
         if frame is self.cleared:
             return False
         self.tx_seq += 1
-        if self._lost(self.tx_seq):
+        if self.lossy and self._lost(self.tx_seq):
             self.injected_drops[priority] += 1
             return True
         self.cleared = frame
         return False
 
-    def serialize(self, now: int, queue: EgressQueue, index: int) -> None:
+    def transmit(self, now: int, queue: EgressQueue, index: int) -> bytes | None:
         """Move frames from port ``index``'s queue onto the virtual wire while it is free at ``now``.
 
         Each frame holds the wire for its length at the port's rate, and is
-        due at the kernel the link's delay after it started.
+        due at the kernel the link's delay after it started.  Returns the
+        frame that reaches the kernel by ``now``, or None; it stays first
+        until :meth:`left`.
         """
         while self.wire_free_at <= now:
             head = queue.head(index)
@@ -118,21 +121,18 @@ class Link:
             start = max(now, self.wire_free_at)
             self.wire_free_at = start + len(frame) * 8_000_000_000 // self.rate_bps
             self.tx_seq += 1
-            if self._lost(self.tx_seq):
+            if self.lossy and self._lost(self.tx_seq):
                 self.injected_drops[prio] += 1
                 continue
             self.departures.append((start + self.delay_ns, frame))
-
-    def due(self, now: int) -> bytes | None:
-        """The frame that reaches the kernel by ``now``, or None; it stays first until :meth:`left`."""
         departures = self.departures
-        if departures and departures[0][0] <= now:
-            return departures[0][1]
-        return None
+        return departures[0][1] if departures and departures[0][0] <= now else None
 
-    def left(self) -> None:
-        """The frame :meth:`due` gave is gone (sent, or refused for good)."""
-        self.departures.popleft()
+    def left(self, now: int) -> bytes | None:
+        """The frame :meth:`transmit` (or this) gave is gone (sent, or refused for good); the next one due, or None."""
+        departures = self.departures
+        departures.popleft()
+        return departures[0][1] if departures and departures[0][0] <= now else None
 
     def next_deadline(self, backlog: bool) -> int | None:
         """When this link next has something to do; ``backlog``: the port's queue holds frames."""

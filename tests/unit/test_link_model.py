@@ -55,30 +55,40 @@ def test_a_received_frame_is_processed_the_delay_later_in_order():
 def test_the_virtual_wire_holds_each_frame_for_its_length_at_the_rate_then_the_delay():
     line = link()
     queue = Queue((0, frame(1)), (3, frame(2, 500)), (0, frame(3)))
-    line.serialize(0, queue, 1)
+    assert line.transmit(0, queue, 1) is None
     assert len(queue.frames) == 2 and line.wire_free_at == 100_000  # 1250 bytes at 100 Mbit/s
     assert line.next_deadline(backlog=True) == 100_000
-    line.serialize(99_999, queue, 1)
+    assert line.transmit(99_999, queue, 1) is None
     assert len(queue.frames) == 2  # the wire is busy
-    line.serialize(100_000, queue, 1)
+    assert line.transmit(100_000, queue, 1) is None
     assert len(queue.frames) == 1 and line.wire_free_at == 140_000  # 500 bytes: 40 us
     assert line.next_deadline(backlog=False) == DELAY  # the first frame reaches the kernel
-    assert line.due(DELAY - 1) is None
-    assert line.due(DELAY) == frame(1)
-    assert line.due(DELAY) == frame(1)  # until it has left (the kernel may have no room yet)
-    line.left()
-    assert line.due(DELAY + 99_999) is None
-    assert line.due(DELAY + 100_000) == frame(2, 500)
-    line.left()
+    assert line.transmit(DELAY, Queue(), 1) == frame(1)
+    assert line.transmit(DELAY, Queue(), 1) == frame(1)  # until it has left (the kernel may have no room yet)
+    assert line.left(DELAY) is None
+    assert line.transmit(DELAY + 99_999, Queue(), 1) is None
+    assert line.transmit(DELAY + 100_000, Queue(), 1) == frame(2, 500)
+    assert line.left(DELAY + 100_000) is None
     assert line.next_deadline(backlog=True) == 140_000
+
+
+def test_frames_due_together_leave_one_after_the_other():
+    line = link()
+    queue = Queue((0, frame(1)), (0, frame(2)))
+    line.transmit(0, queue, 1)
+    line.transmit(100_000, queue, 1)
+    assert line.transmit(DELAY + 100_000, queue, 1) == frame(1)
+    assert line.left(DELAY + 100_000) == frame(2)
+    assert line.left(DELAY + 100_000) is None
 
 
 def test_a_frame_starts_on_the_wire_when_the_port_drains_it():
     line = link()
     queue = Queue((0, frame(1)))
-    line.serialize(500_000, queue, 1)
+    line.transmit(500_000, queue, 1)
     assert line.wire_free_at == 600_000
-    assert line.due(500_000 + DELAY) == frame(1)
+    assert line.transmit(500_000 + DELAY - 1, queue, 1) is None
+    assert line.transmit(500_000 + DELAY, queue, 1) == frame(1)
 
 
 def test_only_a_host_facing_link_with_delay_runs_the_wire():
@@ -131,7 +141,7 @@ def test_the_loss_draw_happens_once_per_head_frame():
 def test_a_frame_lost_on_the_virtual_wire_still_took_its_time_on_it():
     line = link(drop=(1,))
     queue = Queue((0, frame(1)), (0, frame(2)))
-    line.serialize(0, queue, 1)
+    line.transmit(0, queue, 1)
     assert line.wire_free_at == 100_000 and not line.departures and line.injected_drops[0] == 1
-    line.serialize(100_000, queue, 1)
-    assert line.due(100_000 + DELAY) == frame(2)
+    line.transmit(100_000, queue, 1)
+    assert line.transmit(100_000 + DELAY, queue, 1) == frame(2)
