@@ -1,13 +1,13 @@
 """The switch agent: one process per switch namespace, forwarding real frames.
 
-It wraps the sans-I/O pieces (forwarding decisions, the MMU) with AF_PACKET
-sockets, an epoll loop and a timerfd.  Egress pacing is the kernel's: each
-port's HTB shapes at the link rate, and the port's data socket has a send
-buffer of about two full frames, so the kernel queue holds one to three
-frames and the backlog stays in the MMU.  When the kernel queue drains, the
-socket turns writable and the loop sends the next frame the MMU chooses.
-PFC frames leave through a second socket per port, in the highest tc class,
-so they overtake the data backlog.
+It wraps the sans-I/O pieces (forwarding decisions, the MMU, the links, the
+IB plane) with AF_PACKET sockets, an epoll loop and a timerfd.  Egress
+pacing is the kernel's: each port's HTB shapes at the link rate, and the
+port's data socket has a send buffer of about two full frames, so the kernel
+queue holds one to three frames and the backlog stays in the MMU.  When the
+kernel queue drains, the socket turns writable and the loop sends the next
+frame the MMU chooses.  PFC frames leave through a second socket per port,
+in the highest tc class, so they overtake the data backlog.
 
 Link delay and injected loss are modelled here, on every kernel, by each
 port's :class:`~emulator.model.link.Link`: it says when a received frame is
