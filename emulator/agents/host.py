@@ -13,6 +13,7 @@ held back and never dropped, the RNIC's own frames included.
 
 from __future__ import annotations
 
+import os
 import select
 import socket
 from typing import Any
@@ -24,6 +25,8 @@ from emulator.wire.pfc import ETHERTYPE_MAC_CONTROL, PRIORITIES, decode_pfc
 from emulator.agents.rnic import Rnic
 from emulator.kernel.rps import keep_flows_in_order
 from emulator.kernel.tc import PauseGates
+
+EARLY_WAKE_NS = 1_000_000  # a timed post wakes the agent this much before its start (see _start_timed_posts)
 
 
 class HostAgent(AgentBase):
@@ -64,13 +67,38 @@ class HostAgent(AgentBase):
 
     def after_events(self, now: int) -> None:
         self.rnic.pump(now)
-        deadlines = [d for d in (self.state.next_expiry(), self.rnic.next_deadline()) if d is not None]
+        self.rnic.deliver(self.now())  # completions carry the time they are delivered
+        start = self.rnic.next_start()
+        deadlines = [d for d in (self.state.next_expiry(), self.rnic.next_deadline(),
+                                 None if start is None else start - EARLY_WAKE_NS) if d is not None]
         self.timer.set(min(deadlines) if deadlines else None)
 
     def on_timer(self, now: int) -> None:
         for priority in self.state.expire(now):
             self.gates.resume(priority)
+        self._start_timed_posts(now)
         self.rnic.on_timer(now)
+
+    def _start_timed_posts(self, now: int) -> None:
+        """Release the RNIC's timed posts that start within EARLY_WAKE_NS of ``now``, each at its start.
+
+        Every host's RNIC starts at the same instant, and they share a few
+        cores: woken at that instant, each would first pay its wake-up (tens
+        of microseconds of Python) while the others wait for the core.  So
+        the timer fires EARLY_WAKE_NS before the start and the agent waits
+        the rest yielding the core (the others get to their wait too), and
+        after releasing it yields once more, so that no RNIC fills its send
+        queue before the next one on that core has started.
+        """
+        released = False
+        while (start := self.rnic.next_start()) is not None and start - EARLY_WAKE_NS <= now:
+            clock = self.now()
+            while clock < start:
+                os.sched_yield()
+                clock = self.now()
+            released = self.rnic.release(clock) or released
+        if released:
+            os.sched_yield()
 
     def stats(self) -> dict[str, Any]:
         now = self.now()

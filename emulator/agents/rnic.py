@@ -32,7 +32,6 @@ import os
 import random
 import select
 import socket
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -55,7 +54,6 @@ from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD
 SEND_BUFFER = 16 * 1024  # the kernel doubles it: about a dozen 1 KiB frames (1 ms at 100 Mbit/s) queued in tc
 RECV_BUFFER = 4 << 20  # a NIC's receive ring: the agent may be scheduled out for a few ms
 RECV_OPCODES = (WcOpcode.RECV, WcOpcode.RECV_RDMA_WITH_IMM)
-EARLY_WAKE_NS = 1_000_000  # a timed post wakes the RNIC this much before its start (see _release)
 MAX_CLIENTS = 256  # application connections (contexts) at once
 MAX_PER_CLIENT = 1024  # QPs, CQs and memory regions of one context
 MAX_QP_WR = 32768  # work requests a send or receive queue holds (mlx5 reports 32768 too)
@@ -101,8 +99,9 @@ class Rnic:
 
     ``watch(fd, mask, handler)``, ``modify(fd, mask)`` and ``unwatch(fd)``
     are the host agent's epoll registration; the agent calls :meth:`pump`
-    after every batch of events and :meth:`on_timer` when
-    :meth:`next_deadline` passes.
+    and :meth:`deliver` after every batch of events and :meth:`on_timer`
+    when :meth:`next_deadline` passes.  The RNIC reads no clock: every
+    time it uses is the ``now`` its caller passes.
     """
 
     def __init__(self, config: HostConfig, watch: Callable, modify: Callable, unwatch: Callable) -> None:
@@ -234,44 +233,39 @@ class Rnic:
     def next_deadline(self) -> int | None:
         deadlines = [d for e in self.qps.values() if e.qp is not None and (d := e.qp.next_deadline()) is not None]
         if self._deferred:
-            deadlines.append(self._deferred[0][0] - EARLY_WAKE_NS)
+            deadlines.append(self._deferred[0][0])
         if (link := self.link.next_deadline()) is not None:
             deadlines.append(link)
         return min(deadlines) if deadlines else None
 
-    def _release(self, now: int) -> None:
-        """Hand posts whose start time has come to their QPs.
+    def next_start(self) -> int | None:
+        """The start time of the earliest timed post not yet released, or None."""
+        return self._deferred[0][0] if self._deferred else None
 
-        Every host's RNIC starts at the same instant, and they share a few
-        cores: woken at that instant, each would first pay its wake-up (tens
-        of microseconds of Python) while the others wait for the core.  So
-        the timer fires EARLY_WAKE_NS before the start and the RNIC waits
-        the rest yielding the core (the others get to their wait too), and
-        after releasing it yields once more, so that no RNIC fills its send
-        queue before the next one on that core has started.
+    def release(self, now: int) -> bool:
+        """Hand the timed posts whose start time has come by ``now`` to their QPs; whether there were any.
+
+        ``now`` is the released time the QPs report (``released_ns``).
         """
         released = False
-        while self._deferred and self._deferred[0][0] - EARLY_WAKE_NS <= now:
-            start, qpn, wrs = self._deferred.pop(0)
-            while time.monotonic_ns() < start:
-                os.sched_yield()
+        while self._deferred and self._deferred[0][0] <= now:
+            _start, qpn, wrs = self._deferred.pop(0)
             entry = self.qps[qpn]  # a destroyed QP's posts left with it
             entry.deferred -= len(wrs)
-            entry.released_ns = time.monotonic_ns()
+            entry.released_ns = now
             for wr in wrs:
                 entry.qp.post_send(wr)
             released = True
-        if released:
-            os.sched_yield()
+        return released
 
     def on_timer(self, now: int) -> None:
-        self._release(now)
+        self.release(now)
         for entry in list(self.qps.values()):
             if entry.qp is not None and (deadline := entry.qp.next_deadline()) is not None and deadline <= now:
                 entry.qp.on_timer(now)
 
     def pump(self, now: int) -> None:
-        """After every batch of events: send what can go, deliver completions."""
+        """After every batch of events: send what can go."""
         self._control.extend(self.link.control_frames(now))  # IB credit updates, ahead of new data
         if self._blocked is not None and not self.link_waiting:
             pass  # a frame already counted as sent waits for the kernel queue: no credit update may overtake it
@@ -280,19 +274,25 @@ class Rnic:
                 self._retry(now)
             else:
                 self.transmit(now)
+
+    def deliver(self, now: int) -> None:
+        """Send the QPs' new completions to their applications, time-stamped ``now``.
+
+        ``now`` is the completion's time stamp, as a NIC's CQE carries the
+        time it was written: the caller passes the time of delivery.
+        """
         for entry in self.qps.values():
             if entry.qp is None:
                 continue
             completions = entry.qp.poll_completions()
             if completions:
-                self._deliver(entry, completions)
+                self._deliver(entry, completions, now)
 
-    def _deliver(self, entry: QpEntry, completions: list[Completion]) -> None:
+    def _deliver(self, entry: QpEntry, completions: list[Completion], stamp: int) -> None:
         client = self.clients.get(entry.owner)
         if client is None:
             return
         by_cq: dict[int, list[list[Any]]] = {}
-        stamp = time.monotonic_ns()  # the completion's time stamp, as a NIC's CQE carries one
         for c in completions:
             cq = entry.recv_cq if c.opcode in RECV_OPCODES else entry.send_cq
             by_cq.setdefault(cq, []).append([c.wr_id, int(c.status), int(c.opcode), c.qp_num, c.byte_len, c.imm,
@@ -468,7 +468,6 @@ class Rnic:
         if at is not None:  # a synchronized start: released by our timer (at once if already past)
             entry.deferred += len(wrs)
             bisect.insort(self._deferred, (at, entry.qpn, wrs), key=lambda item: item[0])
-            self._release(now)
         else:
             for wr in wrs:
                 entry.qp.post_send(wr)

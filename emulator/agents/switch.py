@@ -1,20 +1,18 @@
 """The switch agent: one process per switch namespace, forwarding real frames.
 
-It wraps the sans-I/O pieces (forwarding decisions, the MMU) with AF_PACKET
-sockets, an epoll loop and a timerfd.  Egress pacing is the kernel's: each
-port's HTB shapes at the link rate, and the port's data socket has a send
-buffer of about two full frames, so the kernel queue holds one to three
-frames and the backlog stays in the MMU.  When the kernel queue drains, the
-socket turns writable and the loop sends the next frame the MMU chooses.
-PFC frames leave through a second socket per port, in the highest tc class,
-so they overtake the data backlog.
+It wraps the sans-I/O pieces (forwarding decisions, the MMU, the links, the
+IB plane) with AF_PACKET sockets, an epoll loop and a timerfd.  Egress
+pacing is the kernel's: each port's HTB shapes at the link rate, and the
+port's data socket has a send buffer of about two full frames, so the kernel
+queue holds one to three frames and the backlog stays in the MMU.  When the
+kernel queue drains, the socket turns writable and the loop sends the next
+frame the MMU chooses.  PFC frames leave through a second socket per port,
+in the highest tc class, so they overtake the data backlog.
 
-Link delay, on every kernel, is modelled here: a frame arriving on a port
-whose link has delay d is processed d later (this covers both directions
-of switch-to-switch links and host-to-switch), and on host-facing ports
-frames leave the MMU when a virtual wire of the port's rate is free and
-reach the kernel d later.  Injected loss drops frames on the switch's side
-of a link: on egress, and on ingress from hosts.
+Link delay and injected loss are modelled here, on every kernel, by each
+port's :class:`~emulator.model.link.Link`: it says when a received frame is
+processed and, on host-facing ports with delay, when a frame leaves the MMU
+and when it reaches the kernel; this module receives and sends.
 
 Started as ``python -m emulator.agents.switch CONFIG READY_FD``; see
 :mod:`emulator.agents.base`.  It imports only the standard library and small
@@ -23,10 +21,8 @@ project modules: scapy and pyroute2 cost about a second and 100 MB each.
 
 from __future__ import annotations
 
-import random
 import select
 import socket
-from collections import deque
 from typing import Any
 
 from emulator.agents.base import AgentBase, run_agent
@@ -39,7 +35,8 @@ from emulator.kernel.rps import keep_flows_in_order
 from emulator.model.forwarding import (
     ETH_ARP, ETH_CONTROL, ETH_IPV4, ETH_LEN, arp_reply, ecmp_index, ipv4_ok, priority, routed,
 )
-from emulator.agents.ib_plane import IB_DROPS, IbPlane
+from emulator.model.ib_plane import IB_DROPS, IbPlane
+from emulator.model.link import Link
 from emulator.model.mmu import Mmu
 from emulator.kernel.tc import leaf_class
 
@@ -69,37 +66,22 @@ class Port:
         self.peer_mac = mac_bytes(spec.peer_mac)
         self.rate_bps = spec.rate_bps
         self.max_frame = ETH_LEN + spec.mtu  # a longer frame cannot go out on this link
-        self.delay_ns = spec.delay_ns
-        self.host_facing = spec.host_facing
-        self.loss = spec.loss
-        self.drop_seq = set(spec.drop)
-        self.random = random.Random(seed * 1000 + index)
+        self.link = Link(self.rate_bps, spec.delay_ns, spec.host_facing, spec.loss, spec.drop, seed * 1000 + index)
         self.sock = open_packet_socket(self.ifname, ETH_P_ALL, SEND_BUFFER, RECV_BUFFER)
         self.pfc_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         self.pfc_sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, leaf_class(PRIORITIES - 1))
         self.pfc_sock.bind((self.ifname, 0))
         self.fd = self.sock.fileno()
         self.writable_armed = False
-        self.delay_in: deque[tuple[int, bytes]] = deque()  # (due, frame)
-        self.delay_out: deque[tuple[int, bytes]] = deque()
-        self.wire_free_at = 0
-        self.cleared: bytes | None = None  # head frame that already passed the loss draw
-        self.rx_seq = 0  # IPv4 frames received from a host (for deterministic drops)
-        self.tx_seq = 0  # IPv4 frames sent onto the link
         self.rx_frames = [0] * PRIORITIES
         self.rx_bytes = [0] * PRIORITIES
         self.pfc_received = [0] * PRIORITIES
-        self.injected_drops = [0] * PRIORITIES
         self.kernel_drops = 0
         # Frames that arrived here and went nowhere, by cause: RX_DROPS.
         self.drops = dict.fromkeys(RX_DROPS, 0)
         self.tx_errors = 0  # frames the kernel refused to send (counted, dropped)
         self.control_frames = 0
         self.arp_replies = 0
-
-    def lost(self, seq: int) -> bool:
-        """Whether injected loss takes the ``seq``-th frame in one direction."""
-        return seq in self.drop_seq or (self.loss > 0 and self.random.random() < self.loss)
 
     def read_kernel_drops(self) -> int:
         """Frames the kernel dropped because this socket's buffer was full."""
@@ -121,8 +103,8 @@ class SwitchAgent(AgentBase):
             socket.inet_aton(ip): [by_name[name] for name in names] for ip, names in config.routes.items()
         }
         self.mmu = Mmu(config.mmu, [p.rate_bps for p in self.ports], seed=self.seed)
-        self.delayed_in = [p for p in self.ports if p.delay_ns]
-        self.delayed_out = [p for p in self.ports if p.delay_ns and p.host_facing]
+        self.delayed = [p for p in self.ports if p.link.delay_ns]
+        self.paced = [p for p in self.ports if p.link.paced]
         self.next_sample = 0
         self.last_sample: dict[tuple[int, int], tuple[int, int, bool, bool]] = {}
         self.ib = IbPlane([(p.mac, p.peer_mac) for p in config.ports], config.ib,
@@ -150,23 +132,23 @@ class SwitchAgent(AgentBase):
             for port in self.ib.take_fc(now):  # sent on the data socket, behind the data they count
                 self._drain(self.ports[port], now)
             deadlines.append(self.ib.next_deadline())
-        deadlines += [p.delay_in[0][0] for p in self.delayed_in if p.delay_in]
-        for port in self.delayed_out:
-            if port.delay_out:
-                deadlines.append(port.delay_out[0][0])
-            if self.mmu.backlog[port.index]:
-                deadlines.append(port.wire_free_at)
+        backlog = self.mmu.backlog
+        for port in self.delayed:
+            link = port.link
+            if link.arrivals or link.departures or backlog[port.index]:  # an idle link costs no call
+                deadlines.append(link.next_deadline(bool(backlog[port.index])))
         pending = [d for d in deadlines if d is not None]
         self.timer.set(min(pending) if pending else None)
 
     def on_timer(self, now: int) -> None:
         for index in self.mmu.on_timer(now):
             self._drain(self.ports[index], now)
-        for port in self.delayed_in:
-            while port.delay_in and port.delay_in[0][0] <= now:
-                due, frame = port.delay_in.popleft()
-                self._process(port, frame, due)
-        for port in self.delayed_out:
+        for port in self.delayed:
+            if port.link.arrivals:
+                arrived = port.link.arrived
+                while (item := arrived(now)) is not None:
+                    self._process(port, item[1], item[0])
+        for port in self.paced:
             self._drain(port, now)
         if self.next_sample and now >= self.next_sample:
             self._sample(now)
@@ -175,13 +157,14 @@ class SwitchAgent(AgentBase):
 
     def _receive(self, port: Port, now: int) -> None:
         recv = port.sock.recv
+        link = port.link
         for _ in range(BATCH):
             try:
                 frame = recv(65536)
             except BlockingIOError:
                 return
-            if port.delay_ns:
-                port.delay_in.append((now + port.delay_ns, frame))
+            if link.delay_ns:
+                link.arrive(now, frame)
             else:
                 self._process(port, frame, now)
 
@@ -202,11 +185,8 @@ class SwitchAgent(AgentBase):
             prio = priority(frame)
             port.rx_frames[prio] += 1
             port.rx_bytes[prio] += len(frame)
-            if port.host_facing:
-                port.rx_seq += 1
-                if port.lost(port.rx_seq):
-                    port.injected_drops[prio] += 1
-                    return
+            if port.link.host_facing and port.link.lost_from_host(prio):
+                return
             choices = self.routes.get(frame[30:34])
             if choices is None:
                 drops["no_route"] += 1
@@ -257,26 +237,22 @@ class SwitchAgent(AgentBase):
 
     def _drain(self, port: Port, now: int) -> None:
         """Move frames from the MMU towards the wire as far as the wire allows."""
-        mmu, index = self.mmu, port.index
-        if port.delay_ns and port.host_facing:
-            kernel_full = self.ib is not None and not self.ib.drain(index, port.sock.send)  # IB: no modelled delay
-            self._drain_delayed(port, now)
-            backlog = bool(port.delay_out) or kernel_full
+        mmu, index, link = self.mmu, port.index, port.link
+        if link.paced:
+            kernel_full = self.ib is not None and not self._drain_ib(port)  # IB: no modelled delay
+            self._drain_paced(port, now)
+            backlog = bool(link.departures) or kernel_full
         else:
             send = port.sock.send
-            kernel_full = self.ib is not None and not self.ib.drain(index, send)
+            kernel_full = self.ib is not None and not self._drain_ib(port)
             while not kernel_full:
                 head = mmu.head(index)
                 if head is None:
                     break
                 prio, frame = head
-                if frame is not port.cleared:  # the loss draw happens once per frame
-                    port.tx_seq += 1
-                    if port.lost(port.tx_seq):
-                        mmu.pop(index, prio)
-                        port.injected_drops[prio] += 1
-                        continue
-                    port.cleared = frame
+                if link.lost_at_head(frame, prio):
+                    mmu.pop(index, prio)
+                    continue
                 try:
                     send(frame)
                 except BlockingIOError:
@@ -284,37 +260,38 @@ class SwitchAgent(AgentBase):
                 except OSError:  # the kernel refused it for good (e.g. ENOBUFS): it is lost, the port goes on
                     port.tx_errors += 1
                 mmu.pop(index, prio)
-                port.cleared = None
             # IB packets waiting for credit wake the port when credit comes, not on EPOLLOUT.
             backlog = mmu.head(index) is not None or kernel_full
         if backlog != port.writable_armed:
             self.epoll.modify(port.fd, select.EPOLLIN | (select.EPOLLOUT if backlog else 0))
             port.writable_armed = backlog
 
-    def _drain_delayed(self, port: Port, now: int) -> None:
-        """Host-facing port with delay: virtual wire, then a delay line."""
-        mmu, index = self.mmu, port.index
-        while port.wire_free_at <= now:
-            head = mmu.head(index)
-            if head is None:
-                break
-            prio, frame = head
-            mmu.pop(index, prio)
-            start = max(now, port.wire_free_at)
-            port.wire_free_at = start + len(frame) * 8_000_000_000 // port.rate_bps
-            port.tx_seq += 1
-            if port.lost(port.tx_seq):
-                port.injected_drops[prio] += 1
-                continue
-            port.delay_out.append((start + port.delay_ns, frame))
-        while port.delay_out and port.delay_out[0][0] <= now:
+    def _drain_ib(self, port: Port) -> bool:
+        """Send what the IB plane lets go; False once the kernel queue is full."""
+        ib, index, send = self.ib, port.index, port.sock.send
+        while (frame := ib.head(index)) is not None:
             try:
-                port.sock.send(port.delay_out[0][1])
+                send(frame)
+            except BlockingIOError:
+                return False
+            except OSError:  # refused for good (e.g. ENOBUFS)
+                ib.refused(index)
+            else:
+                ib.sent(index)
+        return True
+
+    def _drain_paced(self, port: Port, now: int) -> None:
+        """Host-facing port with delay: the link model's virtual wire and delay line say what goes now."""
+        link = port.link
+        frame = link.transmit(now, self.mmu, port.index)
+        while frame is not None:
+            try:
+                port.sock.send(frame)
             except BlockingIOError:
                 break
             except OSError:
                 port.tx_errors += 1
-            port.delay_out.popleft()
+            frame = link.left(now)
 
     # --- telemetry ---------------------------------------------------------------------
 
@@ -369,7 +346,7 @@ class SwitchAgent(AgentBase):
                     "rx_frames": port.rx_frames[p], "rx_bytes": port.rx_bytes[p],
                     "tx_frames": c.tx_frames, "tx_bytes": c.tx_bytes,
                     "drops": {"threshold": c.drops_threshold, "headroom": c.drops_headroom,
-                              "injected": port.injected_drops[p]},
+                              "injected": port.link.injected_drops[p]},
                     "pfc_sent": {"xoff": c.pfc_xoff_sent, "xon": c.pfc_xon_sent},
                     "pfc_received": port.pfc_received[p],
                     "paused_ns": mmu.pause[i].paused_time(p, now),

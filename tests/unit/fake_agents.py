@@ -10,8 +10,12 @@ temporary directory), the MMU, the IB plane, the RC transport.
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import select
 import socket
+import time
 import types
 from collections import deque
 from typing import Any
@@ -167,6 +171,46 @@ def make_rnic(tmp: str, **options: Any) -> tuple[rnic.Rnic, Loop]:
 def make_host(tmp: str, **options: Any) -> host_agent.HostAgent:
     """Host h1's agent: its RNIC and its PFC reaction (gates faked)."""
     return host_agent.HostAgent(host_config(tmp, **options))
+
+
+class App:
+    """An application connected to the RNIC; each request is handled by the RNIC's loop at once."""
+
+    def __init__(self, rnic: rnic.Rnic, path: str) -> None:
+        self.rnic = rnic
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock.connect(path)
+        rnic._on_accept(0, select.EPOLLIN, 0)
+        self.client = max(rnic.clients.values(), key=lambda c: c.pd)
+
+    def raw(self, data: bytes, fds: list[int] = ()) -> dict | None:
+        """The RNIC's reply, or None if it hung up on us (an empty message reads as the end of the connection)."""
+        if fds:
+            socket.send_fds(self.sock, [data], list(fds))
+        else:
+            self.sock.send(data)
+        self.rnic._on_client(self.client, select.EPOLLIN, time.monotonic_ns())
+        reply = self.sock.recv(1 << 21, socket.MSG_DONTWAIT)
+        if not reply:
+            assert self.client.pd not in self.rnic.clients
+            return None
+        return json.loads(reply)
+
+    def __call__(self, request: dict, fds: list[int] = ()) -> dict:
+        return self.raw(json.dumps(request).encode(), fds)
+
+    def close(self) -> None:
+        """The application exits; the RNIC sees its end and frees its context."""
+        self.sock.close()
+        self.rnic._on_client(self.client, select.EPOLLIN, 0)
+        assert self.client.pd not in self.rnic.clients
+
+
+def sealed_memfd(length: int) -> int:
+    fd = os.memfd_create("app-mr", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, length)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+    return fd
 
 
 def close_agent(agent: agentlib.AgentBase) -> None:

@@ -10,7 +10,6 @@ unread can make the RNIC hold more than its bounds.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import mmap
 import os
@@ -29,42 +28,9 @@ from emulator.agents import rnic as rnic_module
 from emulator.agents.memory import ACCESS_ALL
 from emulator.agents.verbs_messages import BadRequest, decode
 from emulator.model.rc import WrOpcode
-from fake_agents import close_agent, fake_wire, make_rnic, make_switch
+from fake_agents import App, close_agent, fake_wire, make_rnic, make_switch, sealed_memfd
 
 assert fake_wire  # a fixture, used by name below
-
-
-class App:
-    """An application connected to the RNIC; each request is handled by the RNIC's loop at once."""
-
-    def __init__(self, rnic: rnic_module.Rnic, path: str) -> None:
-        self.rnic = rnic
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.sock.connect(path)
-        rnic._on_accept(0, select.EPOLLIN, 0)
-        self.client = max(rnic.clients.values(), key=lambda c: c.pd)
-
-    def raw(self, data: bytes, fds: list[int] = ()) -> dict | None:
-        """The RNIC's reply, or None if it hung up on us (an empty message reads as the end of the connection)."""
-        if fds:
-            socket.send_fds(self.sock, [data], list(fds))
-        else:
-            self.sock.send(data)
-        self.rnic._on_client(self.client, select.EPOLLIN, time.monotonic_ns())
-        reply = self.sock.recv(1 << 21, socket.MSG_DONTWAIT)
-        if not reply:
-            assert self.client.pd not in self.rnic.clients
-            return None
-        return json.loads(reply)
-
-    def __call__(self, request: dict, fds: list[int] = ()) -> dict:
-        return self.raw(json.dumps(request).encode(), fds)
-
-    def close(self) -> None:
-        """The application exits; the RNIC sees its end and frees its context."""
-        self.sock.close()
-        self.rnic._on_client(self.client, select.EPOLLIN, 0)
-        assert self.client.pd not in self.rnic.clients
 
 
 @pytest.fixture
@@ -80,13 +46,6 @@ def app(rnic, tmp_path):
     yield application
     if application.client.pd in rnic.clients:
         application.close()
-
-
-def sealed_memfd(length: int) -> int:
-    fd = os.memfd_create("app-mr", os.MFD_ALLOW_SEALING)
-    os.ftruncate(fd, length)
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
-    return fd
 
 
 def still_transfers(app: App) -> None:

@@ -8,17 +8,22 @@ queues it per (egress port, VL).  Nothing is ever dropped for lack of
 space: a packet leaves only when the downstream receiver has advertised
 credit for all of it (:class:`emulator.model.credits.CreditLink`, one per
 port, both directions), and the ingress buffer it occupied is freed, and
-credited back upstream, only when it has left.  Flow-control packets go out
-on the same socket and tc class as the data, so they never overtake the
-packets whose blocks they count (the receiver would count those twice).
+credited back upstream, only when it has left.  Flow-control packets leave
+in the same sequence as the data (the agent sends both on the data socket
+and tc class), so they never overtake the packets whose blocks they count
+(the receiver would count those twice).
+
+The plane does no I/O: :meth:`IbPlane.head` says which frame a port sends
+next, and the agent reports what became of it (:meth:`IbPlane.sent`, or
+:meth:`IbPlane.refused`); a frame the kernel has no room for yet stays the
+head.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Mapping, Protocol, Sequence
 
-from emulator.agents.config import SwitchIbConfig
 from emulator.model.credits import FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, CreditLink, CreditViolation, blocks
 from emulator.wire.ib import LRH_AT, MIN_FRAME, SLP, data_end, decode_fc, encode_fc, set_vl
 from emulator.wire.mac import mac_bytes
@@ -31,10 +36,21 @@ IB_DROPS = (
 )
 
 
+
+class IbPlaneSettings(Protocol):
+    """What the plane needs of a switch's IB configuration (the agents' ``SwitchIbConfig`` has it)."""
+
+    lft: Mapping[int, int]  # DLID -> port index
+    sl2vl: Sequence[int]
+    vls: int
+    vl_buffer: int  # bytes each VL of each port receives into
+    peer_capacity: Sequence[int]  # per port: the bytes each VL of the peer receives into
+
+
 class IbPlane:
     """Credit state and VL queues of every port of one switch."""
 
-    def __init__(self, macs: list[tuple[str, str]], config: SwitchIbConfig, max_frames: list[int]) -> None:
+    def __init__(self, macs: list[tuple[str, str]], config: IbPlaneSettings, max_frames: list[int]) -> None:
         self.macs = macs  # per port: (our MAC, the peer's MAC), as text
         self.mac_bytes = [(mac_bytes(a), mac_bytes(b)) for a, b in macs]
         self.max_frames = max_frames  # per port: the longest Ethernet frame its link carries
@@ -101,41 +117,47 @@ class IbPlane:
         """Whether a packet ending at ``end`` can ever leave ``out``: the link's MTU and the peer's credit window."""
         return max(end, MIN_FRAME) <= self.max_frames[out] and self.links[out].sendable(vl, end - LRH_AT)
 
-    def drain(self, port: int, send: Callable[[bytes], Any]) -> bool:
-        """Send what credits allow, VLs in turn; False once the kernel queue is full."""
-        link, queues, control = self.links[port], self.queues[port], self.control[port]
-        while control:
-            try:
-                send(control[0])
-            except BlockingIOError:
-                return False
-            except OSError:  # refused for good (e.g. ENOBUFS): a lost update, the next refresh repeats it
-                self.tx_errors[port] += 1
-            control.popleft()
-        stalled = 0
+    def head(self, port: int) -> bytes | None:
+        """The frame ``port`` sends next, or None: flow-control packets first, then data as credits allow.
+
+        The data queues take turns by VL, from the one after the VL that
+        last sent.  The head stays the head until :meth:`sent` or
+        :meth:`refused` says what became of it.
+        """
+        control = self.control[port]
+        if control:
+            return control[0]
+        link, queues, vls = self.links[port], self.queues[port], self.vls
         vl = self.next_vl[port]
-        while stalled < self.vls:
+        for _ in range(vls):
             queue = queues[vl]
             if queue and link.can_send(vl, queue[0][3]):
-                frame, ingress, vl_in, size = queue[0]
-                try:
-                    send(frame)
-                except BlockingIOError:
-                    self.next_vl[port] = vl
-                    return False
-                except OSError:  # refused for good: the packet is lost, uncounted by the credits it never used
-                    self.tx_errors[port] += 1
-                else:
-                    link.sent(vl, size)
-                    self.forwarded[port] += 1
-                queue.popleft()
-                self.links[ingress].freed(vl_in, size)
-                stalled = 0
-            else:
-                stalled += 1
-            vl = (vl + 1) % self.vls
-        self.next_vl[port] = vl
-        return True
+                self.next_vl[port] = vl
+                return queue[0][0]
+            vl = (vl + 1) % vls
+        return None
+
+    def sent(self, port: int) -> None:
+        """The kernel took the frame :meth:`head` gave for ``port``."""
+        self._done(port, True)
+
+    def refused(self, port: int) -> None:
+        """The kernel refused the frame :meth:`head` gave for ``port`` for good (e.g. ENOBUFS): it is lost."""
+        self.tx_errors[port] += 1
+        self._done(port, False)
+
+    def _done(self, port: int, sent: bool) -> None:
+        control = self.control[port]
+        if control:  # a lost update is repeated by the next refresh
+            control.popleft()
+            return
+        vl = self.next_vl[port]
+        _frame, ingress, vl_in, size = self.queues[port][vl].popleft()
+        if sent:  # a packet refused is uncounted by the credits it never used
+            self.links[port].sent(vl, size)
+            self.forwarded[port] += 1
+        self.links[ingress].freed(vl_in, size)
+        self.next_vl[port] = (vl + 1) % self.vls
 
     def take_fc(self, now: int) -> list[int]:
         """Queue the flow-control packets now due; the ports that have some to send."""

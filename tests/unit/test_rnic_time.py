@@ -1,0 +1,100 @@
+"""The RNIC's times come from its caller: timed posts are released at the ``now`` they are given, completions
+carry the ``now`` of their delivery; the host agent wakes before a start and waits for it on the clock.
+
+The RNIC runs with a fake wire (fake_agents.py); the clock is the test's, except where the host agent's
+wait for a start is checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+import pytest
+
+from emulator.agents import host as host_agent
+from emulator.agents.memory import ACCESS_ALL
+from emulator.model.rc import WcStatus, WrOpcode
+from fake_agents import App, close_agent, fake_wire, make_host, make_rnic, sealed_memfd
+
+assert fake_wire  # a fixture, used by name below
+
+
+@pytest.fixture
+def rnic(fake_wire, tmp_path):
+    agent, _loop = make_rnic(str(tmp_path))
+    yield agent
+    agent.close()
+
+
+def connected_qp(app: App, **options: int) -> tuple[int, int, int]:
+    """A QP connected to a peer that never answers, with a 4 KiB region: (qpn, cq, key)."""
+    fd = sealed_memfd(4096)
+    try:
+        key = app({"op": "reg_mr", "addr": 0x10000, "length": 4096, "access": ACCESS_ALL}, [fd])["lkey"]
+    finally:
+        os.close(fd)
+    cq = app({"op": "create_cq"})["cq"]
+    qpn = app({"op": "create_qp", "send_cq": cq, "recv_cq": cq})["qpn"]
+    assert app({"op": "connect", "qpn": qpn, "remote_qpn": 0x99, "remote_psn": 5, "remote_gid": "10.0.0.2",
+                **options}) == {}
+    return qpn, cq, key
+
+
+def write(key: int, wr_id: int = 1) -> list[int]:
+    return [wr_id, int(WrOpcode.RDMA_WRITE), 0x10000, 1024, key, 0x5000, 0x77, 0, True]
+
+
+def test_a_timed_post_is_released_at_the_now_that_reaches_its_start(rnic, tmp_path):
+    app = App(rnic, str(tmp_path / "h1.verbs"))
+    qpn, _cq, key = connected_qp(app)
+    start = time.monotonic_ns() + 10**9
+    assert app({"op": "post_send", "qpn": qpn, "wrs": [write(key)], "at": start}) == {}
+    assert rnic.next_start() == start and rnic.next_deadline() == start
+    rnic.on_timer(start - 1)
+    rnic.pump(start - 1)
+    assert rnic.sock.sent == [] and app({"op": "query_qp", "qpn": qpn})["released_ns"] == 0
+    rnic.on_timer(start + 7)
+    rnic.pump(start + 7)
+    assert len(rnic.sock.sent) == 1
+    assert app({"op": "query_qp", "qpn": qpn})["released_ns"] == start + 7
+    assert rnic.next_start() is None
+
+
+def test_completions_carry_the_now_of_their_delivery(rnic, tmp_path):
+    app = App(rnic, str(tmp_path / "h1.verbs"))
+    qpn, cq, key = connected_qp(app, timeout_ns=8192, retry_cnt=0)
+    assert app({"op": "post_send", "qpn": qpn, "wrs": [write(key, wr_id=42)]}) == {}
+    rnic.pump(1_000)
+    deadline = rnic.next_deadline()
+    rnic.on_timer(deadline)  # no ACK, no retry left: the WRITE completes in error
+    rnic.deliver(deadline + 123)
+    message = json.loads(app.sock.recv(1 << 16, socket.MSG_DONTWAIT))
+    assert message["cq"] == cq
+    [[wr_id, status, _opcode, qp_num, _length, _imm, stamp]] = message["wc"]
+    assert (wr_id, status, qp_num, stamp) == (42, WcStatus.RETRY_EXC_ERR, qpn, deadline + 123)
+
+
+@pytest.fixture
+def host(fake_wire, tmp_path):
+    agent = make_host(str(tmp_path))
+    yield agent
+    agent.rnic.close()
+    close_agent(agent)
+
+
+def test_the_host_agent_wakes_early_and_releases_at_the_start_on_the_clock(host, tmp_path):
+    app = App(host.rnic, str(tmp_path / "h1.verbs"))
+    qpn, _cq, key = connected_qp(app)
+    start = time.monotonic_ns() + 300_000
+    assert app({"op": "post_send", "qpn": qpn, "wrs": [write(key)], "at": start}) == {}
+    host.after_events(start - 2 * host_agent.EARLY_WAKE_NS)
+    assert host.timer.deadline == start - host_agent.EARLY_WAKE_NS
+    host.on_timer(start - 2 * host_agent.EARLY_WAKE_NS)  # too early to wait for it
+    assert host.rnic.next_start() == start
+    host.on_timer(start - host_agent.EARLY_WAKE_NS)
+    released = app({"op": "query_qp", "qpn": qpn})["released_ns"]
+    assert start <= released <= time.monotonic_ns()
+    assert host.rnic.next_start() is None
