@@ -11,7 +11,6 @@ unread can make the RNIC hold more than its bounds.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import select
 import shutil
@@ -30,14 +29,7 @@ from emulator.agents.verbs_messages import BadRequest, decode
 from emulator.model.rc import WrOpcode
 from fake_agents import App, close_agent, fake_wire, make_rnic, make_switch, sealed_memfd
 
-assert fake_wire  # a fixture, used by name below
-
-
-@pytest.fixture
-def rnic(fake_wire, tmp_path):
-    agent, _loop = make_rnic(str(tmp_path))
-    yield agent
-    agent.close()
+assert fake_wire  # a fixture, used by name below (rnic: conftest.py)
 
 
 @pytest.fixture

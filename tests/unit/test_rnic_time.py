@@ -17,16 +17,9 @@ import pytest
 from emulator.agents import host as host_agent
 from emulator.agents.memory import ACCESS_ALL
 from emulator.model.rc import WcStatus, WrOpcode
-from fake_agents import App, close_agent, fake_wire, make_host, make_rnic, sealed_memfd
+from fake_agents import App, close_agent, fake_wire, make_host, sealed_memfd
 
-assert fake_wire  # a fixture, used by name below
-
-
-@pytest.fixture
-def rnic(fake_wire, tmp_path):
-    agent, _loop = make_rnic(str(tmp_path))
-    yield agent
-    agent.close()
+assert fake_wire  # a fixture, used by name below (rnic: conftest.py)
 
 
 def connected_qp(app: App, **options: int) -> tuple[int, int, int]:
