@@ -35,6 +35,7 @@ from emulator.kernel.rps import keep_flows_in_order
 from emulator.model.forwarding import (
     ETH_ARP, ETH_CONTROL, ETH_IPV4, ETH_LEN, arp_reply, ecmp_index, ipv4_ok, priority, routed,
 )
+from emulator.model.fidelity import Durations, EgressWire, verdict
 from emulator.model.ib_plane import IB_DROPS, IbPlane
 from emulator.model.link import Link
 from emulator.model.mmu import Mmu
@@ -73,6 +74,12 @@ class Port:
         self.pfc_sock.bind((self.ifname, 0))
         self.fd = self.sock.fileno()
         self.writable_armed = False
+        # Fidelity: a virtual wire at the port's rate, fed with each frame the kernel takes.  While the
+        # port's queue held frames, the wire should never idle; if it did, the agent was late.
+        self.wire = EgressWire()
+        self.wire_end = 0  # when the frames handed to the kernel so far have left, at the port's rate
+        self.waiting = False  # the port's queue held frames the kernel had no room for
+        self.frame_ns = (ETH_LEN + spec.mtu) * 8_000_000_000 // self.rate_bps
         self.rx_frames = [0] * PRIORITIES
         self.rx_bytes = [0] * PRIORITIES
         self.pfc_received = [0] * PRIORITIES
@@ -260,8 +267,13 @@ class SwitchAgent(AgentBase):
                 except OSError:  # the kernel refused it for good (e.g. ENOBUFS): it is lost, the port goes on
                     port.tx_errors += 1
                 mmu.pop(index, prio)
+                wire_end, frame_ns = port.wire_end, len(frame) * 8_000_000_000 // port.rate_bps
+                start = now if now > wire_end else wire_end
+                port.wire.departed(start, wire_end if port.waiting else start, frame_ns)
+                port.wire_end = start + frame_ns
             # IB packets waiting for credit wake the port when credit comes, not on EPOLLOUT.
             backlog = mmu.head(index) is not None or kernel_full
+            port.waiting = backlog
         if backlog != port.writable_armed:
             self.epoll.modify(port.fd, select.EPOLLIN | (select.EPOLLOUT if backlog else 0))
             port.writable_armed = backlog
@@ -371,6 +383,7 @@ class SwitchAgent(AgentBase):
                 "tx_errors": port.tx_errors,
                 "rx_control_frames": port.control_frames,
                 "arp_replies": port.arp_replies,
+                "wire": port.wire.summary(),
             }
             if self.ib is not None:
                 ib = ports[port.ifname]["ib"] = self.ib.stats(i)
@@ -383,7 +396,17 @@ class SwitchAgent(AgentBase):
             for cause in IB_DROPS:
                 totals[f"ib_{cause}"] = self.ib.total(cause)
         return {"switch": self.name, "scheduling": self.scheduling, "ports": ports, "totals": totals,
-                "rps_failed": self.unordered}
+                "rps_failed": self.unordered, "fidelity": self._fidelity()}
+
+    def _fidelity(self) -> dict[str, Any]:
+        """The monitor's figures of this switch and its verdict (the fastest port's frame time is the bar)."""
+        wire = EgressWire()
+        for port in self.ports:
+            wire.merge(port.wire)
+        lag = Durations()  # not measured on the switch yet
+        judged = verdict(wire, lag, self.timer_lateness, min(port.frame_ns for port in self.ports))
+        return {"faithful": judged.faithful, "reasons": list(judged.reasons), "wire": wire.summary(),
+                "timers": self.timer_lateness.summary()}
 
     def close(self) -> None:
         self._sample(self.now())
