@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import select
 import socket
+import time
 from typing import Any
 
 from emulator.agents.base import AgentBase, run_agent
@@ -30,7 +31,7 @@ from emulator.agents.config import PortConfig, SwitchConfig
 from emulator.wire.mac import mac_bytes
 from emulator.wire.ib import ETH_IB
 from emulator.wire.pfc import ETH_MAC_CONTROL, PRIORITIES, decode_pfc, encode_pfc
-from emulator.kernel.packet_socket import ETH_P_ALL, kernel_drops, open_packet_socket
+from emulator.kernel.packet_socket import ETH_P_ALL, kernel_drops, last_receive_ns, open_packet_socket
 from emulator.kernel.rps import keep_flows_in_order
 from emulator.model.forwarding import (
     ETH_ARP, ETH_CONTROL, ETH_IPV4, ETH_LEN, arp_reply, ecmp_index, ipv4_ok, priority, routed,
@@ -80,6 +81,7 @@ class Port:
         self.wire_end = 0  # when the frames handed to the kernel so far have left, at the port's rate
         self.waiting = False  # the port's queue held frames the kernel had no room for
         self.frame_ns = (ETH_LEN + spec.mtu) * 8_000_000_000 // self.rate_bps
+        self.lag = Durations()  # fidelity: kernel receive time stamp to the agent's read, first frame of a batch
         self.rx_frames = [0] * PRIORITIES
         self.rx_bytes = [0] * PRIORITIES
         self.pfc_received = [0] * PRIORITIES
@@ -165,11 +167,13 @@ class SwitchAgent(AgentBase):
     def _receive(self, port: Port, now: int) -> None:
         recv = port.sock.recv
         link = port.link
-        for _ in range(BATCH):
+        for count in range(BATCH):
             try:
                 frame = recv(65536)
             except BlockingIOError:
                 return
+            if not count and (stamp := last_receive_ns(port.sock)):  # the batch's oldest frame: one per wake-up
+                port.lag.add(time.time_ns() - stamp)
             if link.delay_ns:
                 link.arrive(now, frame)
             else:
@@ -384,6 +388,7 @@ class SwitchAgent(AgentBase):
                 "rx_control_frames": port.control_frames,
                 "arp_replies": port.arp_replies,
                 "wire": port.wire.summary(),
+                "lag": port.lag.summary(),
             }
             if self.ib is not None:
                 ib = ports[port.ifname]["ib"] = self.ib.stats(i)
@@ -400,13 +405,13 @@ class SwitchAgent(AgentBase):
 
     def _fidelity(self) -> dict[str, Any]:
         """The monitor's figures of this switch and its verdict (the fastest port's frame time is the bar)."""
-        wire = EgressWire()
+        wire, lag = EgressWire(), Durations()
         for port in self.ports:
             wire.merge(port.wire)
-        lag = Durations()  # not measured on the switch yet
+            lag.merge(port.lag)
         judged = verdict(wire, lag, self.timer_lateness, min(port.frame_ns for port in self.ports))
         return {"faithful": judged.faithful, "reasons": list(judged.reasons), "wire": wire.summary(),
-                "timers": self.timer_lateness.summary()}
+                "lag": lag.summary(), "timers": self.timer_lateness.summary()}
 
     def close(self) -> None:
         self._sample(self.now())
