@@ -110,3 +110,22 @@ def test_each_measure_alone_makes_a_run_unfaithful_and_says_why():
 def test_thresholds_are_the_callers():
     figures = _figures(stall=FRAME_NS * 20, lag=[], late=[])
     assert verdict(*figures, frame_ns=FRAME_NS, thresholds=Thresholds(stall_share=0.05)).faithful
+
+
+def test_a_run_is_faithful_only_while_every_agent_is():
+    from emulator.fabric.stats import fidelity
+
+    def agent(faithful: bool, stall: float, timers_p99: int | None) -> dict:
+        return {"fidelity": {"faithful": faithful, "reasons": [] if faithful else ["timers late"],
+                             "wire": {"stall_share": stall, "longest_stall_ns": int(stall * 1e9)},
+                             "timers": {"p99_ns": timers_p99}}}
+
+    stats = {"s1": agent(True, 0.001, 50_000), "h1": {"fidelity": {"faithful": True, "reasons": [],
+                                                                    "timers": {"p99_ns": None}}}}
+    run = fidelity(stats)
+    assert run["faithful"] and run["unfaithful"] == {} and run["stall_share"] == 0.001
+    assert run["timers_p99_ns"] == 50_000 and run["lag_p99_ns"] is None
+    stats["s2"] = agent(False, 0.03, 9_000_000)
+    run = fidelity(stats)
+    assert not run["faithful"] and run["unfaithful"] == {"s2": ["timers late"]}
+    assert run["stall_share"] == 0.03 and run["timers_p99_ns"] == 9_000_000
