@@ -216,6 +216,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
     totals = stats["totals"]
     print(f"totals: drops {totals['drops']} (malformed {totals['malformed']}), PFC sent {totals['pfc_sent']}, "
           f"PFC received {totals['pfc_received']}, ECN marked {totals['ecn_marked']}")
+    fidelity = stats["fidelity"]
+    if fidelity["faithful"]:
+        print("fidelity: every agent kept up with the time it models")
+    else:
+        print("fidelity: NOT faithful; these figures are the machine's, not the fabric's:")
+        for name, reasons in fidelity["unfaithful"].items():
+            print(f"  {name}: {'; '.join(reasons)}")
     return 0
 
 

@@ -30,6 +30,7 @@ from typing import Any, Callable
 from emulator.agents.config import AgentConfig, ConfigError, read
 from emulator.kernel.netns import enter_for_exec
 from emulator.kernel.timerfd import TimerFd
+from emulator.model.fidelity import Durations
 
 Handler = Callable[[int, int, int], None]  # (fd, event mask, now_ns)
 AGENT_RT_PRIORITY = 10
@@ -75,6 +76,7 @@ class AgentBase:
         self.epoll = select.epoll()
         self.handlers: dict[int, Handler] = {}
         self.timer = TimerFd()
+        self.timer_lateness = Durations()  # fidelity: how late each wake-up came after its deadline
         self.watch(self.timer.fd, select.EPOLLIN, self._on_timer)
         self.control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         bind_private(self.control, config.control)
@@ -119,6 +121,8 @@ class AgentBase:
             self.after_events(now)
 
     def _on_timer(self, _fd: int, _mask: int, now: int) -> None:
+        if self.timer.deadline is not None:
+            self.timer_lateness.add(now - self.timer.deadline)
         self.timer.consume()
         self.on_timer(now)
 

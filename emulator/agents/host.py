@@ -20,6 +20,7 @@ from typing import Any
 
 from emulator.agents.base import AgentBase, run_agent
 from emulator.agents.config import HostConfig
+from emulator.model.fidelity import Durations, EgressWire, verdict
 from emulator.model.pause import PauseState
 from emulator.wire.pfc import ETHERTYPE_MAC_CONTROL, PRIORITIES, decode_pfc
 from emulator.agents.rnic import Rnic
@@ -38,6 +39,7 @@ class HostAgent(AgentBase):
         self.gates = PauseGates(config.netns, ifname, socket.if_nametoindex(ifname), config.rate_bps,
                                 config.mtu, config.mac, config.peer_mac)
         self.state = PauseState(config.rate_bps)
+        self.frame_ns = (config.mtu + 14) * 8_000_000_000 // config.rate_bps  # the fidelity monitor's unit
         self.pfc_received = [0] * PRIORITIES
         self.malformed = 0  # MAC control frames that are no PFC frame enabling a class
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETHERTYPE_MAC_CONTROL))
@@ -111,7 +113,14 @@ class HostAgent(AgentBase):
             "drops": {"malformed": self.malformed + self.rnic.malformed()},
             "rnic": self.rnic.stats(),
             "rps_failed": self.unordered,
+            "fidelity": self._fidelity(),
         }
+
+    def _fidelity(self) -> dict[str, Any]:
+        """The monitor's figures of this host (its timers so far) and their verdict."""
+        judged = verdict(EgressWire(), Durations(), self.timer_lateness, self.frame_ns)
+        return {"faithful": judged.faithful, "reasons": list(judged.reasons),
+                "timers": self.timer_lateness.summary()}
 
     def close(self) -> None:
         self.rnic.close()

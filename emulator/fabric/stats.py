@@ -38,4 +38,24 @@ def with_totals(state: runstate.RunState, stats: dict[str, dict[str, Any]]) -> d
     totals["host_paused_ns"] = sum(sum(h["paused_ns"]) for h in hosts.values())
     totals["malformed"] = (sum(s["totals"]["malformed"] for s in switches.values())
                            + sum(h["drops"]["malformed"] for h in hosts.values()))
-    return {"run": state.run, "fabric": state.fabric, "totals": totals, "switches": switches, "hosts": hosts}
+    return {"run": state.run, "fabric": state.fabric, "totals": totals, "fidelity": fidelity(stats),
+            "switches": switches, "hosts": hosts}
+
+
+def fidelity(stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The run's verdict: faithful while every agent kept up; the worst figures, and who did not keep up."""
+    figures = [s["fidelity"] for s in stats.values() if "fidelity" in s]
+
+    def worst(part: str, key: str) -> Any:
+        values = [f[part][key] for f in figures if part in f and f[part][key] is not None]
+        return max(values) if values else None
+
+    return {
+        "faithful": all(f["faithful"] for f in figures),
+        "unfaithful": {name: s["fidelity"]["reasons"] for name, s in sorted(stats.items())
+                       if "fidelity" in s and not s["fidelity"]["faithful"]},
+        "stall_share": worst("wire", "stall_share"),
+        "longest_stall_ns": worst("wire", "longest_stall_ns"),
+        "lag_p99_ns": worst("lag", "p99_ns"),
+        "timers_p99_ns": worst("timers", "p99_ns"),
+    }

@@ -4,12 +4,14 @@ Both want the same kernel behaviour: their own frames not looped back to
 them (PACKET_IGNORE_OUTGOING: an agent that hears what it sends would
 forward or count it again), a send buffer small enough that the kernel's tc
 queue stays short and the backlog stays in the agent, a receive buffer that
-rides out the agent being scheduled out, and the count of frames the kernel
-dropped because that buffer was full.
+rides out the agent being scheduled out, the count of frames the kernel
+dropped because that buffer was full, and the kernel's receive time stamp
+of the last frame read (the fidelity monitor's processing lag).
 """
 
 from __future__ import annotations
 
+import fcntl
 import socket
 import struct
 from typing import Callable
@@ -18,6 +20,7 @@ ETH_P_ALL = 0x0003  # every EtherType
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
+SIOCGSTAMPNS = 0x8907  # linux/sockios.h: the receive time stamp of the last frame read
 
 
 def open_packet_socket(ifname: str, protocol: int, send_buffer: int, recv_buffer: int,
@@ -36,6 +39,7 @@ def open_packet_socket(ifname: str, protocol: int, send_buffer: int, recv_buffer
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buffer)
     sock.bind((ifname, protocol))
     sock.setblocking(False)
+    last_receive_ns(sock)  # the first ask turns the kernel's receive time stamps on for this socket
     return sock
 
 
@@ -46,3 +50,16 @@ def kernel_drops(sock: socket.socket) -> int:
     """
     _, drops = struct.unpack("II", sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
     return drops
+
+
+def last_receive_ns(sock: socket.socket) -> int | None:
+    """When the kernel received the frame last read from ``sock`` (CLOCK_REALTIME ns; compare with time.time_ns).
+
+    None before the first frame (ENOENT).  Not SO_TIMESTAMPNS: with it the
+    kernel hands the stamp to recvmsg only and this ioctl has none to give.
+    """
+    try:
+        seconds, nanoseconds = struct.unpack("qq", fcntl.ioctl(sock.fileno(), SIOCGSTAMPNS, bytes(16)))
+    except OSError:
+        return None
+    return seconds * 1_000_000_000 + nanoseconds

@@ -53,8 +53,11 @@ def table(results: Results) -> str:
         lines.append("incomplete run: it was interrupted; results for the finished variants only")
     lines += _render(
         ["VARIANT", "FABRIC", "COLLECTIVE", "ITERS", "CCT p50 ms", "CCT p99 ms", "CCT max ms", "CCT mean ms",
-         "DROPS", "RETRANS", "PFC", "ECN", "SKEW max us"],
+         "DROPS", "RETRANS", "PFC", "ECN", "SKEW max us", "FAITHFUL"],
         [_variant_row(v) for v in results.variants], text_columns=3)
+    unfaithful = fidelity_lines(results.variants)
+    if unfaithful:
+        lines += ["", *unfaithful]
     ratios = ratio_lines(results.variants)
     if ratios:
         lines += ["", *ratios]
@@ -86,7 +89,29 @@ def _variant_row(variant: dict[str, Any]) -> list[str]:
             _fmt(variant.get("iterations")),
             *(_fmt(_cct(variant, stat), 2, 1e3) for stat in ("p50", "p99", "max", "mean")),
             *(_fmt(variant.get(key)) for key in ("drops", "retransmissions", "pfc_sent", "ecn_marked")),
-            _fmt(variant.get("start_skew_us"), 1)]
+            _fmt(variant.get("start_skew_us"), 1), {True: "yes", False: "NO", None: MISSING}[_faithful(variant)]]
+
+
+def _faithful(variant: dict[str, Any]) -> bool | None:
+    """The monitor's verdict on a variant; None where results.json has none (or not a boolean)."""
+    fidelity = variant.get("fidelity")
+    return fidelity.get("faithful") if isinstance(fidelity, dict) and isinstance(fidelity.get("faithful"), bool) \
+        else None
+
+
+def fidelity_lines(variants: list[dict[str, Any]]) -> list[str]:
+    """Why each unfaithful variant's figures are the machine's, not the fabric's: agent and reasons."""
+    lines = []
+    for variant in variants:
+        if _faithful(variant) is not False:
+            continue
+        lines.append(f"{_listed(variant.get('name', MISSING))}: NOT faithful, its figures measure this machine, "
+                     "not the fabric (lower the link rate, or free the CPUs):")
+        unfaithful = variant["fidelity"].get("unfaithful")
+        for agent, reasons in (unfaithful.items() if isinstance(unfaithful, dict) else ()):
+            shown = "; ".join(map(_listed, reasons)) if isinstance(reasons, list) else _listed(reasons)
+            lines.append(f"  {_listed(agent)}: {shown}")
+    return lines
 
 
 def ratio_lines(variants: list[dict[str, Any]]) -> list[str]:

@@ -105,9 +105,10 @@ def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
 
         run = run_collective(net, variant.collective, variant.size, variant.iterations, variant.warmup,
                              variant.senders, variant.mtu, progress)
-        after = _counters(net)
+        stats = net.stats()
+    after = {key: stats["totals"][key] for key in COUNTERS}
     fabric_delta = {key: after[key] - baseline[0][key] for key in COUNTERS}
-    return summarize_variant(variant, run, fabric_delta), run
+    return summarize_variant(variant, run, fabric_delta, stats["fidelity"]), run
 
 
 def _counters(net: Fabric) -> dict[str, int]:
@@ -115,8 +116,12 @@ def _counters(net: Fabric) -> dict[str, int]:
     return {key: totals[key] for key in COUNTERS}
 
 
-def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, int]) -> dict[str, Any]:
-    """The results.json entry of one variant, from its measured iterations and the fabric's ``counters`` over them."""
+def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, int],
+                      fidelity: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The results.json entry of one variant, from its measured iterations and the fabric's ``counters`` over them.
+
+    ``fidelity`` is the monitor's verdict over the variant's whole fabric lifetime (warm-up included).
+    """
     ccts = [it.cct_us for it in run.iterations]
     skews = [it.start_skew_us for it in run.iterations]
     ranks = len(run.hosts)
@@ -140,6 +145,7 @@ def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, 
         "start_skew_us": round(max(skews), 1), "start_skew_p99_us": round(percentile(skews, 99), 1),
         "start_late_max_us": round(max(it.start_late_us for it in run.iterations), 1),
         "stragglers": causes, "verified": all(it.verified for it in run.iterations),
+        "fidelity": fidelity,
     }
 
 

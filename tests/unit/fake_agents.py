@@ -45,6 +45,7 @@ class FakeWire:
         self.inbox: deque[bytes] = deque()
         self.sent: list[bytes] = []
         self.refuse: type[OSError] | None = None  # raise this from send, e.g. BlockingIOError
+        self.stamp_ns = 0  # the "kernel's" receive time stamp of the last frame read: when it was read
 
     def fileno(self) -> int:
         return self._fd
@@ -70,6 +71,7 @@ class FakeWire:
     def recv(self, size: int) -> bytes:
         if not self.inbox:
             raise BlockingIOError
+        self.stamp_ns = time.time_ns()
         return self.inbox.popleft()[:size]
 
     def recv_into(self, buffer: bytearray) -> int:
@@ -98,6 +100,7 @@ def fake_wire(monkeypatch: pytest.MonkeyPatch) -> None:
     for module in (switch_agent, host_agent):
         monkeypatch.setattr(module, "keep_flows_in_order", lambda *_args, **_kw: [])
     monkeypatch.setattr(host_agent, "PauseGates", FakeGates)
+    monkeypatch.setattr(switch_agent, "last_receive_ns", lambda sock: sock.stamp_ns)
     monkeypatch.setattr(host_agent.socket, "if_nametoindex", lambda _name: 2)
 
 

@@ -151,6 +151,24 @@ def test_load(headline):
 # --- the table -------------------------------------------------------------------------------------
 
 
+def test_the_table_flags_an_unfaithful_variant_with_its_agents_and_reasons():
+    faithful = {"name": "incast-lossless", "fidelity": {"faithful": True, "unfaithful": {}}}
+    starved = {"name": "allreduce-ib", "fidelity": {"faithful": False, "unfaithful": {
+        "s1": ["the wire stalled 4.5% of its busy time (longest 4810 us) while frames waited for a CPU"],
+        "h3": ["timers late by 3146 us at p99, over 1 frame time (606 us)"]}}}
+    assert report._variant_row(faithful)[-1] == "yes" and report._variant_row(starved)[-1] == "NO"
+    lines = report.fidelity_lines([faithful, starved])
+    assert lines[0].startswith("allreduce-ib: NOT faithful")
+    assert lines[1] == "  s1: the wire stalled 4.5% of its busy time (longest 4810 us) while frames waited for a CPU"
+    assert lines[2].startswith("  h3: timers late")
+    # Someone else's results.json: odd shapes give "-" or are skipped, never a traceback; control bytes escaped.
+    for odd in ({"fidelity": "yes"}, {"fidelity": {"faithful": 1}}, {"fidelity": None}, {}):
+        assert report._variant_row({"name": "x", **odd})[-1] == "-"
+        assert report.fidelity_lines([{"name": "x", **odd}]) == []
+    hostile = {"name": "v\x1b[2J", "fidelity": {"faithful": False, "unfaithful": {"s\x07": "not a list"}}}
+    assert "\x1b" not in "\n".join(report.fidelity_lines([hostile]))
+
+
 def test_table_rows_and_ratios(headline):
     text = report.table(report.load_results(headline))
     lines = text.splitlines()
@@ -158,11 +176,11 @@ def test_table_rows_and_ratios(headline):
     assert lines[1] == "created 2026-12-03T08:30:00Z, git abc123, kernel 6.18.44, seeds 1"
     header = next(line for line in lines if line.startswith("VARIANT"))
     for column in ("FABRIC", "COLLECTIVE", "ITERS", "CCT p50 ms", "CCT p99 ms", "CCT max ms", "CCT mean ms",
-                   "DROPS", "RETRANS", "PFC", "ECN", "SKEW max us"):
+                   "DROPS", "RETRANS", "PFC", "ECN", "SKEW max us", "FAITHFUL"):
         assert column in header
     lossy = next(line for line in lines if line.startswith("incast-lossy "))
     assert lossy.split() == ["incast-lossy", "lossy", "incast", "3", "0.70", "2.03", "2.04", "1.70",
-                             "41", "7", "12", "3", "80.0"]
+                             "41", "7", "12", "3", "80.0", "-"]  # results from before the monitor: no verdict
     for name in ("incast-lossless", "allreduce-lossless"):
         assert any(line.startswith(name + " ") for line in lines)
     # 2032.5 / 750 and 1704 / 710; allreduce has no lossy twin
@@ -194,7 +212,7 @@ def test_missing_optional_keys_show_a_dash(tmp_path):
     sparse = {"name": "bare", "fabric": "lossy"}
     text = report.table(report.load_results(write_directory(tmp_path / "d", [sparse], iterations=[])))
     row = next(line for line in text.splitlines() if line.startswith("bare"))
-    assert row.split() == ["bare", "lossy"] + ["-"] * 11
+    assert row.split() == ["bare", "lossy"] + ["-"] * 12
 
 
 def test_incomplete_run(tmp_path):
