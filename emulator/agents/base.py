@@ -39,6 +39,10 @@ SO_PEERCRED = 17
 CONTROL_REQUEST_MAX = 256  # bytes of one control request
 CONTROL_TIMEOUT_NS = 2_000_000_000  # a control client has this long to send its request and take the reply
 CONTROL_CLIENTS_MAX = 16
+# Kinds of timer, judged apart by the fidelity monitor (emulator.model.fidelity.Thresholds): "link" (PFC hold
+# expiry, paced departures, delay lines, credit updates, samples), "start" (timed starts, measured at the
+# release), "timeout" (retransmission and RNR timers).
+TIMER_KINDS = ("link", "start", "timeout")
 
 
 def bind_private(sock: socket.socket, path: str) -> None:
@@ -76,7 +80,10 @@ class AgentBase:
         self.epoll = select.epoll()
         self.handlers: dict[int, Handler] = {}
         self.timer = TimerFd()
-        self.timer_lateness = Durations()  # fidelity: how late each wake-up came after its deadline
+        # Fidelity: how late each wake-up came after its deadline, by the kind of timer the deadline was
+        # (TIMER_KINDS; None: a wake-up whose lateness is measured where it matters, or not at all).
+        self.timer_lateness = {kind: Durations() for kind in TIMER_KINDS}
+        self.timer_kind: str | None = "link"
         self.watch(self.timer.fd, select.EPOLLIN, self._on_timer)
         self.control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         bind_private(self.control, config.control)
@@ -121,8 +128,8 @@ class AgentBase:
             self.after_events(now)
 
     def _on_timer(self, _fd: int, _mask: int, now: int) -> None:
-        if self.timer.deadline is not None:
-            self.timer_lateness.add(now - self.timer.deadline)
+        if self.timer.deadline is not None and self.timer_kind is not None:
+            self.timer_lateness[self.timer_kind].add(now - self.timer.deadline)
         self.timer.consume()
         self.on_timer(now)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from emulator.agents.base import AgentBase, run_agent
 from emulator.agents.config import HostConfig
-from emulator.model.fidelity import Durations, EgressWire, verdict
+from emulator.model.fidelity import Durations, verdict
 from emulator.model.pause import PauseState
 from emulator.wire.pfc import ETHERTYPE_MAC_CONTROL, PRIORITIES, decode_pfc
 from emulator.agents.rnic import Rnic
@@ -66,18 +66,31 @@ class HostAgent(AgentBase):
                 self.gates.pause(priority)
             for priority in resumed:
                 self.gates.resume(priority)
+            self.rnic.wire_hold(now, self._held())
+
+    def _held(self) -> bool:
+        """Whether PFC holds any priority (the monitor's RNIC wire then idles by right)."""
+        return any(self.state.is_paused(p) for p in range(PRIORITIES))
 
     def after_events(self, now: int) -> None:
         self.rnic.pump(now)
         self.rnic.deliver(self.now())  # completions carry the time they are delivered
-        start = self.rnic.next_start()
-        deadlines = [d for d in (self.state.next_expiry(), self.rnic.next_deadline(),
-                                 None if start is None else start - EARLY_WAKE_NS) if d is not None]
-        self.timer.set(min(deadlines) if deadlines else None)
+        deadlines = []
+        if (expiry := self.state.next_expiry()) is not None:
+            deadlines.append((expiry, "link"))
+        if (rnic := self.rnic.next_deadline()) is not None and rnic[1] != "start":
+            deadlines.append(rnic)
+        if (start := self.rnic.next_start()) is not None:
+            deadlines.append((start - EARLY_WAKE_NS, None))  # judged at its release (_start_timed_posts)
+        deadline, self.timer_kind = min(deadlines, key=lambda d: d[0]) if deadlines else (None, None)
+        self.timer.set(deadline)
 
     def on_timer(self, now: int) -> None:
-        for priority in self.state.expire(now):
+        resumed = self.state.expire(now)
+        for priority in resumed:
             self.gates.resume(priority)
+        if resumed:
+            self.rnic.wire_hold(now, self._held())
         self._start_timed_posts(now)
         self.rnic.on_timer(now)
 
@@ -98,6 +111,7 @@ class HostAgent(AgentBase):
             while clock < start:
                 os.sched_yield()
                 clock = self.now()
+            self.timer_lateness["start"].add(clock - start)
             released = self.rnic.release(clock) or released
         if released:
             os.sched_yield()
@@ -117,10 +131,13 @@ class HostAgent(AgentBase):
         }
 
     def _fidelity(self) -> dict[str, Any]:
-        """The monitor's figures of this host (its timers so far) and their verdict."""
-        judged = verdict(EgressWire(), Durations(), self.timer_lateness, self.frame_ns)
-        return {"faithful": judged.faithful, "reasons": list(judged.reasons),
-                "timers": self.timer_lateness.summary()}
+        """The monitor's figures of this host (its RNIC's wire and its timers so far) and their verdict."""
+        lateness, wire = self.timer_lateness, self.rnic.wire
+        judged = verdict(wire, Durations(), lateness["link"], self.frame_ns, starts=lateness["start"],
+                         timeouts=lateness["timeout"], timeout_ns=self.rnic.shortest_timeout_ns)
+        return {"faithful": judged.faithful, "reasons": list(judged.reasons), "wire": wire.summary(),
+                "timers": lateness["link"].summary(), "starts": lateness["start"].summary(),
+                "timeouts": lateness["timeout"].summary()}
 
     def close(self) -> None:
         self.rnic.close()

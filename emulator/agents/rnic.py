@@ -46,6 +46,7 @@ from emulator.agents.verbs_messages import (
 from emulator.wire.transport import PSN_MASK
 from emulator.agents.rnic_links import make_link
 from emulator.kernel.packet_socket import kernel_drops, open_packet_socket
+from emulator.model.fidelity import EgressWire
 from emulator.model.rc import (
     Completion, RcConfig, RcQueuePair, RecvWR, SendWR, WcOpcode, WrOpcode, default_timeout_ns,
 )
@@ -125,6 +126,14 @@ class Rnic:
         self.link_waiting = False
         self._control: deque[bytes] = deque()
         self.closed_qp_counters: dict[str, int] = {}
+        # Fidelity: a virtual wire at the link's rate, fed with each frame the kernel takes.  While the
+        # RNIC had a frame ready and the kernel's queue was full (``backlogged``), the wire should never
+        # idle; if it did, the agent came back to it late.  A PFC hold idles the wire by right (wire_hold).
+        self.wire = EgressWire()
+        self.wire_end = 0
+        self.backlogged = False
+        self._held_since: int | None = None
+        self.shortest_timeout_ns = 0  # of the QPs connected so far: their timers' lateness is judged against it
 
         self.link = make_link(config)
         self.sock = open_packet_socket(self.ifname, self.link.ethertype, SEND_BUFFER, RECV_BUFFER, self.link.prepare)
@@ -170,35 +179,52 @@ class Rnic:
         self._modify(self.sock.fileno(), select.EPOLLIN)
         if self._blocked is not None and not self.link_waiting:  # admitted already: it goes first
             frame, self._blocked = self._blocked, None
-            if not self._send(frame, admitted=True):
+            if not self._send(frame, now, admitted=True):
                 return
-        if self._flush_control():
+        if self._flush_control(now):
             self._retry(now)
 
-    def _flush_control(self) -> bool:
+    def _flush_control(self, now: int) -> bool:
         """Send queued link control packets; False (and wait for EPOLLOUT) if the queue is full."""
         while self._control:
             try:
                 self.sock.send(self._control[0])
             except BlockingIOError:
+                self.backlogged = True
                 self._modify(self.sock.fileno(), select.EPOLLIN | select.EPOLLOUT)
                 return False
-            self._control.popleft()
+            self._departed(now, len(self._control.popleft()))
         return True
+
+    def _departed(self, now: int, size: int) -> None:
+        """The kernel took a frame of ``size`` bytes at ``now``: the virtual wire carries it when it is free."""
+        wire_end, frame_ns = self.wire_end, size * 8_000_000_000 // self.rate_bps
+        start = now if now > wire_end else wire_end
+        self.wire.departed(start, wire_end if self.backlogged else start, frame_ns)
+        self.wire_end = start + frame_ns
+
+    def wire_hold(self, now: int, held: bool) -> None:
+        """PFC holds the host's queues from ``now`` (``held``) or lets them go: the frames queued then leave after."""
+        if held and self._held_since is None:
+            self._held_since = now
+        elif not held and self._held_since is not None:
+            self.wire_end = now + max(0, self.wire_end - self._held_since)
+            self._held_since = None
 
     def _retry(self, now: int) -> None:
         """Send the frame that waited (for the kernel queue or for credit), then the rest."""
         frame, self._blocked = self._blocked, None
-        if frame is not None and not self._send(frame, admitted=not self.link_waiting):
+        if frame is not None and not self._send(frame, now, admitted=not self.link_waiting):
             return
         self.transmit(now)
 
-    def _send(self, frame: bytes, admitted: bool = False) -> bool:
+    def _send(self, frame: bytes, now: int, admitted: bool = False) -> bool:
         """Hand one frame to the kernel; False (and keep it) when the queue or the credit is exhausted."""
         self.link_waiting = False
         if not admitted and not self.link.admit(frame):
             self._blocked = frame
             self.link_waiting = True  # the next credit update retries it
+            self.backlogged = False  # flow control idles the wire by right
             self.counters["credit_waits"] += 1
             return False
         try:
@@ -207,11 +233,13 @@ class Rnic:
             if err.errno not in (errno.EAGAIN, errno.ENOBUFS):
                 raise
             self._blocked = frame
+            self.backlogged = True
             self.counters["send_blocked"] += 1
             self._modify(self.sock.fileno(), select.EPOLLIN | select.EPOLLOUT)
             return False
         self.counters["frames_sent"] += 1
         self.counters["bytes_sent"] += len(frame)
+        self._departed(now, len(frame))
         return True
 
     def transmit(self, now: int) -> None:
@@ -225,17 +253,20 @@ class Rnic:
                 packet = entry.qp.next_packet(now)
                 if packet is None:
                     continue
-                if not self._send(entry.framer.encode(packet)):
+                if not self._send(entry.framer.encode(packet), now):
                     return
                 ready.append(entry)
             entries = ready
+        self.backlogged = False  # every QP is out of packets to send: the wire may idle
 
-    def next_deadline(self) -> int | None:
-        deadlines = [d for e in self.qps.values() if e.qp is not None and (d := e.qp.next_deadline()) is not None]
+    def next_deadline(self) -> tuple[int, str] | None:
+        """The earliest deadline and its kind of timer (agents.base.TIMER_KINDS), or None."""
+        deadlines = [(d, "timeout") for e in self.qps.values()
+                     if e.qp is not None and (d := e.qp.next_deadline()) is not None]
         if self._deferred:
-            deadlines.append(self._deferred[0][0])
+            deadlines.append((self._deferred[0][0], "start"))
         if (link := self.link.next_deadline()) is not None:
-            deadlines.append(link)
+            deadlines.append((link, "link"))
         return min(deadlines) if deadlines else None
 
     def next_start(self) -> int | None:
@@ -269,7 +300,7 @@ class Rnic:
         self._control.extend(self.link.control_frames(now))  # IB credit updates, ahead of new data
         if self._blocked is not None and not self.link_waiting:
             pass  # a frame already counted as sent waits for the kernel queue: no credit update may overtake it
-        elif self._flush_control():
+        elif self._flush_control(now):
             if self.link_waiting:
                 self._retry(now)
             else:
@@ -490,6 +521,8 @@ class Rnic:
         options.setdefault("timeout_ns", default_timeout_ns(self.rate_bps, mtu, options.get("max_inflight",
                                                                                           RcConfig.max_inflight)))
         framer = self.link.framer(entry.qpn, remote_qpn, remote_ip, mtu)
+        timeout = options["timeout_ns"]
+        self.shortest_timeout_ns = min(self.shortest_timeout_ns or timeout, timeout)
         qp = RcQueuePair(entry.qpn, self.regions.domain(entry.owner), RcConfig(mtu=mtu, max_msg=MAX_MR_BYTES, **options),
                          entry.initial_psn)
         qp.connect(remote_qpn, remote_psn)

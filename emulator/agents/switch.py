@@ -416,9 +416,10 @@ class SwitchAgent(AgentBase):
         for port in self.ports:
             wire.merge(port.wire)
             lag.merge(port.lag)
-        judged = verdict(wire, lag, self.timer_lateness, min(port.frame_ns for port in self.ports))
+        timers = self.timer_lateness["link"]  # every timer of a switch is a link's
+        judged = verdict(wire, lag, timers, min(port.frame_ns for port in self.ports))
         return {"faithful": judged.faithful, "reasons": list(judged.reasons), "wire": wire.summary(),
-                "lag": lag.summary(), "timers": self.timer_lateness.summary()}
+                "lag": lag.summary(), "timers": timers.summary()}
 
     def close(self) -> None:
         self._sample(self.now())

@@ -47,7 +47,7 @@ def fidelity(stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
     figures = [s["fidelity"] for s in stats.values() if "fidelity" in s]
 
     def worst(part: str, key: str) -> Any:
-        values = [f[part][key] for f in figures if part in f and f[part][key] is not None]
+        values = [f[part][key] for f in figures if f.get(part) and f[part][key] is not None]
         return max(values) if values else None
 
     return {
@@ -58,4 +58,6 @@ def fidelity(stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "longest_stall_ns": worst("wire", "longest_stall_ns"),
         "lag_p99_ns": worst("lag", "p99_ns"),
         "timers_p99_ns": worst("timers", "p99_ns"),
+        "starts_p99_ns": worst("starts", "p99_ns"),
+        "timeouts_p99_ns": worst("timeouts", "p99_ns"),
     }

@@ -123,11 +123,20 @@ class EgressWire:
 
 @dataclass(frozen=True)
 class Thresholds:
-    """What the monitor accepts, in frame times of the link (one MTU-sized frame at the link's rate)."""
+    """What the monitor accepts: link figures in frame times of the link (one MTU-sized frame at its rate).
+
+    Timers are judged by what they govern: a late PFC hold expiry, paced
+    departure, delay line or credit update idles a link, so it must be on
+    time within a frame; a timed start late by a frame delays a collective by
+    a frame; a retransmission or RNR timer already waits thousands of frames,
+    so it is judged against its own timeout.
+    """
 
     stall_share: float = 0.01  # wire stalls below 1% of busy time
     lag_p99_frames: float = 1.0  # processing lag p99 below one frame time
-    timer_p99_frames: float = 1.0  # timer lateness p99 below one frame time
+    timer_p99_frames: float = 1.0  # link timers: lateness p99 below one frame time
+    start_p99_frames: float = 1.0  # timed starts: lateness p99 below one frame time
+    timeout_p99_share: float = 0.01  # retransmission and RNR timers: lateness p99 below 1% of the timeout
 
 
 @dataclass(frozen=True)
@@ -137,18 +146,32 @@ class Verdict:
 
 
 def verdict(wire: EgressWire, lag: Durations, timers: Durations, frame_ns: int,
-            thresholds: Thresholds = Thresholds()) -> Verdict:
-    """Judge one agent's (or a merged run's) figures; ``frame_ns`` is one MTU-sized frame at the link rate."""
+            thresholds: Thresholds = Thresholds(), starts: Durations | None = None,
+            timeouts: Durations | None = None, timeout_ns: int = 0) -> Verdict:
+    """Judge one agent's (or a merged run's) figures; ``frame_ns`` is one MTU-sized frame at the link rate.
+
+    ``timers`` are the link timers, ``starts`` the timed starts' lateness,
+    ``timeouts`` the retransmission and RNR timers', judged against
+    ``timeout_ns``.
+    """
     reasons = []
     if wire.busy_ns and wire.stall_ns / wire.busy_ns >= thresholds.stall_share:
         reasons.append(f"the wire stalled {wire.stall_ns / wire.busy_ns:.1%} of its busy time "
                        f"(longest {wire.longest_stall_ns / 1000:.0f} us) while frames waited for a CPU")
+    frame = f"frame time ({frame_ns / 1000:.0f} us)"
     lag_p99 = lag.quantile(0.99)
     if lag_p99 is not None and lag_p99 >= thresholds.lag_p99_frames * frame_ns:
-        reasons.append(f"processing lag p99 {lag_p99 / 1000:.0f} us, over {thresholds.lag_p99_frames:g} frame "
-                       f"time ({frame_ns / 1000:.0f} us)")
+        reasons.append(f"processing lag p99 {lag_p99 / 1000:.0f} us, over {thresholds.lag_p99_frames:g} {frame}")
     timer_p99 = timers.quantile(0.99)
     if timer_p99 is not None and timer_p99 >= thresholds.timer_p99_frames * frame_ns:
-        reasons.append(f"timers late by {timer_p99 / 1000:.0f} us at p99, over {thresholds.timer_p99_frames:g} "
-                       f"frame time ({frame_ns / 1000:.0f} us)")
+        reasons.append(f"link timers late by {timer_p99 / 1000:.0f} us at p99, over "
+                       f"{thresholds.timer_p99_frames:g} {frame}")
+    start_p99 = starts.quantile(0.99) if starts is not None else None
+    if start_p99 is not None and start_p99 >= thresholds.start_p99_frames * frame_ns:
+        reasons.append(f"timed starts late by {start_p99 / 1000:.0f} us at p99, over "
+                       f"{thresholds.start_p99_frames:g} {frame}")
+    timeout_p99 = timeouts.quantile(0.99) if timeouts is not None else None
+    if timeout_p99 is not None and timeout_p99 >= thresholds.timeout_p99_share * timeout_ns:
+        reasons.append(f"retransmission timers late by {timeout_p99 / 1000:.0f} us at p99, over "
+                       f"{thresholds.timeout_p99_share:.0%} of the timeout ({timeout_ns / 1000:.0f} us)")
     return Verdict(not reasons, tuple(reasons))

@@ -16,3 +16,17 @@ RETH_LEN, IMMDT_LEN = 16, 4  # the largest a path-MTU packet's extension headers
 ROCE_OVERHEAD = roce.IP_LEN + roce.UDP_LEN + roce.BTH_LEN + RETH_LEN + IMMDT_LEN + roce.ICRC_LEN
 # The most an IB packet carries on top of a path-MTU payload: LRH, BTH, RETH, ImmDt, ICRC, VCRC.
 IB_OVERHEAD = ib.LRH_LEN + ib.BTH_LEN + RETH_LEN + IMMDT_LEN + ib.ICRC_LEN + ib.VCRC_LEN
+
+
+def message_wire_bytes(length: int, mtu: int, native_ib: bool) -> int:
+    """Bytes one RDMA WRITE of ``length`` puts on a link: path-MTU packets, each with its headers.
+
+    Every packet carries the 14-byte Ethernet header the veth links frame
+    it with, then IPv4, UDP, BTH and ICRC (RoCEv2) or LRH, BTH, ICRC and
+    VCRC (native IB); the first carries a RETH too.  The ACKs going the
+    other way are left out: this is a link-time lower bound's numerator.
+    """
+    packets = max(1, -(-length // mtu))
+    per_packet = 14 + (ib.LRH_LEN + ib.BTH_LEN + ib.ICRC_LEN + ib.VCRC_LEN if native_ib
+                       else roce.IP_LEN + roce.UDP_LEN + roce.BTH_LEN + roce.ICRC_LEN)
+    return length + packets * per_packet + RETH_LEN

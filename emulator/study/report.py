@@ -53,7 +53,7 @@ def table(results: Results) -> str:
         lines.append("incomplete run: it was interrupted; results for the finished variants only")
     lines += _render(
         ["VARIANT", "FABRIC", "COLLECTIVE", "ITERS", "CCT p50 ms", "CCT p99 ms", "CCT max ms", "CCT mean ms",
-         "DROPS", "RETRANS", "PFC", "ECN", "SKEW max us", "FAITHFUL"],
+         "x LINK TIME", "DROPS", "RETRANS", "PFC", "ECN", "SKEW max us", "FAITHFUL"],
         [_variant_row(v) for v in results.variants], text_columns=3)
     unfaithful = fidelity_lines(results.variants)
     if unfaithful:
@@ -88,6 +88,7 @@ def _variant_row(variant: dict[str, Any]) -> list[str]:
     return [variant["name"], _listed(variant.get("fabric", MISSING)), _listed(variant.get("collective", MISSING)),
             _fmt(variant.get("iterations")),
             *(_fmt(_cct(variant, stat), 2, 1e3) for stat in ("p50", "p99", "max", "mean")),
+            _fmt(variant.get("cct_over_link_time"), 2),
             *(_fmt(variant.get(key)) for key in ("drops", "retransmissions", "pfc_sent", "ecn_marked")),
             _fmt(variant.get("start_skew_us"), 1), {True: "yes", False: "NO", None: MISSING}[_faithful(variant)]]
 
@@ -106,12 +107,24 @@ def fidelity_lines(variants: list[dict[str, Any]]) -> list[str]:
         if _faithful(variant) is not False:
             continue
         lines.append(f"{_listed(variant.get('name', MISSING))}: NOT faithful, its figures measure this machine, "
-                     "not the fabric (lower the link rate, or free the CPUs):")
+                     "not the fabric:")
         unfaithful = variant["fidelity"].get("unfaithful")
         for agent, reasons in (unfaithful.items() if isinstance(unfaithful, dict) else ()):
             shown = "; ".join(map(_listed, reasons)) if isinstance(reasons, list) else _listed(reasons)
             lines.append(f"  {_listed(agent)}: {shown}")
+        lines += [f"  {line}" for line in UNFAITHFUL_ADVICE]
     return lines
+
+
+# Every measure the monitor has (wire stalls, processing lag, late timers, a collective off its link-time
+# bound with nothing in the fabric to explain it) says the same: an agent did not get a CPU when its link
+# needed it.
+UNFAITHFUL_ADVICE = (
+    "likely cause: the agents needed more CPU than they got (frames per second at this link rate, "
+    "other work on the cores, or the hypervisor's steal)",
+    "what to change: a lower link rate (link bw; `model` keeps the modelled rate and scales time), "
+    "fewer hosts, or a quieter machine; `fabric-emu run fidelity` finds the fastest faithful rate here",
+)
 
 
 def ratio_lines(variants: list[dict[str, Any]]) -> list[str]:

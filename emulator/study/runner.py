@@ -24,11 +24,11 @@ from emulator.fabric.capacity import check_capacity
 from emulator.collectives.algorithms import bus_factor, plan
 from emulator.collectives.coordinator import CollectiveRun, IterationResult, run_collective
 from emulator.errors import FabricError
-from emulator.study.experiment import Experiment, Variant, results_directory, run_config
+from emulator.study.experiment import Experiment, Variant, host_count, results_directory, run_config
 from emulator.fabric.builder import Fabric
 from emulator.fabric.plan import hop_distances, link_params, make_plan
 from emulator.model.rc import RcConfig, default_timeout_ns
-from emulator.model.rdma_params import ROCE_OVERHEAD
+from emulator.model.rdma_params import ROCE_OVERHEAD, message_wire_bytes
 from emulator.fabric.topospec import build_topo
 from emulator.study.stats import percentile
 
@@ -126,6 +126,7 @@ def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, 
     skews = [it.start_skew_us for it in run.iterations]
     ranks = len(run.hosts)
     mean_s = statistics.fmean(ccts) / 1e6
+    bound_us = link_time_us(variant)
     algbw = variant.size / mean_s * 8 / 1e9 if variant.collective != "incast" else \
         variant.size * (variant.senders or ranks - 1) / mean_s * 8 / 1e9
     causes = {"retransmission": 0, "pause": 0, "queueing": 0}
@@ -145,8 +146,52 @@ def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, 
         "start_skew_us": round(max(skews), 1), "start_skew_p99_us": round(percentile(skews, 99), 1),
         "start_late_max_us": round(max(it.start_late_us for it in run.iterations), 1),
         "stragglers": causes, "verified": all(it.verified for it in run.iterations),
-        "fidelity": fidelity,
+        "link_time_us": round(bound_us, 1), "cct_over_link_time": round(statistics.fmean(ccts) / bound_us, 3),
+        "fidelity": fidelity if fidelity is None else with_bound_check(fidelity, statistics.fmean(ccts), bound_us,
+                                                                         counters, run),
     }
+
+
+def link_time_us(variant: Variant) -> float:
+    """The collective's link-time bound: the busiest host link's bytes of one iteration at the link rate.
+
+    Every byte a host sends or receives crosses its own link, so no fabric
+    can finish an iteration sooner (steps, ACKs and the switch's
+    store-and-forward come on top: a few frame times per step).
+    """
+    rate = link_params({}, variant.link).bw_bps
+    native_ib = variant.fabric == "ib"
+    ranks = host_count(variant.topo)
+    sent, received = [0] * ranks, [0] * ranks
+    for rank_plan in plan(variant.collective, ranks, variant.size, variant.senders):
+        for step in rank_plan.steps:
+            for send in step.sends:
+                size = message_wire_bytes(send.length, variant.mtu, native_ib)
+                sent[rank_plan.rank] += size
+                received[send.dst] += size
+    return max(sent + received) * 8 / rate * 1e6
+
+
+BOUND_SLACK = 1.10  # a mean CCT above 1.10x the link-time bound needs a cause in the fabric
+
+
+def with_bound_check(fidelity: dict[str, Any], mean_us: float, bound_us: float, counters: dict[str, int],
+                     run: CollectiveRun) -> dict[str, Any]:
+    """The run's fidelity object, unfaithful too if the collective ran off its link-time bound unexplained.
+
+    The agents' own measures can miss a CPU that paced every sender alike
+    (nothing waited long enough anywhere to show); a collective above
+    BOUND_SLACK times its bound with no drop, no retransmission and no
+    pause in the fabric has no fabric cause left, so the machine is the
+    cause and the figures are not the fabric's.
+    """
+    ratio = mean_us / bound_us
+    explained = counters["drops"] or counters["pfc_sent"] or any(it.retransmissions for it in run.iterations)
+    if ratio <= BOUND_SLACK or explained:
+        return fidelity
+    reason = (f"mean CCT {ratio:.2f}x the link-time bound ({bound_us / 1e3:.1f} ms) with no drop, "
+              "retransmission or pause to explain it: the agents, not the links, paced the collective")
+    return {**fidelity, "faithful": False, "unfaithful": {**fidelity["unfaithful"], "collective": [reason]}}
 
 
 def _append_rows(directory: str, name: str, iterations: list[IterationResult]) -> None:

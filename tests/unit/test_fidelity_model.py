@@ -107,6 +107,22 @@ def test_each_measure_alone_makes_a_run_unfaithful_and_says_why():
     assert not late.faithful and "timers late" in late.reasons[0]
 
 
+def test_each_kind_of_timer_is_judged_by_what_it_governs():
+    """A retransmission timer 2 ms late is nothing against a 537 ms timeout; a start 2 ms late is three frames."""
+    wire, lag, link = _figures(stall=0, lag=[], late=[])
+    late = Durations()
+    for _ in range(100):
+        late.add(2_000_000)
+    on_time = Durations()
+    on_time.add(FRAME_NS // 4)
+    timeout = 537_000_000
+    assert verdict(wire, lag, link, FRAME_NS, timeouts=late, timeout_ns=timeout, starts=on_time).faithful
+    slow_start = verdict(wire, lag, link, FRAME_NS, starts=late)
+    assert not slow_start.faithful and slow_start.reasons[0].startswith("timed starts late by")
+    short = verdict(wire, lag, link, FRAME_NS, timeouts=late, timeout_ns=100_000_000)
+    assert not short.faithful and "1% of the timeout (100000 us)" in short.reasons[0]
+
+
 def test_thresholds_are_the_callers():
     figures = _figures(stall=FRAME_NS * 20, lag=[], late=[])
     assert verdict(*figures, frame_ns=FRAME_NS, thresholds=Thresholds(stall_share=0.05)).faithful

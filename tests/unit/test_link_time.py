@@ -1,0 +1,62 @@
+"""The link-time bound of a collective, and the check that no variant is called faithful far off it."""
+
+from __future__ import annotations
+
+import math
+
+from emulator.collectives.coordinator import CollectiveRun, IterationResult
+from emulator.model.rdma_params import message_wire_bytes
+from emulator.study.experiment import load_experiment
+from emulator.study.runner import BOUND_SLACK, link_time_us, summarize_variant, with_bound_check
+
+FAITHFUL = {"faithful": True, "unfaithful": {}}
+QUIET = {"drops": 0, "pfc_sent": 0, "ecn_marked": 0, "host_paused_ns": 0}
+
+
+def variants() -> dict:
+    return {v.name: v for v in load_experiment("headline").variants}
+
+
+def test_wire_bytes_count_every_packet_header_and_one_reth():
+    # 1 MiB at path MTU 1024: 1024 packets of Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4, one RETH (16)
+    assert message_wire_bytes(1 << 20, 1024, native_ib=False) == (1 << 20) + 1024 * 58 + 16
+    # IB: Ethernet 14 + LRH 8 + BTH 12 + ICRC 4 + VCRC 2
+    assert message_wire_bytes(1 << 20, 1024, native_ib=True) == (1 << 20) + 1024 * 40 + 16
+    assert message_wire_bytes(0, 1024, native_ib=False) == 58 + 16  # a zero-length WRITE is still a packet
+
+
+def test_the_headline_moves_the_same_bytes_through_each_bottleneck_port():
+    """7 x 256 KiB into one port; the ring all-reduce of 1 MiB sends and receives 2 x 7/8 MiB per host."""
+    by_name = variants()
+    incast = link_time_us(by_name["incast-lossless"])
+    assert math.isclose(incast, 7 * message_wire_bytes(256 << 10, 1024, False) * 8 / 20e6 * 1e6)
+    assert math.isclose(incast, 775_600, rel_tol=1e-3)  # the 776 ms of the issue
+    allreduce = link_time_us(by_name["allreduce-lossless"])
+    assert math.isclose(allreduce, 14 * message_wire_bytes((1 << 20) // 8, 1024, False) * 8 / 20e6 * 1e6)
+    assert link_time_us(by_name["allreduce-ib"]) < allreduce  # IB headers are smaller
+
+
+def run_of(ccts: list[float], retransmissions: int = 0) -> CollectiveRun:
+    return CollectiveRun(hosts=[f"h{i}" for i in range(1, 9)], warmup=[], iterations=[
+        IterationResult(iteration=i, start_ns=0, cct_us=cct, start_skew_us=10.0, start_late_us=5.0, last_src="h2",
+                        last_dst="h1", cause="queueing", retransmissions=retransmissions, paused_us=0.0,
+                        verified=True) for i, cct in enumerate(ccts)])
+
+
+def test_a_collective_far_off_its_bound_with_nothing_to_explain_it_is_not_faithful():
+    variant = variants()["allreduce-ib"]
+    bound = link_time_us(variant)
+    entry = summarize_variant(variant, run_of([2.34 * bound] * 3), QUIET, FAITHFUL)
+    assert entry["link_time_us"] == round(bound, 1) and entry["cct_over_link_time"] == 2.34
+    assert not entry["fidelity"]["faithful"]
+    [reason] = entry["fidelity"]["unfaithful"]["collective"]
+    assert reason.startswith("mean CCT 2.34x the link-time bound")
+    assert FAITHFUL == {"faithful": True, "unfaithful": {}}  # the agents' object is not changed in place
+
+
+def test_near_the_bound_or_with_a_cause_in_the_fabric_the_agents_verdict_stands():
+    run = run_of([BOUND_SLACK * 1000.0] * 2)
+    assert with_bound_check(FAITHFUL, BOUND_SLACK * 1000.0, 1000.0, QUIET, run) is FAITHFUL
+    for counters, retransmissions in (({**QUIET, "drops": 3}, 0), ({**QUIET, "pfc_sent": 1}, 0), (QUIET, 2)):
+        run = run_of([3000.0], retransmissions)
+        assert with_bound_check(FAITHFUL, 3000.0, 1000.0, counters, run)["faithful"]
