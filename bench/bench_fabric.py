@@ -3,7 +3,7 @@
 Run as root from the repository root::
 
     sudo .venv/bin/python bench/bench_fabric.py [--max-k 12] [--seconds 3] [--rounds 3]
-        [--forwarding-only]
+        [--forwarding-only | --monitor-cost]
 
 It prints:
   * build and teardown time of fattree,4, then of fattree,k for growing k
@@ -18,6 +18,9 @@ It prints:
     and ECT(0), so the ECN check and the lossless accounting run) against
     plain forwarding (lossy fabric, ``--switch ecn=off``, priority 0),
     alternating the two for ``--rounds`` rounds;
+  * the fidelity monitor's own cost: the PFC+ECN frame rate with the
+    monitor on against off, back to back in each round (``--monitor-cost``
+    runs only this);
   * the cost of closing and opening a host pause gate, and the time from
     resume until the paused UDP flow reaches the switch again.
 """
@@ -89,9 +92,9 @@ def _udp_frame(size: int, dst_mac: bytes, src_mac: bytes, src_ip: str, dst_ip: s
 
 
 def _forward(size: int, seconds: float, fabric: str = "lossless", switch: dict[str, str] | None = None,
-             tos: int = 0) -> dict[str, float]:
+             tos: int = 0, monitor: bool = True) -> dict[str, float]:
     """Offer frames to s1 from h1 as fast as possible; what s1 forwarded to h2."""
-    with Fabric(StarTopo(n=2), link={"bw": "10gbit"}, fabric=fabric, switch=switch) as net:
+    with Fabric(StarTopo(n=2), link={"bw": "10gbit"}, fabric=fabric, switch=switch, monitor=monitor) as net:
         port = net.plan.nodes["h1"].ports[0]
         frame = _udp_frame(size, mac_bytes(port.peer_mac), mac_bytes(port.mac), net["h1"].ip, net["h2"].ip, tos)
         with entered(net["h1"].netns):
@@ -112,6 +115,7 @@ def _forward(size: int, seconds: float, fabric: str = "lossless", switch: dict[s
             now = time.monotonic()
             if start_count is None and now >= warm:
                 start_count, start_offered, start_time = forwarded(), offered, now
+                start_cpu = _cpu_ns(net.state.agents["s1"])
             if now >= warm + seconds:
                 break
             for _ in range(256):
@@ -122,16 +126,24 @@ def _forward(size: int, seconds: float, fabric: str = "lossless", switch: dict[s
                     break
         elapsed = time.monotonic() - start_time
         done = forwarded() - start_count
+        cpu = _cpu_ns(net.state.agents["s1"]) - start_cpu
         stats = net.switch_stats("s1")
         tx.close()
     ingress = stats["ports"]["s1-eth1"]
     return {
         "rate": done / elapsed, "offered": (offered - start_offered) / elapsed,
+        "cpu_ns_per_frame": cpu / max(done, 1),
         "kernel_drops": ingress["rx_kernel_drops"],
         "mmu_drops": sum(sum(q["drops"].values()) for p in stats["ports"].values() for q in p["priorities"]),
         "xoff": sum(q["pfc_sent"]["xoff"] for q in ingress["priorities"]),
         "ecn_marked": stats["totals"]["ecn_marked"],
     }
+
+
+def _cpu_ns(pid: int) -> int:
+    """The CPU time a process has run (ns, /proc/PID/schedstat): what its frames cost, however busy the machine."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
 
 
 def forwarding_rate(size: int, seconds: float) -> None:
@@ -164,6 +176,34 @@ def pfc_ecn_cost(size: int, seconds: float, rounds: int) -> None:
               f"MMU drops {sum(r['mmu_drops'] for r in results):,.0f}")
     ratio = medians["PFC+ECN"] / medians["plain"]
     print(f"{size}-byte frames: PFC+ECN forwards {ratio:.1%} of plain forwarding's frame rate ({ratio - 1:+.1%})")
+
+
+def monitor_cost(size: int, seconds: float, rounds: int) -> None:
+    """The switch's CPU per forwarded frame and its frame rate (PFC and ECN on), fidelity monitor on against off.
+
+    The frame rate is the rate the switch could give at the CPU it got; on a
+    machine whose speed drifts (other tenants, the hypervisor's steal, the
+    generator on the other core) it swings by several times from run to
+    run, so the monitor's cost is judged by the switch process's CPU time
+    per forwarded frame (its scheduler statistics), alternated round by
+    round: the median of the rounds' back-to-back ratios.
+    """
+    results: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    ratios = []
+    for i in range(rounds):
+        order = (True, False) if i % 2 == 0 else (False, True)
+        round_results = {on: _forward(size, seconds, **FORWARDING_VARIANTS["PFC+ECN"], monitor=on) for on in order}
+        for on in order:
+            results[on].append(round_results[on])
+        ratios.append(round_results[True]["cpu_ns_per_frame"] / round_results[False]["cpu_ns_per_frame"])
+    for on in (True, False):
+        cpu = [r["cpu_ns_per_frame"] / 1e3 for r in results[on]]
+        rates = [r["rate"] for r in results[on]]
+        print(f"{size}-byte frames, PFC+ECN, monitor {'on ' if on else 'off'}: median {statistics.median(cpu):.2f} "
+              f"us of switch CPU per frame ({', '.join(f'{c:.2f}' for c in cpu)}); median "
+              f"{statistics.median(rates):,.0f} frames/s ({', '.join(f'{r:,.0f}' for r in rates)})")
+    print(f"{size}-byte frames: the monitor costs {statistics.median(ratios) - 1:+.1%} switch CPU per frame "
+          f"(median of {rounds} back-to-back ratios on/off: {', '.join(f'{r:.3f}' for r in ratios)})")
 
 
 def pause_gate_timing(cycles: int = 30) -> None:
@@ -208,8 +248,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the PFC+ECN against plain comparison")
     parser.add_argument("--forwarding-only", action="store_true",
                         help="only the frame-rate tests (skip fat trees, memory, pause gates)")
+    parser.add_argument("--monitor-cost", action="store_true",
+                        help="only the fidelity monitor's cost: frames/s with it on and off (PFC+ECN)")
     args = parser.parse_args()
     print(f"kernel {os.uname().release}, {os.cpu_count()} cores")
+    if args.monitor_cost:
+        for size in (64, 1500):
+            monitor_cost(size, args.seconds, args.rounds)
+        return 0
     if args.forwarding_only:
         for size in (64, 1500):
             forwarding_rate(size, args.seconds)
@@ -228,6 +274,8 @@ def main() -> int:
         forwarding_rate(size, args.seconds)
     for size in (64, 1500):
         pfc_ecn_cost(size, args.seconds, args.rounds)
+    for size in (64, 1500):
+        monitor_cost(size, args.seconds, args.rounds)
     pause_gate_timing()
     return 0
 

@@ -25,7 +25,7 @@ cd /tmp
 fabric_emu=(env -u PYTHONPATH "$scratch/venv/bin/fabric-emu")
 listing="$("${fabric_emu[@]}" run --list)"
 echo "$listing"
-for name in headline incast-scaling smoke straggler; do
+for name in fidelity headline incast-scaling smoke straggler; do
     if ! grep -q "^$name " <<<"$listing"; then
         echo "install-check: error: fabric-emu run --list does not list $name" >&2
         exit 1

@@ -77,6 +77,7 @@ class AgentBase:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
         self.name = config.name
+        self.monitor = config.monitor
         self.epoll = select.epoll()
         self.handlers: dict[int, Handler] = {}
         self.timer = TimerFd()

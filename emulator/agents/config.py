@@ -140,6 +140,7 @@ class AgentConfig(_Checked):
     control: str  # the Unix control socket's path
     stats_file: str
     seed: int = _at_least(0)
+    monitor: bool = field(default=True, kw_only=True)  # the fidelity monitor; off only to measure its cost
 
 
 @dataclass(frozen=True)

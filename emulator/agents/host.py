@@ -134,7 +134,8 @@ class HostAgent(AgentBase):
         """The monitor's figures of this host (its RNIC's wire and its timers so far) and their verdict."""
         lateness, wire = self.timer_lateness, self.rnic.wire
         judged = verdict(wire, Durations(), lateness["link"], self.frame_ns, starts=lateness["start"],
-                         timeouts=lateness["timeout"], timeout_ns=self.rnic.shortest_timeout_ns)
+                         timeouts=lateness["timeout"], timeout_ns=self.rnic.shortest_timeout_ns,
+                         monitored=self.monitor)
         return {"faithful": judged.faithful, "reasons": list(judged.reasons), "wire": wire.summary(),
                 "timers": lateness["link"].summary(), "starts": lateness["start"].summary(),
                 "timeouts": lateness["timeout"].summary()}

@@ -129,6 +129,7 @@ class Rnic:
         # Fidelity: a virtual wire at the link's rate, fed with each frame the kernel takes.  While the
         # RNIC had a frame ready and the kernel's queue was full (``backlogged``), the wire should never
         # idle; if it did, the agent came back to it late.  A PFC hold idles the wire by right (wire_hold).
+        self.monitor = config.monitor
         self.wire = EgressWire()
         self.wire_end = 0
         self.backlogged = False
@@ -198,6 +199,8 @@ class Rnic:
 
     def _departed(self, now: int, size: int) -> None:
         """The kernel took a frame of ``size`` bytes at ``now``: the virtual wire carries it when it is free."""
+        if not self.monitor:
+            return
         wire_end, frame_ns = self.wire_end, size * 8_000_000_000 // self.rate_bps
         start = now if now > wire_end else wire_end
         self.wire.departed(start, wire_end if self.backlogged else start, frame_ns)

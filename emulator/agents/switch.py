@@ -177,7 +177,7 @@ class SwitchAgent(AgentBase):
                 frame = recv(65536)
             except BlockingIOError:
                 return
-            if not count:  # a batch's first frame waited longest; every LAG_EVERY-th wake-up is sampled
+            if not count and self.monitor:  # a batch's first frame waited longest; one wake-up in LAG_EVERY
                 port.wakeups += 1
                 if not port.wakeups % LAG_EVERY and (stamp := last_receive_ns(port.sock)):
                     port.lag.add(time.time_ns() - stamp)
@@ -261,7 +261,7 @@ class SwitchAgent(AgentBase):
             self._drain_paced(port, now)
             backlog = bool(link.departures) or kernel_full
         else:
-            send = port.sock.send
+            send, monitor = port.sock.send, self.monitor
             kernel_full = self.ib is not None and not self._drain_ib(port)
             while not kernel_full:
                 head = mmu.head(index)
@@ -278,10 +278,11 @@ class SwitchAgent(AgentBase):
                 except OSError:  # the kernel refused it for good (e.g. ENOBUFS): it is lost, the port goes on
                     port.tx_errors += 1
                 mmu.pop(index, prio)
-                wire_end, frame_ns = port.wire_end, len(frame) * 8_000_000_000 // port.rate_bps
-                start = now if now > wire_end else wire_end
-                port.wire.departed(start, wire_end if port.waiting else start, frame_ns)
-                port.wire_end = start + frame_ns
+                if monitor:
+                    wire_end, frame_ns = port.wire_end, len(frame) * 8_000_000_000 // port.rate_bps
+                    start = now if now > wire_end else wire_end
+                    port.wire.departed(start, wire_end if port.waiting else start, frame_ns)
+                    port.wire_end = start + frame_ns
             # IB packets waiting for credit wake the port when credit comes, not on EPOLLOUT.
             backlog = mmu.head(index) is not None or kernel_full
             port.waiting = backlog
@@ -417,7 +418,7 @@ class SwitchAgent(AgentBase):
             wire.merge(port.wire)
             lag.merge(port.lag)
         timers = self.timer_lateness["link"]  # every timer of a switch is a link's
-        judged = verdict(wire, lag, timers, min(port.frame_ns for port in self.ports))
+        judged = verdict(wire, lag, timers, min(port.frame_ns for port in self.ports), monitored=self.monitor)
         return {"faithful": judged.faithful, "reasons": list(judged.reasons), "wire": wire.summary(),
                 "lag": lag.summary(), "timers": timers.summary()}
 

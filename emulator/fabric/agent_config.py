@@ -41,17 +41,18 @@ def switch_mmu(node: NodePlan, fabric: str, overrides: dict[str, str]) -> MmuCon
 
 
 def agent_configs(plan: FabricPlan, seed: int, mmu: dict[str, MmuConfig],
-                  subnet: Subnet | None) -> dict[str, HostConfig | SwitchConfig]:
+                  subnet: Subnet | None, monitor: bool = True) -> dict[str, HostConfig | SwitchConfig]:
     """Every node's agent config, in the plan's node order; ``mmu`` holds each switch's settings."""
-    return {node.name: _agent_config(plan, node, seed * 1000 + index, mmu, subnet)
+    return {node.name: _agent_config(plan, node, seed * 1000 + index, mmu, subnet, monitor)
             for index, node in enumerate(plan.nodes.values(), start=1)}
 
 
 def _agent_config(plan: FabricPlan, node: NodePlan, seed: int, mmu_configs: dict[str, MmuConfig],
-                  subnet: Subnet | None) -> HostConfig | SwitchConfig:
+                  subnet: Subnet | None, monitor: bool) -> HostConfig | SwitchConfig:
     directory = runstate.run_dir(plan.run)
     common = dict(name=node.name, netns=node.netns, control=runstate.control_socket(plan.run, node.name),
-                  stats_file=os.path.join(directory, f"{node.name}.stats.json"), seed=seed)
+                  stats_file=os.path.join(directory, f"{node.name}.stats.json"), seed=seed,
+                  monitor=monitor)
     if node.kind == "host":
         port = node.ports[0]
         return HostConfig(**common, ifname=port.ifname, rate_bps=port.params.bw_bps, mtu=port.params.mtu,

@@ -69,7 +69,7 @@ class Fabric:
     def __init__(self, topo: Topo, link: dict[str, Any] | None = None, name: str | None = None,
                  spec: str = "", fabric: str = "lossless", switch: dict[str, str] | None = None,
                  seed: int = 1, capture: str | None = None, telemetry: str | None = None,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None, monitor: bool = True) -> None:
         require_root()
         if name is not None:
             runstate.check_run_name(name)
@@ -80,6 +80,7 @@ class Fabric:
         self.spec = spec
         self.fabric = fabric
         self.seed = seed
+        self.monitor = monitor  # the fidelity monitor in every agent (off only to measure its cost)
         self.mmu_configs = {node.name: switch_mmu(node, fabric, switch or {}) for node in self.plan.switches()}
         self.subnet = assign_subnet(self.plan) if fabric == "ib" else None
         self.capture_dir = os.path.abspath(capture) if capture else None  # `down` may run in another directory
@@ -197,7 +198,7 @@ class Fabric:
         """One agent per node (switch: forwarding; host: PFC reaction)."""
         assert self.state is not None
         pending = {}
-        configs = agent_configs(self.plan, self.seed, self.mmu_configs, self.subnet)
+        configs = agent_configs(self.plan, self.seed, self.mmu_configs, self.subnet, self.monitor)
         for node in self.plan.nodes.values():
             config_path = os.path.join(self.directory, f"{node.name}.json")
             with runstate.create_file(config_path) as f:

@@ -147,14 +147,15 @@ class Verdict:
 
 def verdict(wire: EgressWire, lag: Durations, timers: Durations, frame_ns: int,
             thresholds: Thresholds = Thresholds(), starts: Durations | None = None,
-            timeouts: Durations | None = None, timeout_ns: int = 0) -> Verdict:
+            timeouts: Durations | None = None, timeout_ns: int = 0, monitored: bool = True) -> Verdict:
     """Judge one agent's (or a merged run's) figures; ``frame_ns`` is one MTU-sized frame at the link rate.
 
     ``timers`` are the link timers, ``starts`` the timed starts' lateness,
     ``timeouts`` the retransmission and RNR timers', judged against
-    ``timeout_ns``.
+    ``timeout_ns``.  An agent whose monitor was off (``monitored`` False,
+    as only the monitor's cost benchmark runs it) is never called faithful.
     """
-    reasons = []
+    reasons = [] if monitored else ["the fidelity monitor was off: nothing says whether the agent kept up"]
     if wire.busy_ns and wire.stall_ns / wire.busy_ns >= thresholds.stall_share:
         reasons.append(f"the wire stalled {wire.stall_ns / wire.busy_ns:.1%} of its busy time "
                        f"(longest {wire.longest_stall_ns / 1000:.0f} us) while frames waited for a CPU")

@@ -40,21 +40,22 @@ from emulator.collectives.algorithms import COLLECTIVES, chunk_bytes
 from emulator.errors import FabricError, one_line, printable, shown
 from emulator.fabric.builder import PACKAGE_PARENT
 from emulator.fabric.capacity import meminfo_bytes
-from emulator.fabric.plan import DEFAULT_LINK, FabricPlan, link_params, make_plan
+from emulator.fabric.plan import DEFAULT_LINK, MAX_DELAY, FabricPlan, link_params, make_plan
 from emulator.agents.memory import MAX_MR_BYTES
 from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, derive_config, parse_overrides
 from emulator.fabric.topospec import build_topo
 from emulator.study.safefiles import read_bounded
-from emulator.units import format_size, parse_size
+from emulator.model.dilation import dilation, emulated_ns
+from emulator.units import format_size, format_time, parse_rate, parse_size, parse_time
 
 BUILTIN = resources.files("emulator.study") / "experiments"
 MAX_FILE_BYTES = 1 << 20  # an experiment file is a page of text; refuse to read a disk image
 
 VARIANT_KEYS = ("name", "fabric", "collective", "topo", "size", "iterations", "warmup", "senders",
-                "link", "switch", "seed", "mtu", "capture")
+                "link", "switch", "seed", "mtu", "capture", "model")
 SHORTHANDS = {"loss": "link", "bw": "link", "buffer": "switch", "headroom": "switch"}
-SWEEP_KEYS = ("loss", "bw", "buffer", "headroom", "size", "senders", "fabric", "collective", "topo")
+SWEEP_KEYS = ("loss", "bw", "buffer", "headroom", "size", "senders", "fabric", "collective", "topo", "model")
 EXPERIMENT_KEYS = ("name", "description", "variants", "sweep")
 TOP_LEVEL_KEYS = EXPERIMENT_KEYS + VARIANT_KEYS[1:] + tuple(SHORTHANDS)
 REQUIRED = ("collective", "topo", "size")
@@ -89,6 +90,8 @@ class Variant:
     mtu: int  # RDMA path MTU
     capture: bool
     params: dict[str, Any] = field(default_factory=dict)  # the swept values, as written
+    model: str | None = None  # the modelled link rate as written (time dilation), or None: emulated = modelled
+    dilation: float = 1.0  # D = modelled / emulated rate; link delays above are emulated (modelled x D)
 
     def to_json(self) -> dict[str, Any]:
         """Every field, for config.json and results files."""
@@ -356,7 +359,7 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
             raise FabricError(f"{context}: missing key {_q(key)}")
     fabric = _choice(values, "fabric", FABRICS, context)
     collective = _choice(values, "collective", COLLECTIVES, context)
-    link = _link(settings.link, context)
+    link, model, factor = _dilated(values, _link(settings.link, context), context)
     switch = _switch(settings.switch, context)
     topo, plan = _topology(values["topo"], collective, link, context)
     with _key(context, "switch"):
@@ -372,8 +375,22 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
         warmup=_integer(values, "warmup", bounds.WARMUP, context),
         senders=_senders(values, collective, hosts, context), link=link, switch=switch,
         seed=_integer(values, "seed", bounds.SEED, context), mtu=_path_mtu(values, plan, context), capture=capture,
-        params=dict(params),
+        params=dict(params), model=model, dilation=factor,
     )
+
+
+def _dilated(values: dict[str, Any], link: dict[str, str], context: str) -> tuple[dict[str, str], str | None, float]:
+    """With ``model``, the link delay written is modelled time: the emulator waits it D times (model.dilation)."""
+    if "model" not in values:
+        return link, None, 1.0
+    with _key(context, "model"):
+        text = _text(values["model"])
+        factor = dilation(parse_rate(values["model"]), link_params({}, link).bw_bps)
+        delay = emulated_ns(parse_time(link["delay"]), factor)
+        if delay > MAX_DELAY:
+            raise FabricError(f"the link delay {shown(link['delay'])} of the modelled fabric is "
+                              f"{format_time(delay)} at D = {factor:g}: at most {format_time(MAX_DELAY)}")
+    return {**link, "delay": f"{delay}ns"}, text, factor
 
 
 def _layer(settings: _Settings, table: dict[str, Any], context: str) -> None:

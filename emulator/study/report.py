@@ -27,9 +27,10 @@ import sys
 from itertools import groupby
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, TextIO
 
-from emulator.errors import printable
+from emulator.errors import FabricError, printable
 from emulator.study.results import IterationRow, Results, Sample, load_results
 from emulator.study.safefiles import Outputs
+from emulator.units import parse_rate
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -64,6 +65,10 @@ def table(results: Results) -> str:
     predictions = prediction_lines(results.variants)
     if predictions:
         lines += ["", *predictions]
+    modelled = modelled_lines(results.variants)
+    if modelled:
+        lines += ["", "in the modelled fabric's time (emulated times divided by D = modelled / emulated rate):",
+                  *modelled]
     return "\n".join(lines)
 
 
@@ -139,6 +144,21 @@ def ratio_lines(variants: list[dict[str, Any]]) -> list[str]:
                 if num is not None and den:
                     lines.append(f"{_listed(other.get('collective', MISSING))}: {fabric} {stat} / lossless {stat} = "
                                  f"{num / den:.2f}x ({other['name']} / {lossless['name']})")
+    return lines
+
+
+def modelled_lines(variants: list[dict[str, Any]]) -> list[str]:
+    """Each variant run under time dilation, its CCT and link time in the modelled fabric's time."""
+    lines = []
+    for variant in variants:
+        model = variant.get("model")
+        factor = _number(model.get("dilation")) if isinstance(model, dict) else None
+        if not factor or not isinstance(model.get("cct_us"), dict):
+            continue
+        cct = model["cct_us"]
+        lines.append(f"  {_listed(variant.get('name', MISSING))}: modelled {_listed(model.get('rate', MISSING))}, "
+                     f"D = {factor:g}: CCT p50 {_fmt(cct.get('p50'), 2)} us, p99 {_fmt(cct.get('p99'), 2)} us, "
+                     f"mean {_fmt(cct.get('mean'), 2)} us; link time {_fmt(model.get('link_time_us'), 2)} us")
     return lines
 
 
@@ -324,6 +344,7 @@ def make_plots(results: Results) -> list[str]:
             if busiest:
                 save(f"queue_{variant['name']}.png", _queue(variant["name"], rows, *busiest))
         save("straggler.png", _straggler(results.variants))
+        save("envelope.png", _envelope(results.variants))
     return written
 
 
@@ -449,6 +470,42 @@ def _straggler(variants: list[dict[str, Any]]) -> Figure | None:
     ax.plot(p, measured, "o", color="black", label="measured mean")
     if baseline is not None:
         ax.axhline(baseline / 1e3, color="gray", linestyle=":", label="baseline (no loss)")
+    _legend(ax, "upper left")
+    return fig
+
+
+def envelope_points(variants: list[dict[str, Any]]) -> dict[str, list[tuple[float, float, bool | None]]]:
+    """For a sweep over the link rate: per collective and fabric, (Mbit/s, CCT / link-time bound, faithful)."""
+    series: dict[str, list[tuple[float, float, bool | None]]] = {}
+    for v in variants:
+        params, ratio = v.get("params"), _number(v.get("cct_over_link_time"))
+        if not isinstance(params, dict) or "bw" not in params or ratio is None:
+            continue
+        try:
+            rate = parse_rate(params["bw"]) / 1e6
+        except (FabricError, TypeError):
+            continue
+        label = f"{_listed(v.get('collective', MISSING))} {_listed(v.get('fabric', MISSING))}"
+        series.setdefault(label, []).append((rate, ratio, _faithful(v)))
+    return {label: sorted(points) for label, points in series.items()}
+
+
+def _envelope(variants: list[dict[str, Any]]) -> Figure | None:
+    """This machine's faithful envelope: CCT over its link-time bound against the emulated rate, with verdicts."""
+    series = envelope_points(variants)
+    if not series:
+        return None
+    fig, ax = _figure("fidelity envelope: CCT / link-time bound against the emulated link rate",
+                      "emulated link rate (Mbit/s, log scale)", "mean CCT / link-time bound")
+    ax.set_xscale("log")
+    for label, points in sorted(series.items()):
+        line, = ax.plot([p[0] for p in points], [p[1] for p in points], "-", label=label)
+        for rate, ratio, faithful in points:
+            ax.plot([rate], [ratio], "o" if faithful else "x", color=line.get_color(),
+                    markerfacecolor=line.get_color() if faithful else "none", markersize=8)
+    ax.axhline(1.0, color="gray", linestyle=":", label="link-time bound")
+    ax.plot([], [], "o", color="black", label="faithful (monitor)")
+    ax.plot([], [], "x", color="black", label="NOT faithful")
     _legend(ax, "upper left")
     return fig
 

@@ -28,6 +28,7 @@ from emulator.study.experiment import Experiment, Variant, host_count, results_d
 from emulator.fabric.builder import Fabric
 from emulator.fabric.plan import hop_distances, link_params, make_plan
 from emulator.model.rc import RcConfig, default_timeout_ns
+from emulator.model.dilation import modelled_us
 from emulator.model.rdma_params import ROCE_OVERHEAD, message_wire_bytes
 from emulator.fabric.topospec import build_topo
 from emulator.study.stats import percentile
@@ -147,9 +148,19 @@ def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, 
         "start_late_max_us": round(max(it.start_late_us for it in run.iterations), 1),
         "stragglers": causes, "verified": all(it.verified for it in run.iterations),
         "link_time_us": round(bound_us, 1), "cct_over_link_time": round(statistics.fmean(ccts) / bound_us, 3),
+        "model": None if variant.model is None else modelled(variant, ccts, bound_us),
         "fidelity": fidelity if fidelity is None else with_bound_check(fidelity, statistics.fmean(ccts), bound_us,
                                                                          counters, run),
     }
+
+
+def modelled(variant: Variant, ccts: list[float], bound_us: float) -> dict[str, Any]:
+    """The variant's times in the modelled fabric's time: emulated times divided by D (model.dilation)."""
+    factor = variant.dilation
+    return {"rate": variant.model, "dilation": factor, "link_time_us": round(modelled_us(bound_us, factor), 4),
+            "cct_us": {stat: round(modelled_us(value, factor), 4) for stat, value in (
+                ("p50", percentile(ccts, 50)), ("p99", percentile(ccts, 99)), ("max", max(ccts)),
+                ("mean", statistics.fmean(ccts)), ("min", min(ccts)))}}
 
 
 def link_time_us(variant: Variant) -> float:

@@ -10,6 +10,7 @@ temporary directory), the MMU, the IB plane, the RC transport.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -94,6 +95,11 @@ def _socket_module() -> types.SimpleNamespace:
 @pytest.fixture
 def fake_wire(monkeypatch: pytest.MonkeyPatch) -> None:
     """Patch the agents' modules so that their wire sockets are FakeWires and RPS is left alone."""
+    patch_wire(monkeypatch)
+
+
+def patch_wire(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What :func:`fake_wire` does, for callers outside a test (bench/bench_monitor.py)."""
     fake = _socket_module()
     for module in (switch_agent, host_agent, rnic, links, packet_socket):
         monkeypatch.setattr(module, "socket", fake)
@@ -135,8 +141,8 @@ def switch_config(tmp: str, ib: bool = False, mtus: tuple[int, ...] = (1500, 150
     )
 
 
-def make_switch(tmp: str, **options: Any) -> switch_agent.SwitchAgent:
-    return switch_agent.SwitchAgent(switch_config(tmp, **options))
+def make_switch(tmp: str, monitor: bool = True, **options: Any) -> switch_agent.SwitchAgent:
+    return switch_agent.SwitchAgent(dataclasses.replace(switch_config(tmp, **options), monitor=monitor))
 
 
 def host_config(tmp: str, ib: bool = False, mtu: int = 1500) -> HostConfig:
