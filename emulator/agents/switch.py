@@ -83,6 +83,7 @@ class Port:
         # port's queue held frames, the wire should never idle; if it did, the agent was late.
         self.wire = EgressWire()
         self.wire_end = 0  # when the frames handed to the kernel so far have left, at the port's rate
+        self.wire_bytes = 0  # handed to the kernel by _drain (the wire's busy time at the port's rate)
         self.waiting = False  # the port's queue held frames the kernel had no room for
         self.frame_ns = (ETH_LEN + spec.mtu) * 8_000_000_000 // self.rate_bps
         self.lag = Durations()  # fidelity: kernel receive time stamp to the agent's read, first frame of a batch
@@ -257,12 +258,16 @@ class SwitchAgent(AgentBase):
         """Move frames from the MMU towards the wire as far as the wire allows."""
         mmu, index, link = self.mmu, port.index, port.link
         if link.paced:
-            kernel_full = self.ib is not None and not self._drain_ib(port)  # IB: no modelled delay
+            kernel_full = self.ib is not None and not self._drain_ib(port)[0]  # IB: no modelled delay
             self._drain_paced(port, now)
             backlog = bool(link.departures) or kernel_full
         else:
-            send, monitor = port.sock.send, self.monitor
-            kernel_full = self.ib is not None and not self._drain_ib(port)
+            send, sent = port.sock.send, 0
+            if self.ib is not None:
+                room, sent = self._drain_ib(port)
+                kernel_full = not room
+            else:
+                kernel_full = False
             while not kernel_full:
                 head = mmu.head(index)
                 if head is None:
@@ -278,11 +283,19 @@ class SwitchAgent(AgentBase):
                 except OSError:  # the kernel refused it for good (e.g. ENOBUFS): it is lost, the port goes on
                     port.tx_errors += 1
                 mmu.pop(index, prio)
-                if monitor:
-                    wire_end, frame_ns = port.wire_end, len(frame) * 8_000_000_000 // port.rate_bps
-                    start = now if now > wire_end else wire_end
-                    port.wire.departed(start, wire_end if port.waiting else start, frame_ns)
-                    port.wire_end = start + frame_ns
+                sent += len(frame)
+            if sent and self.monitor:  # inline (no call): it runs for about every frame
+                # The kernel took ``frames`` frames, ``sent`` bytes in all, at ``now``: the port's virtual
+                # wire carries them back to back from when it is free.  ``now`` is one time for the whole
+                # drain, so only the first can find the wire idle; had the port been waiting, that was a stall.
+                # Busy time and frames are the counters' (``_wire``), so this is all a frame costs.
+                wire_end = port.wire_end
+                if now > wire_end:
+                    if port.waiting:
+                        port.wire.stalled(now - wire_end)
+                    wire_end = now
+                port.wire_end = wire_end + sent * 8_000_000_000 // port.rate_bps
+                port.wire_bytes += sent
             # IB packets waiting for credit wake the port when credit comes, not on EPOLLOUT.
             backlog = mmu.head(index) is not None or kernel_full
             port.waiting = backlog
@@ -290,19 +303,22 @@ class SwitchAgent(AgentBase):
             self.epoll.modify(port.fd, select.EPOLLIN | (select.EPOLLOUT if backlog else 0))
             port.writable_armed = backlog
 
-    def _drain_ib(self, port: Port) -> bool:
-        """Send what the IB plane lets go; False once the kernel queue is full."""
+    def _drain_ib(self, port: Port) -> tuple[bool, int]:
+        """Send what the IB plane lets go: whether the kernel queue has room left, and the bytes sent."""
         ib, index, send = self.ib, port.index, port.sock.send
+        sent = 0
         while (frame := ib.head(index)) is not None:
             try:
                 send(frame)
             except BlockingIOError:
-                return False
+                return False, sent
             except OSError:  # refused for good (e.g. ENOBUFS)
                 ib.refused(index)
             else:
                 ib.sent(index)
-        return True
+                sent += len(frame)
+        return True, sent
+
 
     def _drain_paced(self, port: Port, now: int) -> None:
         """Host-facing port with delay: the link model's virtual wire and delay line say what goes now."""
@@ -395,7 +411,7 @@ class SwitchAgent(AgentBase):
                 "tx_errors": port.tx_errors,
                 "rx_control_frames": port.control_frames,
                 "arp_replies": port.arp_replies,
-                "wire": port.wire.summary(),
+                "wire": self._wire(port).summary(),
                 "lag": port.lag.summary(),
             }
             if self.ib is not None:
@@ -411,11 +427,18 @@ class SwitchAgent(AgentBase):
         return {"switch": self.name, "scheduling": self.scheduling, "ports": ports, "totals": totals,
                 "rps_failed": self.unordered, "fidelity": self._fidelity()}
 
+    def _wire(self, port: Port) -> EgressWire:
+        """The port's wire figures, its busy time and frames filled in from what it sent (the MMU's and IB's)."""
+        port.wire.busy_ns = port.wire_bytes * 8_000_000_000 // port.rate_bps
+        port.wire.frames = sum(c.tx_frames for c in self.mmu.counters[port.index]) + \
+            (self.ib.forwarded[port.index] if self.ib is not None else 0)
+        return port.wire
+
     def _fidelity(self) -> dict[str, Any]:
         """The monitor's figures of this switch and its verdict (the fastest port's frame time is the bar)."""
         wire, lag = EgressWire(), Durations()
         for port in self.ports:
-            wire.merge(port.wire)
+            wire.merge(self._wire(port))
             lag.merge(port.lag)
         timers = self.timer_lateness["link"]  # every timer of a switch is a link's
         judged = verdict(wire, lag, timers, min(port.frame_ns for port in self.ports), monitored=self.monitor)

@@ -94,20 +94,24 @@ class EgressWire:
         self.longest_stall_ns = 0
         self.frames = 0
 
-    def departed(self, start_ns: int, ideal_ns: int, frame_ns: int) -> None:
+    def departed(self, start_ns: int, ideal_ns: int, frame_ns: int, frames: int = 1) -> None:
         """A frame took the wire at ``start_ns`` for ``frame_ns``; it could have started at ``ideal_ns``.
 
         ``ideal_ns`` is the later of when the wire became free and when the
         frame was ready to go; a start after it is a stall the modelled link
-        would not have had.
+        would not have had.  ``frames`` back-to-back frames may depart in one
+        call, ``frame_ns`` then their time together.
         """
-        self.frames += 1
+        self.frames += frames
         self.busy_ns += frame_ns
-        stall = start_ns - ideal_ns
-        if stall > 0:
-            self.stall_ns += stall
-            if stall > self.longest_stall_ns:
-                self.longest_stall_ns = stall
+        if start_ns > ideal_ns:
+            self.stalled(start_ns - ideal_ns)
+
+    def stalled(self, stall_ns: int) -> None:
+        """The wire idled ``stall_ns`` while a frame waited (for callers that keep busy time themselves)."""
+        self.stall_ns += stall_ns
+        if stall_ns > self.longest_stall_ns:
+            self.longest_stall_ns = stall_ns
 
     def merge(self, other: "EgressWire") -> None:
         self.busy_ns += other.busy_ns
