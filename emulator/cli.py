@@ -226,6 +226,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibration(args: argparse.Namespace) -> int:
+    from emulator.study import calibration
+
+    for line in calibration.lines(calibration.load()):
+        print(line)
+    return 0
+
+
 def cmd_topos(args: argparse.Namespace) -> int:
     for name in sorted(builtin_topos):
         factory = builtin_topos[name]
@@ -417,6 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("topos", help="list the built-in topologies")
     p.set_defaults(func=cmd_topos)
+
+    p = sub.add_parser("calibration", help="the fastest faithful link rates `run fidelity` measured here (no root)")
+    p.set_defaults(func=cmd_calibration)
 
     p = sub.add_parser("demo", help="the default experiment: pingall and shaped iperf3 runs")
     p.add_argument("--topo", default="leafspine", metavar="SPEC")

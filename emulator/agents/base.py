@@ -176,7 +176,7 @@ class AgentBase:
             self._close_control(fd)
 
     def _answer(self, raw: bytes) -> dict[str, Any]:
-        """The reply to one request: ``stats`` (JSON counters), ``stop``, or a subclass's command."""
+        """The reply to one request: ``stats`` (JSON counters), ``stop``, ``fidelity-reset``, or a subclass's command."""
         if len(raw) > CONTROL_REQUEST_MAX:
             return {"error": f"request over {CONTROL_REQUEST_MAX} bytes"}
         try:
@@ -186,6 +186,9 @@ class AgentBase:
                 return {"stopping": True}
             if request[:1] == ["stats"]:
                 return self.stats()
+            if request == ["fidelity-reset"]:
+                self.reset_fidelity()
+                return {"reset": True}
             return self.command(request)
         except (OSError, ValueError) as err:  # also UnicodeDecodeError; commands raise ValueError for bad input
             return {"error": str(err)}
@@ -206,6 +209,10 @@ class AgentBase:
 
     def on_timer(self, now: int) -> None:
         """The timerfd fired."""
+
+    def reset_fidelity(self) -> None:
+        """Start the fidelity monitor's figures afresh (a study's measured iterations begin); subclasses add theirs."""
+        self.timer_lateness = {kind: Durations() for kind in TIMER_KINDS}
 
     def command(self, request: list[str]) -> dict[str, Any]:
         raise ValueError(f"unknown request {' '.join(request)!r}")

@@ -20,7 +20,7 @@ from typing import Any
 
 from emulator.agents.base import AgentBase, run_agent
 from emulator.agents.config import HostConfig
-from emulator.model.fidelity import Durations, verdict
+from emulator.model.fidelity import Durations, EgressWire, verdict
 from emulator.model.pause import PauseState
 from emulator.wire.pfc import ETHERTYPE_MAC_CONTROL, PRIORITIES, decode_pfc
 from emulator.agents.rnic import Rnic
@@ -139,6 +139,10 @@ class HostAgent(AgentBase):
         return {"faithful": judged.faithful, "reasons": list(judged.reasons), "wire": wire.summary(),
                 "timers": lateness["link"].summary(), "starts": lateness["start"].summary(),
                 "timeouts": lateness["timeout"].summary()}
+
+    def reset_fidelity(self) -> None:
+        super().reset_fidelity()
+        self.rnic.wire = EgressWire()
 
     def close(self) -> None:
         self.rnic.close()

@@ -84,6 +84,7 @@ class Port:
         self.wire = EgressWire()
         self.wire_end = 0  # when the frames handed to the kernel so far have left, at the port's rate
         self.wire_bytes = 0  # handed to the kernel by _drain (the wire's busy time at the port's rate)
+        self.wire_frames_before = 0  # frames the port had sent when the monitor was last reset
         self.waiting = False  # the port's queue held frames the kernel had no room for
         self.frame_ns = (ETH_LEN + spec.mtu) * 8_000_000_000 // self.rate_bps
         self.lag = Durations()  # fidelity: kernel receive time stamp to the agent's read, first frame of a batch
@@ -430,9 +431,18 @@ class SwitchAgent(AgentBase):
     def _wire(self, port: Port) -> EgressWire:
         """The port's wire figures, its busy time and frames filled in from what it sent (the MMU's and IB's)."""
         port.wire.busy_ns = port.wire_bytes * 8_000_000_000 // port.rate_bps
-        port.wire.frames = sum(c.tx_frames for c in self.mmu.counters[port.index]) + \
-            (self.ib.forwarded[port.index] if self.ib is not None else 0)
+        port.wire.frames = self._frames_sent(port) - port.wire_frames_before
         return port.wire
+
+    def _frames_sent(self, port: Port) -> int:
+        return sum(c.tx_frames for c in self.mmu.counters[port.index]) + \
+            (self.ib.forwarded[port.index] if self.ib is not None else 0)
+
+    def reset_fidelity(self) -> None:
+        super().reset_fidelity()
+        for port in self.ports:
+            port.wire, port.lag, port.wire_bytes = EgressWire(), Durations(), 0
+            port.wire_frames_before = self._frames_sent(port)
 
     def _fidelity(self) -> dict[str, Any]:
         """The monitor's figures of this switch and its verdict (the fastest port's frame time is the bar)."""

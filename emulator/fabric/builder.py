@@ -268,6 +268,13 @@ class Fabric:
         assert self.state is not None
         return collect_stats(self.state)
 
+    def reset_fidelity(self) -> None:
+        """Every agent starts its fidelity monitor's figures afresh (a study's measured iterations begin)."""
+        for name in self.nodes:
+            reply = query_agent(self.control_path(name), "fidelity-reset")
+            if "error" in reply:
+                raise FabricError(f"{name}: {reply['error']}")
+
     def send_pfc(self, switch: str, ifname: str, priority: int, quanta: int) -> None:
         """Make ``switch`` send one PFC frame out of ``ifname`` (tests, timing)."""
         reply = query_agent(self.control_path(switch), f"pfc {ifname} {priority} {quanta}")

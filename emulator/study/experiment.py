@@ -45,6 +45,7 @@ from emulator.agents.memory import MAX_MR_BYTES
 from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, derive_config, parse_overrides
 from emulator.fabric.topospec import build_topo
+from emulator.study import calibration
 from emulator.study.safefiles import read_bounded
 from emulator.model.dilation import dilation, emulated_ns
 from emulator.units import format_size, format_time, parse_rate, parse_size, parse_time
@@ -359,7 +360,8 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
             raise FabricError(f"{context}: missing key {_q(key)}")
     fabric = _choice(values, "fabric", FABRICS, context)
     collective = _choice(values, "collective", COLLECTIVES, context)
-    link, model, factor = _dilated(values, _link(settings.link, context), context)
+    link, model, factor = _dilated(values, _calibrated(_link(settings.link, context), values, fabric, collective,
+                                                         context), context)
     switch = _switch(settings.switch, context)
     topo, plan = _topology(values["topo"], collective, link, context)
     with _key(context, "switch"):
@@ -419,8 +421,19 @@ def _link(options: dict[str, tuple[str, Any]], context: str) -> dict[str, str]:
             raise FabricError(f"{context}: unknown key {_q(written)} (known link options: {', '.join(DEFAULT_LINK)})")
         with _key(context, written):
             link[option] = _text(value)
-            link_params({}, {option: link[option]})
+            if not (option == "bw" and link[option] == calibration.CALIBRATED):  # resolved by _calibrated
+                link_params({}, {option: link[option]})
     return link
+
+
+def _calibrated(link: dict[str, str], values: dict[str, Any], fabric: str, collective: str,
+                context: str) -> dict[str, str]:
+    """``bw = "calibrated"``: the fastest rate this machine's calibration found faithful for the shape."""
+    if link["bw"] != calibration.CALIBRATED:
+        return link
+    with _key(context, "bw"):
+        topo = values["topo"].strip() if isinstance(values["topo"], str) else values["topo"]
+        return {**link, "bw": f"{calibration.calibrated_rate(str(topo), collective, fabric)}bit"}
 
 
 def _switch(options: dict[str, tuple[str, Any]], context: str) -> dict[str, str]:

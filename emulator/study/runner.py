@@ -31,7 +31,9 @@ from emulator.model.rc import RcConfig, default_timeout_ns
 from emulator.model.dilation import modelled_us
 from emulator.model.rdma_params import ROCE_OVERHEAD, message_wire_bytes
 from emulator.fabric.topospec import build_topo
+from emulator.study import calibration
 from emulator.study.stats import percentile
+from emulator.units import format_rate
 
 ITERATION_FIELDS = ["variant", "iteration", "start_ns", "cct_us", "start_skew_us", "last_src", "last_dst", "cause",
                     "retransmissions", "paused_us"]
@@ -82,7 +84,28 @@ def run_experiment(experiment: Experiment, out_root: str, log: Callable[[str], N
     _add_predictions(experiment, results["variants"])
     results["complete"] = True
     _write_json(os.path.join(directory, "results.json"), results)
+    _calibrate(experiment, results, log)
     return directory
+
+
+def _calibrate(experiment: Experiment, results: dict[str, Any], log: Callable[[str], None],
+               path: str | None = None) -> None:
+    """A run swept over the link rate measured where this machine keeps up: into the machine's calibration."""
+    swept = {v.name: v.params["bw"] for v in experiment.variants if "bw" in v.params}
+    if not swept:
+        return
+    shapes = calibration.measured(results["variants"], swept)
+    try:
+        old = calibration.load(path)
+    except FabricError as err:
+        log(f"{err}: replaced")
+        old = None
+    calibration.save(calibration.merge(old, shapes, results["created_utc"]), path)
+    for key, entry in shapes.items():
+        rate = entry["fastest_faithful_bps"]
+        log(f"calibration: {key}: fastest faithful rate {format_rate(rate) if rate else 'none of those swept'}")
+    log(f"calibration saved to {path or calibration.CACHE} (`fabric-emu calibration` shows it; "
+        'bw = "calibrated" uses it)')
 
 
 def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
@@ -95,10 +118,12 @@ def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
         if config["features"] is None and net.features is not None:
             config["features"] = net.features.as_dict()
         baseline = deque([_counters(net)], maxlen=1)  # fabric counters when the measured iterations begin
+        net.reset_fidelity()  # the monitor judges the iterations, not the build
 
         def progress(i: int, total: int, record: IterationResult) -> None:
             if i == variant.warmup - 1:
                 baseline.append(_counters(net))
+                net.reset_fidelity()
             phase = "warm-up" if i < variant.warmup else "iteration"
             log(f"  {variant.name} {phase} {i + 1}/{total}: CCT {record.cct_us / 1e3:.1f} ms, "
                 f"start skew {record.start_skew_us:.0f} us, last {record.last_src}->{record.last_dst} "
@@ -121,7 +146,8 @@ def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, 
                       fidelity: dict[str, Any] | None = None) -> dict[str, Any]:
     """The results.json entry of one variant, from its measured iterations and the fabric's ``counters`` over them.
 
-    ``fidelity`` is the monitor's verdict over the variant's whole fabric lifetime (warm-up included).
+    ``fidelity`` is the monitor's verdict over the measured iterations (the agents' figures were reset
+    when the warm-up ended).
     """
     ccts = [it.cct_us for it in run.iterations]
     skews = [it.start_skew_us for it in run.iterations]

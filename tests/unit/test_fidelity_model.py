@@ -9,6 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from emulator.model.fidelity import Durations, EgressWire, Thresholds, verdict
+from fake_agents import fake_wire
+
+assert fake_wire  # a fixture, used by name below
 
 FRAME_NS = 1514 * 8 * 1_000_000_000 // 20_000_000  # one MTU-sized frame at 20 Mbit/s: 605.6 us
 
@@ -145,3 +148,42 @@ def test_a_run_is_faithful_only_while_every_agent_is():
     run = fidelity(stats)
     assert not run["faithful"] and run["unfaithful"] == {"s2": ["timers late"]}
     assert run["stall_share"] == 0.03 and run["timers_p99_ns"] == 9_000_000
+
+
+def test_a_switch_reset_by_its_control_socket_judges_only_what_follows(fake_wire, tmp_path):
+    """The study resets every agent's monitor when the warm-up ends: a stall before it is forgotten."""
+    import select
+    import time
+
+    from emulator.wire.roce import Framer
+    from emulator.wire.transport import Opcode, Packet
+    from fake_agents import MAC_PEERS, MAC_S1, close_agent, make_switch
+
+    agent = make_switch(str(tmp_path))
+    try:
+        frame = Framer(MAC_PEERS[0], MAC_S1[0], "10.0.0.1", "10.0.0.2", 50000, dscp=26).encode(
+            Packet(Opcode.WRITE_MIDDLE, 0x11, 1, payload=bytes(1024)))
+        ingress, egress = agent.ports[0], agent.ports[1]
+        now = time.monotonic_ns()
+
+        def wake_up(at: int, frames: int) -> None:
+            ingress.sock.inbox.extend([frame] * frames)
+            agent._on_port(ingress.fd, select.EPOLLIN, at)
+            agent.after_events(at)
+
+        wake_up(now, 4)  # four frames leave at once
+        egress.sock.refuse = lambda: BlockingIOError(11, "the kernel queue is full")
+        wake_up(now + 1_000, 1)  # the fifth waits for room in the kernel's queue
+        egress.sock.refuse = None
+        late = egress.wire_end + 5_000_000
+        agent._drain(egress, late)  # the agent came back 5 ms after the wire went idle with a frame waiting
+        before = agent.stats()["ports"]["s1-eth2"]["wire"]
+        assert before["longest_stall_ns"] == 5_000_000 and before["frames"] == 5
+        assert not agent.stats()["fidelity"]["faithful"]
+        assert agent._answer(b"fidelity-reset") == {"reset": True}
+        wake_up(late + 10_000_000, 2)
+        after = agent.stats()
+        assert after["ports"]["s1-eth2"]["wire"]["stall_ns"] == 0 and after["ports"]["s1-eth2"]["wire"]["frames"] == 2
+        assert after["fidelity"]["faithful"], after["fidelity"]
+    finally:
+        close_agent(agent)
