@@ -117,8 +117,7 @@ def fidelity_lines(variants: list[dict[str, Any]]) -> list[str]:
         for agent, reasons in (unfaithful.items() if isinstance(unfaithful, dict) else ()):
             shown = "; ".join(map(_listed, reasons)) if isinstance(reasons, list) else _listed(reasons)
             lines.append(f"  {_listed(agent)}: {shown}")
-        lines += [f"  {line}" for line in UNFAITHFUL_ADVICE]
-    return lines
+    return lines + list(UNFAITHFUL_ADVICE) if lines else lines
 
 
 # Every measure the monitor has (wire stalls, processing lag, late timers, a collective off its link-time
@@ -142,8 +141,11 @@ def ratio_lines(variants: list[dict[str, Any]]) -> list[str]:
             for stat in ("p99", "mean"):
                 num, den = _cct(other, stat), _cct(lossless, stat)
                 if num is not None and den:
+                    unfaithful = [_listed(v["name"]) for v in (other, lossless) if _faithful(v) is False]
                     lines.append(f"{_listed(other.get('collective', MISSING))}: {fabric} {stat} / lossless {stat} = "
-                                 f"{num / den:.2f}x ({other['name']} / {lossless['name']})")
+                                 f"{num / den:.2f}x ({other['name']} / {lossless['name']})" +
+                                 (f": the machine's ratio, not the fabrics' ({' and '.join(unfaithful)} NOT "
+                                  "faithful)" if unfaithful else ""))
     return lines
 
 

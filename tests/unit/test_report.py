@@ -325,3 +325,20 @@ def test_main_report(headline):
 def test_main_report_defaults_to_stdout_at_call_time(headline, capsys):
     assert report.main_report(headline) == 0
     assert "incast-lossy" in capsys.readouterr().out
+
+
+def test_a_ratio_of_unfaithful_variants_says_it_is_the_machines():
+    faithful = {"faithful": True, "unfaithful": {}}
+    starved = {"faithful": False, "unfaithful": {"h1": ["the wire stalled 9.1% of its busy time"]}}
+    lossless = variant("allreduce-lossless", "lossless", collective="allreduce", fidelity=faithful)
+    ib = variant("allreduce-ib", "ib", collective="allreduce", p99=1500.0, mean=1420.0, fidelity=starved)
+    lines = report.ratio_lines([lossless, ib])
+    assert lines[1] == ("allreduce: ib mean / lossless mean = 2.00x (allreduce-ib / allreduce-lossless): the "
+                        "machine's ratio, not the fabrics' (allreduce-ib NOT faithful)")
+    ib["fidelity"] = faithful
+    assert report.ratio_lines([lossless, ib])[1] == \
+        "allreduce: ib mean / lossless mean = 2.00x (allreduce-ib / allreduce-lossless)"
+    advice = report.fidelity_lines([lossless, {**ib, "fidelity": starved}])
+    assert advice[0] == "allreduce-ib: NOT faithful, its figures measure this machine, not the fabric:"
+    assert advice[-2].startswith("likely cause: ") and advice[-1].startswith("what to change: ")
+    assert report.fidelity_lines([lossless]) == []
