@@ -27,7 +27,7 @@ from emulator.fabric.privileges import require_root
 from emulator.fabric.stats import collect_stats
 from emulator.fabric.teardown import finish_run
 from emulator.fabric.node import Node
-from emulator.fabric.plan import DEFAULT_LINK, link_params
+from emulator.fabric.plan import DEFAULT_LINK, dilated, link_params
 from emulator.model.rdma_params import PATHS_MTU
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, parse_overrides
 from emulator.fabric.topospec import build_topo, topo_parameters
@@ -62,6 +62,11 @@ def _fabric(args: argparse.Namespace) -> Fabric:
     link = parse_options(args.link, DEFAULT_LINK, "--link")
     switch = parse_options(args.switch, dict.fromkeys(SWITCH_OPTIONS), "--switch")
     link_params({}, link)  # reject bad values before asking for root
+    if getattr(args, "model", None) is not None:
+        written = link.get("delay", DEFAULT_LINK["delay"])
+        link, factor = dilated(link, args.model)
+        progress(f"modelled at {args.model}: D = {factor:g}; link delay {written} (modelled) is waited "
+                 f"{link['delay']} here; measured times divided by D are the modelled fabric's")
     parse_overrides(switch)
     require_root()
     return Fabric(topo, link=link, name=getattr(args, "name", None), spec=args.topo, fabric=args.fabric,
@@ -357,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="run name (default: random, e.g. fe3a7c)")
     p.add_argument("--capture", metavar="DIR", help="write one pcapng per link end into DIR (at down)")
     p.add_argument("--telemetry", metavar="DIR", help="write final counters and queue occupancy into DIR (at down)")
+    p.add_argument("--model", metavar="RATE",
+                   help="the real fabric's link rate, e.g. 400gbit: time dilation D = RATE / bw; --link delay is "
+                        "then modelled time, waited D times")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("down", help="tear a running fabric down")

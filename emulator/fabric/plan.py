@@ -24,6 +24,7 @@ from emulator import bounds
 from emulator.errors import FabricError, shown
 from emulator.wire.mac import mac_text
 from emulator.fabric.names import IFNAMSIZ, check_node_name
+from emulator.model.dilation import dilation, emulated_ns
 from emulator.units import format_rate, format_time, parse_rate, parse_size, parse_time
 
 GATEWAY_IP = "10.255.255.254"
@@ -109,6 +110,17 @@ def link_params(opts: dict[str, Any], defaults: dict[str, Any]) -> LinkParams:
         raise FabricError(f"bad delay {shown(merged['delay'])}: at most {format_time(MAX_DELAY)}")
     return LinkParams(bw, delay, mtu, _probability(merged["loss"]), _frame_numbers(merged["drop"]))
 
+
+
+def dilated(link: dict[str, str], model: Any) -> tuple[dict[str, str], float]:
+    """The link options of a fabric modelled at ``model`` (time dilation, :mod:`emulator.model.dilation`):
+    its delay, written in modelled time, as the emulator waits it; and D."""
+    factor = dilation(parse_rate(model), link_params({}, link).bw_bps)
+    delay = emulated_ns(parse_time(link.get("delay", DEFAULT_LINK["delay"])), factor)
+    if delay > MAX_DELAY:
+        raise FabricError(f"the link delay {shown(link['delay'])} of the modelled fabric is {format_time(delay)} "
+                          f"at D = {factor:g}: at most {format_time(MAX_DELAY)}")
+    return {**link, "delay": f"{delay}ns"}, factor
 
 def _probability(value: Any) -> float:
     try:

@@ -40,15 +40,14 @@ from emulator.collectives.algorithms import COLLECTIVES, chunk_bytes
 from emulator.errors import FabricError, one_line, printable, shown
 from emulator.fabric.builder import PACKAGE_PARENT
 from emulator.fabric.capacity import meminfo_bytes
-from emulator.fabric.plan import DEFAULT_LINK, MAX_DELAY, FabricPlan, link_params, make_plan
+from emulator.fabric.plan import DEFAULT_LINK, FabricPlan, dilated, link_params, make_plan
 from emulator.agents.memory import MAX_MR_BYTES
 from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, derive_config, parse_overrides
 from emulator.fabric.topospec import build_topo
 from emulator.study import calibration
 from emulator.study.safefiles import read_bounded
-from emulator.model.dilation import dilation, emulated_ns
-from emulator.units import format_size, format_time, parse_rate, parse_size, parse_time
+from emulator.units import format_size, parse_size
 
 BUILTIN = resources.files("emulator.study") / "experiments"
 MAX_FILE_BYTES = 1 << 20  # an experiment file is a page of text; refuse to read a disk image
@@ -386,13 +385,8 @@ def _dilated(values: dict[str, Any], link: dict[str, str], context: str) -> tupl
     if "model" not in values:
         return link, None, 1.0
     with _key(context, "model"):
-        text = _text(values["model"])
-        factor = dilation(parse_rate(values["model"]), link_params({}, link).bw_bps)
-        delay = emulated_ns(parse_time(link["delay"]), factor)
-        if delay > MAX_DELAY:
-            raise FabricError(f"the link delay {shown(link['delay'])} of the modelled fabric is "
-                              f"{format_time(delay)} at D = {factor:g}: at most {format_time(MAX_DELAY)}")
-    return {**link, "delay": f"{delay}ns"}, text, factor
+        scaled, factor = dilated(link, values["model"])
+    return scaled, _text(values["model"]), factor
 
 
 def _layer(settings: _Settings, table: dict[str, Any], context: str) -> None:

@@ -440,3 +440,21 @@ def test_a_second_sigterm_does_not_interrupt_the_cleanup():
                    "cli.cmd_topos = command\n"
                    "sys.exit(cli.main(['topos']))\n")
     assert (done.returncode, done.stdout, done.stderr) == (143, "cleaned up\n", "")
+
+
+@pytest.mark.parametrize("link, model, fragment", [
+    ("bw=20mbit", "10mbit", "modelled rate 10 Mbit/s is below the emulated link rate 20 Mbit/s"),
+    ("bw=20mbit", "fast", "bad rate 'fast'"),
+    ("bw=20mbit,delay=100us", "400gbit", "the link delay '100us' of the modelled fabric is 2 s at D = 20000"),
+])
+def test_up_with_a_bad_model_is_one_line_before_root(capsys, non_root, link, model, fragment):
+    code, out, err = run(capsys, "up", "--topo", "star,2", "--link", link, "--model", model)
+    assert_one_line_error(code, out, err, fragment)
+
+
+def test_up_with_a_model_says_d_and_the_delay_it_waits(capsys, non_root):
+    code, out, err = run(capsys, "up", "--topo", "star,2", "--link", "bw=20mbit,delay=1us", "--model", "400gbit")
+    lines = err.splitlines()
+    assert lines[0] == ("fabric-emu: modelled at 400gbit: D = 20000; link delay 1us (modelled) is waited 20000000ns "
+                        "here; measured times divided by D are the modelled fabric's")
+    assert code != 0 and "root" in lines[-1]  # then it asks for root, as every up does
