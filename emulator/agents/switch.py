@@ -115,6 +115,7 @@ class SwitchAgent(AgentBase):
         self.unordered = keep_flows_in_order([port.ifname for port in self.ports], whole_link=config.ib is not None)
         by_name = {p.ifname: p for p in self.ports}
         self.by_fd = {p.fd: p for p in self.ports}
+        self.touched: dict[Port, None] = {}  # ports to drain after the frames in hand (insertion order)
         self.routes = {
             socket.inet_aton(ip): [by_name[name] for name in names] for ip, names in config.routes.items()
         }
@@ -164,6 +165,7 @@ class SwitchAgent(AgentBase):
                 arrived = port.link.arrived
                 while (item := arrived(now)) is not None:
                     self._process(port, item[1], item[0])
+        self._drain_touched(now)
         for port in self.paced:
             self._drain(port, now)
         if self.next_sample and now >= self.next_sample:
@@ -172,13 +174,14 @@ class SwitchAgent(AgentBase):
     # --- ingress -----------------------------------------------------------------------
 
     def _receive(self, port: Port, now: int) -> None:
+        """Read up to BATCH frames, then drain the ports they went to (once each, not once per frame)."""
         recv = port.sock.recv
         link = port.link
         for count in range(BATCH):
             try:
                 frame = recv(65536)
             except BlockingIOError:
-                return
+                break
             if not count and self.monitor:  # a batch's first frame waited longest; one wake-up in LAG_EVERY
                 port.wakeups += 1
                 if not port.wakeups % LAG_EVERY and (stamp := last_receive_ns(port.sock)):
@@ -187,6 +190,14 @@ class SwitchAgent(AgentBase):
                 link.arrive(now, frame)
             else:
                 self._process(port, frame, now)
+        self._drain_touched(now)
+
+    def _drain_touched(self, now: int) -> None:
+        """Drain every port a frame was queued for (or a pause lifted on) since the last call."""
+        if self.touched:
+            touched, self.touched = self.touched, {}
+            for port in touched:
+                self._drain(port, now)
 
     def _process(self, port: Port, frame: bytes, now: int) -> None:
         """One frame from the wire: forward, react, answer, or drop it under a named counter."""
@@ -221,7 +232,7 @@ class SwitchAgent(AgentBase):
                 return
             if self.mmu.enqueue(now, port.index, out.index, prio, forwarded):
                 self._activity(now)
-                self._drain(out, now)
+                self.touched[out] = None
         elif ethertype == ETH_MAC_CONTROL:
             if len(frame) < PFC_FRAME_MIN:
                 drops["malformed"] += 1
@@ -234,7 +245,7 @@ class SwitchAgent(AgentBase):
                 port.pfc_received[prio] += 1
             self._activity(now)
             if self.mmu.pfc_received(now, port.index, quanta):
-                self._drain(port, now)
+                self.touched[port] = None
         elif ethertype == ETH_ARP:
             if len(frame) < ARP_FRAME_MIN:
                 drops["malformed"] += 1
@@ -247,7 +258,7 @@ class SwitchAgent(AgentBase):
             port.arp_replies += 1
         elif ethertype == ETH_IB and self.ib is not None:
             for out_index in self.ib.receive(now, port.index, frame):
-                self._drain(self.ports[out_index], now)
+                self.touched[self.ports[out_index]] = None
         elif ethertype == ETH_CONTROL:
             port.control_frames += 1
         else:

@@ -1,0 +1,122 @@
+"""Where a collective's CPU goes: per agent, per frame, kernel against Python.
+
+Run as root from the repository root::
+
+    sudo .venv/bin/python bench/bench_collective_cpu.py [--fabric lossless] [--bw 20mbit]
+        [--collective allreduce] [--size 1MiB] [--iterations 3] [--perf DIR]
+
+It builds star,8 (the headline's shape), runs one warm-up iteration, then
+``--iterations`` measured ones, and prints for the switch and two hosts
+their user and system CPU time (from /proc/PID/stat) and context switches,
+CPU per frame, the whole machine's busy time (/proc/stat, with the
+hypervisor's steal) against the agents' share, and the mean CCT.  With
+``--perf DIR`` (needs perf) it records the switch's and h2's stacks with
+``perf record -g`` during the measured iterations and prints how their
+samples split between the interpreter, the kernel and libc.  Figures:
+docs/performance.md ("Where a frame's time goes").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from emulator.collectives.coordinator import run_collective  # noqa: E402
+from emulator.fabric.builder import Fabric  # noqa: E402
+from emulator.units import parse_size  # noqa: E402
+from topologies import StarTopo  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+WATCHED = ("s1", "h2", "h3")
+
+
+def _cpu(pid: int) -> tuple[int, int, int, int]:
+    """utime, stime (ticks), voluntary and involuntary context switches of a process."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    switches = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if "ctxt_switches" in line:
+                key, value = line.split(":")
+                switches[key] = int(value)
+    return int(fields[11]), int(fields[12]), switches["voluntary_ctxt_switches"], \
+        switches["nonvoluntary_ctxt_switches"]
+
+
+def _machine() -> tuple[int, int]:
+    """Busy (all but idle and iowait) and steal ticks of the whole machine."""
+    with open("/proc/stat") as f:
+        values = [int(x) for x in f.readline().split()[1:]]
+    return sum(values) - values[3] - values[4], values[7]
+
+
+def _dso_split(path: str) -> str:
+    report = subprocess.run(["perf", "report", "-i", path, "--stdio", "--no-children", "--sort", "dso", "-g", "none"],
+                            capture_output=True, text=True, check=False).stdout
+    shares = [line.split(None, 1) for line in report.splitlines() if "%" in line and not line.startswith("#")]
+    return ", ".join(f"{name.strip()} {share}" for share, name in shares[:4])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fabric", default="lossless", choices=("lossless", "lossy", "ib"))
+    parser.add_argument("--bw", default="20mbit")
+    parser.add_argument("--collective", default="allreduce")
+    parser.add_argument("--size", default="1MiB")
+    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--perf", metavar="DIR", help="record perf profiles of s1 and h2 into DIR")
+    args = parser.parse_args()
+    if args.perf and shutil.which("perf") is None:
+        print("bench_collective_cpu: --perf needs perf (linux-perf)", file=sys.stderr)
+        return 1
+    switch = {"buffer": "1MiB", "headroom": "48KiB"} if args.fabric != "ib" else None
+    with Fabric(StarTopo(n=8), link={"bw": args.bw}, fabric=args.fabric, switch=switch) as net:
+        agents = net.state.agents
+        size = parse_size(args.size)
+        run_collective(net, args.collective, size, 1, 0)  # warm-up: QPs, caches, the first pauses
+        stats0 = net.stats()
+        before, machine0 = {name: _cpu(pid) for name, pid in agents.items()}, _machine()
+        recorders = []
+        if args.perf:
+            os.makedirs(args.perf, exist_ok=True)
+            recorders = [subprocess.Popen(["perf", "record", "-F", "499", "-g", "-p", str(agents[name]), "-o",
+                                           os.path.join(args.perf, f"{name}.perf")],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name in ("s1", "h2")]
+        began = time.monotonic()
+        run = run_collective(net, args.collective, size, args.iterations, 0)
+        wall = time.monotonic() - began
+        for recorder in recorders:
+            recorder.send_signal(2)
+            recorder.wait()
+        after, machine1 = {name: _cpu(pid) for name, pid in agents.items()}, _machine()
+        stats1 = net.stats()
+    cct = sum(it.cct_us for it in run.iterations) / len(run.iterations) / 1e3
+    print(f"{args.collective} of {args.size} on star,8, {args.fabric}, {args.bw}: {args.iterations} iterations, "
+          f"mean CCT {cct:.1f} ms, {wall:.2f} s wall")
+    sent = {name: stats1["hosts"][name]["rnic"]["frames_sent"] - stats0["hosts"][name]["rnic"]["frames_sent"]
+            for name in stats1["hosts"]}
+    switch_frames = sum(sent.values())  # every frame a host sends crosses s1 once on star,8
+    for name in WATCHED:
+        user, system = [(after[name][i] - before[name][i]) / TICK for i in (0, 1)]
+        frames = switch_frames if name == "s1" else sent[name]
+        print(f"  {name}: user {user:.2f} s, sys {system:.2f} s; {(user + system) / frames * 1e6:.0f} us of CPU per "
+              f"frame {'forwarded' if name == 's1' else 'sent'} ({frames}); context switches "
+              f"{after[name][2] - before[name][2]} voluntary, {after[name][3] - before[name][3]} involuntary")
+    agents_cpu = sum(after[n][0] - before[n][0] + after[n][1] - before[n][1] for n in agents) / TICK
+    busy, steal = [(machine1[i] - machine0[i]) / TICK for i in (0, 1)]
+    print(f"  machine: {busy:.2f} CPU s busy of {os.cpu_count() * wall:.2f} (steal {steal:.2f}); agents "
+          f"{agents_cpu:.2f}, the rest (ranks, coordinator, unattributed softirq) {busy - agents_cpu:.2f}")
+    for name in ("s1", "h2") if args.perf else ():
+        print(f"  {name} perf samples: {_dso_split(os.path.join(args.perf, f'{name}.perf'))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
