@@ -457,3 +457,32 @@ def test_a_stalled_vl_does_not_block_another():
     assert loop.b.occupancy(0) > 256 - 65  # full but for less than a packet
     assert loop.a.counters[0]["stalls"] == 1  # one stall, however often A asked
     assert loop.rate(1, MS, 5 * MS) == pytest.approx(0.5, rel=0.01)
+
+
+def test_the_remembered_deadline_is_always_the_one_a_fresh_scan_gives():
+    """next_deadline keeps its answer between changes; every change that moves a deadline must drop it."""
+    rng = random.Random(7)
+    a, b = CreditLink(vls=4, capacity_blocks=64), CreditLink(vls=4, capacity_blocks=64)
+    now, in_b = 0, [[] for _ in range(4)]
+
+    def fresh(link: CreditLink) -> int:
+        return min(link._due_at(vl) for vl in range(link.vls))
+
+    for _ in range(5000):
+        now += rng.randrange(0, 300 * US)
+        op = rng.randrange(4)
+        vl = rng.randrange(4)
+        if op == 0 and a.can_send(vl, 1024):
+            a.sent(vl, 1024)
+            b.received(vl, 1024)
+            in_b[vl].append(1024)
+        elif op == 1 and in_b[vl]:
+            b.freed(vl, in_b[vl].pop())
+        elif op == 2:
+            for fc in b.fc_due(now):
+                a.on_fc(now, fc)
+        else:
+            for fc in a.fc_due(now):
+                b.on_fc(now, fc)
+        for link in (a, b):
+            assert link.next_deadline() == fresh(link)
