@@ -45,10 +45,10 @@ from emulator.kernel.tc import leaf_class
 SEND_BUFFER = 3000  # the kernel doubles it: room for two MTU-sized frames
 RECV_BUFFER = 4 << 20
 BATCH = 64
-# The processing lag costs an ioctl and a clock read (about 4.5 us, as much as a third of a frame's Python
-# when every frame is a wake-up), so one wake-up in LAG_EVERY is measured: a 3 s run at 20 Mbit/s still
-# gives hundreds of samples per port.
-LAG_EVERY = 8
+# The processing lag costs an ioctl and a clock read (2 to 4.5 us), so a port measures it on a wake-up at
+# most every LAG_PERIOD_NS: at most 200 samples a second per port when frames come fast, and every wake-up
+# on a slow link, where a p99 over one wake-up in eight was a p99 of a few dozen samples (one hiccup).
+LAG_PERIOD_NS = 5_000_000
 SAMPLE_NS = 1_000_000  # occupancy sampling period
 PFC_FRAME_MIN = 34  # Ethernet header, opcode, class-enable vector and eight quanta
 ARP_FRAME_MIN = 42  # Ethernet header and an IPv4-over-Ethernet ARP packet
@@ -88,7 +88,7 @@ class Port:
         self.waiting = False  # the port's queue held frames the kernel had no room for
         self.frame_ns = (ETH_LEN + spec.mtu) * 8_000_000_000 // self.rate_bps
         self.lag = Durations()  # fidelity: kernel receive time stamp to the agent's read, first frame of a batch
-        self.wakeups = 0
+        self.lag_due = 0  # the next wake-up at or after this time measures the processing lag
         self.rx_frames = [0] * PRIORITIES
         self.rx_bytes = [0] * PRIORITIES
         self.pfc_received = [0] * PRIORITIES
@@ -182,9 +182,9 @@ class SwitchAgent(AgentBase):
                 frame = recv(65536)
             except BlockingIOError:
                 break
-            if not count and self.monitor:  # a batch's first frame waited longest; one wake-up in LAG_EVERY
-                port.wakeups += 1
-                if not port.wakeups % LAG_EVERY and (stamp := last_receive_ns(port.sock)):
+            if not count and self.monitor and now >= port.lag_due:  # a batch's first frame waited longest
+                port.lag_due = now + LAG_PERIOD_NS
+                if stamp := last_receive_ns(port.sock):
                     port.lag.add(time.time_ns() - stamp)
             if link.delay_ns:
                 link.arrive(now, frame)
