@@ -115,7 +115,6 @@ class SwitchAgent(AgentBase):
         self.unordered = keep_flows_in_order([port.ifname for port in self.ports], whole_link=config.ib is not None)
         by_name = {p.ifname: p for p in self.ports}
         self.by_fd = {p.fd: p for p in self.ports}
-        self.touched: dict[Port, None] = {}  # ports to drain after the frames in hand (insertion order)
         self.routes = {
             socket.inet_aton(ip): [by_name[name] for name in names] for ip, names in config.routes.items()
         }
@@ -165,7 +164,6 @@ class SwitchAgent(AgentBase):
                 arrived = port.link.arrived
                 while (item := arrived(now)) is not None:
                     self._process(port, item[1], item[0])
-        self._drain_touched(now)
         for port in self.paced:
             self._drain(port, now)
         if self.next_sample and now >= self.next_sample:
@@ -174,14 +172,13 @@ class SwitchAgent(AgentBase):
     # --- ingress -----------------------------------------------------------------------
 
     def _receive(self, port: Port, now: int) -> None:
-        """Read up to BATCH frames, then drain the ports they went to (once each, not once per frame)."""
         recv = port.sock.recv
         link = port.link
         for count in range(BATCH):
             try:
                 frame = recv(65536)
             except BlockingIOError:
-                break
+                return
             if not count and self.monitor and now >= port.lag_due:  # a batch's first frame waited longest
                 port.lag_due = now + LAG_PERIOD_NS
                 if stamp := last_receive_ns(port.sock):
@@ -190,14 +187,6 @@ class SwitchAgent(AgentBase):
                 link.arrive(now, frame)
             else:
                 self._process(port, frame, now)
-        self._drain_touched(now)
-
-    def _drain_touched(self, now: int) -> None:
-        """Drain every port a frame was queued for (or a pause lifted on) since the last call."""
-        if self.touched:
-            touched, self.touched = self.touched, {}
-            for port in touched:
-                self._drain(port, now)
 
     def _process(self, port: Port, frame: bytes, now: int) -> None:
         """One frame from the wire: forward, react, answer, or drop it under a named counter."""
@@ -232,7 +221,7 @@ class SwitchAgent(AgentBase):
                 return
             if self.mmu.enqueue(now, port.index, out.index, prio, forwarded):
                 self._activity(now)
-                self.touched[out] = None
+                self._drain(out, now)
         elif ethertype == ETH_MAC_CONTROL:
             if len(frame) < PFC_FRAME_MIN:
                 drops["malformed"] += 1
@@ -245,7 +234,7 @@ class SwitchAgent(AgentBase):
                 port.pfc_received[prio] += 1
             self._activity(now)
             if self.mmu.pfc_received(now, port.index, quanta):
-                self.touched[port] = None
+                self._drain(port, now)
         elif ethertype == ETH_ARP:
             if len(frame) < ARP_FRAME_MIN:
                 drops["malformed"] += 1
@@ -258,7 +247,7 @@ class SwitchAgent(AgentBase):
             port.arp_replies += 1
         elif ethertype == ETH_IB and self.ib is not None:
             for out_index in self.ib.receive(now, port.index, frame):
-                self.touched[self.ports[out_index]] = None
+                self._drain(self.ports[out_index], now)
         elif ethertype == ETH_CONTROL:
             port.control_frames += 1
         else:

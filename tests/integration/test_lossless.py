@@ -16,6 +16,7 @@ from emulator.fabric.capture import malformed_count
 from emulator.fabric.builder import Fabric
 from emulator.study.incast import run_incast
 from emulator.apps.iperf import TOS_PRIORITY_3, run_flows
+from faithful import judge_only_if_faithful
 from topologies import DumbbellTopo, StarTopo
 
 SECONDS = 3
@@ -29,11 +30,14 @@ def _tshark_fields(path: str, display_filter: str, *fields: str, options: tuple[
     return [line.split("\t") for line in out.splitlines() if line]
 
 
-# The incasts run at 20 Mbit/s: at 50 Mbit/s the emulator alone kept both cores of this 2-core VM 97% busy
+# The incasts run at 10 Mbit/s: at 50 Mbit/s the emulator alone kept both cores of this 2-core VM 97% busy
 # (measured 2026-12-03 with /proc/stat around an iperf3 through a leaf-spine), so goodput and PFC response
-# measured the CPU, not the fabric.  How fast the emulator goes is for the benchmarks (docs/performance.md).
-INCAST_BW = "20mbit"
-INCAST_BPS = 20_000_000
+# measured the CPU, not the fabric; at 20 Mbit/s with eight tcpdumps the UDP incast's goodput fell to
+# 84 to 91% of the link in 6 of 9 runs one evening, the code before and after that day's changes alike
+# (the fidelity monitor's envelope for a star,8 incast on this machine is 5 to 10 Mbit/s:
+# docs/performance.md "Fidelity").  How fast the emulator goes is for the benchmarks.
+INCAST_BW = "10mbit"
+INCAST_BPS = 10_000_000
 FRAME = 1514
 
 # Headroom for a PFC response of 30 ms instead of the default 10 ms (5 F + C r).  With eight tcpdumps on
@@ -58,8 +62,6 @@ def test_udp_incast_lossless_has_no_loss_and_keeps_the_receiver_busy(tmp_path):
     assert result.totals["drops"] == 0
     assert result.totals["pfc_sent"] > 0
     assert result.totals["host_paused_ns"] > 0
-    # iperf3 counts UDP payload: 1448 of each 1490-byte frame (97.2%).
-    assert result.aggregate_bps >= 0.95 * result.rate_bps * 1448 / 1490
     # Every capture decodes cleanly; PFC frames enable class 3 with the configured quanta.
     pcaps = sorted((tmp_path / "pcap").iterdir())
     assert len(pcaps) == 8
@@ -80,6 +82,9 @@ def test_udp_incast_lossless_has_no_loss_and_keeps_the_receiver_busy(tmp_path):
     egress = [int(r["egress_bytes"]) for r in rows if r["port"] == "s1-eth4" and r["priority"] == "3"]
     assert max(egress) > 100_000
     assert any(r["xoff"] == "1" for r in rows if r["port"] == "s1-eth1")
+    # iperf3 counts UDP payload: 1448 of each 1490-byte frame (97.2%).
+    judge_only_if_faithful(result.stats["fidelity"], "the receiver's goodput")
+    assert result.aggregate_bps >= 0.95 * result.rate_bps * 1448 / 1490
 
 
 def test_udp_incast_lossy_drops():
@@ -223,11 +228,13 @@ def test_pause_without_xon_holds_the_host_for_its_quanta(tmp_path):
             time.sleep(0.2)
         client.wait(timeout=10)
         server.wait(timeout=10)
+        fidelity = net.stats()["fidelity"]
     rows = _tshark_fields(str(tmp_path / "h1-eth0.pcapng"), "macc || (udp && ip.src == 10.0.0.1)",
                           "frame.time_epoch", "macc.cbfc.pause_time.c3")
     pauses = [float(t) for t, q in rows if q == str(quanta)]
     data = [float(t) for t, q in rows if not q]
     assert len(pauses) == 3
+    judge_only_if_faithful(fidelity, "how long a pause held the host")
     for pause in pauses:
         after = [t for t in data if t > pause]
         # At most one MTU's worth leaves after the pause arrives: the frame
@@ -253,7 +260,6 @@ def test_ecn_marks_reach_tcp_receivers_intact(tmp_path):
         stats = net.stats()
     assert stats["totals"]["ecn_marked"] > 0
     assert stats["totals"]["drops"] == 0
-    assert sum(f.received_bps for f in flows) > 0.9 * 30_000_000 * 1448 / 1514
     ce = _tshark_fields(str(tmp_path / "h3-eth0.pcapng"), "ip.dsfield.ecn == 3", "ip.checksum.status",
                         options=("-o", "ip.check_checksum:TRUE"))
     assert len(ce) >= stats["totals"]["ecn_marked"] * 0.9  # marked frames arrive (a few may be in flight at the end)
@@ -261,3 +267,5 @@ def test_ecn_marks_reach_tcp_receivers_intact(tmp_path):
     # The receiver echoes congestion back (ECE in its ACKs): the marks were accepted.
     echoes = _tshark_fields(str(tmp_path / "h3-eth0.pcapng"), "tcp.flags.ece == 1 && ip.src == 10.0.0.3", "frame.number")
     assert echoes
+    judge_only_if_faithful(stats["fidelity"], "TCP goodput through the marking port")
+    assert sum(f.received_bps for f in flows) > 0.9 * 30_000_000 * 1448 / 1514
