@@ -7,6 +7,7 @@ import time
 
 from emulator.fabric.builder import Fabric
 from emulator.apps.iperf import iperf3
+from faithful import judge_only_if_faithful
 from topologies import LeafSpineTopo, StarTopo
 
 # 10 Mbit/s: the machine is shared and the hypervisor takes 5 to 15% of it (steal in /proc/stat).  At
@@ -26,9 +27,14 @@ def test_tcp_and_udp_across_leaves_are_shaped_to_the_link_rate():
     with Fabric(LeafSpineTopo(), link={"bw": "10mbit"}) as net:
         client, server = net["h1"], net["h4"]  # leaves s1 and s2
         tcp = iperf3(client, server, 3)
-        assert 0.90 * TCP_GOODPUT <= tcp.received_bps <= 1.02 * TCP_GOODPUT, tcp
         udp = iperf3(client, server, 3, udp_bps=2 * RATE)
-        assert 0.90 * UDP_GOODPUT <= udp.received_bps <= 1.02 * UDP_GOODPUT, udp
+        fidelity = net.stats()["fidelity"]
+    # Never faster than the link, whatever the machine did.
+    assert tcp.received_bps <= 1.02 * TCP_GOODPUT, tcp
+    assert udp.received_bps <= 1.02 * UDP_GOODPUT, udp
+    judge_only_if_faithful(fidelity, "goodput through four shaped links")
+    assert 0.90 * TCP_GOODPUT <= tcp.received_bps, tcp
+    assert 0.90 * UDP_GOODPUT <= udp.received_bps, udp
 
 
 def _qdisc_backlog_packets(node, ifname: str) -> int:
@@ -60,7 +66,9 @@ def test_switch_keeps_backlog_in_its_own_queues_under_incast():
             proc.wait(timeout=10)
         server.kill(), server2.kill()
         server.wait(), server2.wait()
-    # The switch's own queue is full (it tail-drops the excess at ingress)...
+    # The switch's own queue is full (it tail-drops the excess at ingress), when its agent kept up with
+    # the senders (a starved switch reads them late and finds its queue short)...
+    judge_only_if_faithful(fabric_stats["fidelity"], "how full the switch's own queue got")
     assert fabric_stats["totals"]["drops"] > 0
     assert sum(q["egress_bytes"] for q in stats["priorities"]) > 100_000
     # ...while the kernel below it holds one to three frames.
