@@ -286,8 +286,8 @@ class SwitchAgent(AgentBase):
                 mmu.pop(index, prio)
                 sent += len(frame)
             if sent and self.monitor:  # inline (no call): it runs for about every frame
-                # The kernel took ``frames`` frames, ``sent`` bytes in all, at ``now``: the port's virtual
-                # wire carries them back to back from when it is free.  ``now`` is one time for the whole
+                # The kernel took ``sent`` bytes of frames at ``now``: the port's virtual wire carries
+                # them back to back from when it is free.  ``now`` is one time for the whole
                 # drain, so only the first can find the wire idle; had the port been waiting, that was a stall.
                 # Busy time and frames are the counters' (``_wire``), so this is all a frame costs.
                 wire_end = port.wire_end

@@ -100,7 +100,11 @@ def _calibrate(experiment: Experiment, results: dict[str, Any], log: Callable[[s
     except FabricError as err:
         log(f"{err}: replaced")
         old = None
-    calibration.save(calibration.merge(old, shapes, results["created_utc"]), path)
+    try:
+        calibration.save(calibration.merge(old, shapes, results["created_utc"]), path)
+    except OSError as err:  # the results stand without it
+        log(f"calibration not saved: {path or calibration.CACHE}: {err.strerror or err}")
+        return
     for key, entry in shapes.items():
         rate = entry["fastest_faithful_bps"]
         log(f"calibration: {key}: fastest faithful rate {format_rate(rate) if rate else 'none of those swept'}")

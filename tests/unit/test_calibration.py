@@ -86,3 +86,15 @@ def test_another_machines_calibration_is_not_used(cache, tmp_path):
     with pytest.raises(FabricError, match="measured on another machine"):
         calibration.calibrated_rate("star,4", "incast", "lossless")
     assert "ANOTHER machine" in calibration.lines(calibration.load())[0]
+
+
+def test_a_cache_that_cannot_be_written_is_one_line_and_the_run_stands(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setattr(calibration, "CACHE", str(blocker / "calibration.json"))  # its directory is a file
+    experiment = load_experiment("fidelity")
+    results = {"created_utc": "t", "variants": [variant(v.name, v.fabric, True, v.collective)
+                                                for v in experiment.variants]}
+    logged = []
+    _calibrate(experiment, results, logged.append)
+    assert logged[-1].startswith("calibration not saved: ") and "\n" not in logged[-1]
