@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Callable, NoReturn, Sequence
 
@@ -447,23 +448,45 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+REDELIVERY_DELAY_S = 0.01  # lets the unraisable hook return before the signal comes again
+_stop_signal: int | None = None  # the stop signal unwinding the command, once one has come
+_unwound = False  # the command has unwound (a stop or Ctrl-C reached main): late finalizer errors are noise
 
 
 def _terminate(signum: int, _frame: object) -> None:
     """The first SIGTERM or SIGHUP unwinds the command: its with blocks and
     finally clauses remove what it built.  Later ones must not interrupt
     that cleanup halfway, so they are noted and dropped."""
+    global _stop_signal
+    _stop_signal = signum
     for stop in STOP_SIGNALS:
         signal.signal(stop, _already_stopping)
-    sys.unraisablehook = _stopped_halfway
     raise SystemExit(128 + signum)
 
 
-def _stopped_halfway(_unraisable: Any) -> None:
-    """A finalizer that failed after a stop signal or Ctrl-C: the signal cut an object's construction short
-    (an asyncio event loop inside pyroute2, collected without its ``_thread_id``, printed a traceback in 1 of
-    16 signal tests).  It says nothing about the command, whose cleanup goes on and reports itself, and the
-    command's last line must stay its own, so it is dropped.  Before a stop, Python's own hook prints them."""
+def _unraisable(unraisable: Any) -> None:
+    """An exception Python could not raise (it came out of a finalizer).
+
+    The interrupt itself can be one: a SIGTERM or Ctrl-C that lands while a finalizer runs raises there, and
+    Python drops it (a CI run's pingall, sent SIGTERM while building, went on to print its table).  Then the
+    signal is sent again from a helper thread, so the command still unwinds.
+
+    Once a stop is under way, other finalizer errors are dropped: the signal cut an object's construction
+    short (an asyncio event loop inside pyroute2, collected without its ``_thread_id``, printed a traceback
+    in 1 of 16 signal tests); that says nothing about the command, whose cleanup goes on and reports itself,
+    and the command's last line must stay its own.  Before a stop, Python's own hook prints them."""
+    if not _unwound and unraisable.exc_type is KeyboardInterrupt:
+        _send_again(signal.SIGINT)
+    elif (not _unwound and unraisable.exc_type is SystemExit and _stop_signal is not None
+            and getattr(unraisable.exc_value, "code", None) == 128 + _stop_signal):
+        signal.signal(_stop_signal, _terminate)
+        _send_again(_stop_signal)
+    elif _stop_signal is None and not _unwound:
+        sys.__unraisablehook__(unraisable)
+
+
+def _send_again(signum: int) -> None:
+    threading.Timer(REDELIVERY_DELAY_S, os.kill, (os.getpid(), signum)).start()
 
 
 def _already_stopping(_signum: int, _frame: object) -> None:
@@ -501,8 +524,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    global _stop_signal, _unwound
+    _stop_signal, _unwound = None, False
     for stop in STOP_SIGNALS:
         signal.signal(stop, _terminate)
+    python_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
     try:
         args = _parse(argv)
         return args.func(args)
@@ -510,15 +536,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fabric-emu: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
-        sys.unraisablehook = _stopped_halfway
+        _unwound = True
         print("fabric-emu: interrupted; everything this command created was removed", file=sys.stderr)
         return 130
     except subprocess.TimeoutExpired as err:
         print(f"fabric-emu: timed out: {err}", file=sys.stderr)
         return 1
+    except SystemExit:
+        _unwound = _stop_signal is not None
+        raise
     finally:
         for stop in STOP_SIGNALS:
             signal.signal(stop, _exit_now)
+        if not _unwound:
+            sys.unraisablehook = python_hook
 
 
 if __name__ == "__main__":
