@@ -42,7 +42,7 @@ from emulator.model.link import Link
 from emulator.model.mmu import Mmu
 from emulator.kernel.tc import leaf_class
 
-SEND_BUFFER = 3000  # the kernel doubles it: room for two MTU-sized frames
+SEND_FRAMES = 2  # SO_SNDBUF in link-MTU frames (the kernel doubles it): about two frames queued in the kernel
 RECV_BUFFER = 4 << 20
 BATCH = 64
 # The processing lag costs an ioctl and a clock read (2 to 4.5 us), so a port measures it on a wake-up at
@@ -73,7 +73,7 @@ class Port:
         self.rate_bps = spec.rate_bps
         self.max_frame = ETH_LEN + spec.mtu  # a longer frame cannot go out on this link
         self.link = Link(self.rate_bps, spec.delay_ns, spec.host_facing, spec.loss, spec.drop, seed * 1000 + index)
-        self.sock = open_packet_socket(self.ifname, ETH_P_ALL, SEND_BUFFER, RECV_BUFFER)
+        self.sock = open_packet_socket(self.ifname, ETH_P_ALL, SEND_FRAMES * self.max_frame, RECV_BUFFER)
         self.pfc_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         self.pfc_sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, leaf_class(PRIORITIES - 1))
         self.pfc_sock.bind((self.ifname, 0))

@@ -41,8 +41,9 @@ def machine() -> dict[str, Any]:
     return {"machine_id": machine_id, "cpus": os.cpu_count(), "kernel": platform.release()}
 
 
-def shape(topo: str, collective: str, fabric: str) -> str:
-    return f"{topo} {collective} {fabric}"
+def shape(topo: str, collective: str, fabric: str, mtu: int) -> str:
+    """What a calibration is per: the frames per byte (path MTU) change the rate a machine keeps up with."""
+    return f"{topo} {collective} {fabric} mtu {mtu}"
 
 
 def measured(variants: list[dict[str, Any]], swept_bw: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -51,7 +52,8 @@ def measured(variants: list[dict[str, Any]], swept_bw: dict[str, str]) -> dict[s
     for variant in variants:
         if variant["name"] not in swept_bw or not isinstance(variant.get("fidelity"), dict):
             continue
-        entry = shapes.setdefault(shape(variant["topo"], variant["collective"], variant["fabric"]),
+        entry = shapes.setdefault(shape(variant["topo"], variant["collective"], variant["fabric"],
+                                        variant["mtu"]),
                                   {"fastest_faithful_bps": None, "points": []})
         rate, faithful = parse_rate(swept_bw[variant["name"]]), variant["fidelity"]["faithful"] is True
         entry["points"].append([rate, faithful])
@@ -105,7 +107,7 @@ def load(path: str | None = None) -> dict[str, Any] | None:
     return calibration
 
 
-def calibrated_rate(topo: str, collective: str, fabric: str, path: str | None = None) -> int:
+def calibrated_rate(topo: str, collective: str, fabric: str, mtu: int, path: str | None = None) -> int:
     """The fastest faithful rate this machine measured for the shape; a one-line FabricError if there is none."""
     path = path or CACHE
     calibration = load(path)
@@ -115,7 +117,7 @@ def calibrated_rate(topo: str, collective: str, fabric: str, path: str | None = 
     if calibration["machine"] != machine():
         raise FabricError(f'bw = "{CALIBRATED}": {shown(path)} was measured on another machine (or kernel); run '
                           "`fabric-emu run fidelity` here")
-    key = shape(topo, collective, fabric)
+    key = shape(topo, collective, fabric, mtu)
     entry = calibration["shapes"].get(key)
     if entry is None:
         raise FabricError(f'bw = "{CALIBRATED}": the calibration has no {shown(key)} (it has '

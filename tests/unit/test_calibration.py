@@ -13,8 +13,8 @@ from emulator.study.experiment import load_experiment
 from test_experiment import load_text
 
 
-def variant(name, fabric, bw_faithful, collective="incast"):
-    return {"name": name, "topo": "star,8", "collective": collective, "fabric": fabric,
+def variant(name, fabric, bw_faithful, collective="incast", mtu=4096):
+    return {"name": name, "topo": "star,8", "collective": collective, "fabric": fabric, "mtu": mtu,
             "fidelity": {"faithful": bw_faithful, "unfaithful": {}}}
 
 
@@ -30,9 +30,21 @@ def test_the_fastest_faithful_swept_rate_of_each_shape():
                 variant("b5", "lossy", False), variant("other", "ib", True)]
     shapes = calibration.measured(variants, {"a5": "5mbit", "a10": "10mbit", "a20": "20mbit", "b5": "5mbit"})
     assert shapes == {
-        "star,8 incast ib": {"fastest_faithful_bps": 10_000_000,
-                             "points": [[5_000_000, True], [10_000_000, True], [20_000_000, False]]},
-        "star,8 incast lossy": {"fastest_faithful_bps": None, "points": [[5_000_000, False]]}}
+        "star,8 incast ib mtu 4096": {"fastest_faithful_bps": 10_000_000,
+                                      "points": [[5_000_000, True], [10_000_000, True], [20_000_000, False]]},
+        "star,8 incast lossy mtu 4096": {"fastest_faithful_bps": None, "points": [[5_000_000, False]]}}
+
+
+def test_a_calibration_is_per_path_mtu(cache, tmp_path):
+    """A quarter of the frames per byte: the rate a 1024-byte MTU kept up with says nothing of 4096's."""
+    shapes = calibration.measured([variant("a", "ib", True, mtu=1024)], {"a": "20mbit"})
+    calibration.save(calibration.merge(None, shapes, "t"))
+    text = 'name = "c"\ntopo = "star,8"\ncollective = "incast"\nsize = "64KiB"\nlink = { bw = "calibrated" }\n' \
+           'fabric = "ib"\n[[variants]]\nname = "v"\n'
+    with pytest.raises(FabricError, match="the calibration has no 'star,8 incast ib mtu 4096'"):
+        load_text(tmp_path, text)
+    [v] = load_text(tmp_path, text + 'mtu = 1024\n').variants
+    assert v.link["bw"] == "20000000bit" and v.mtu == 1024
 
 
 def test_a_sweep_over_the_rate_is_cached_and_used_by_bw_calibrated(cache, tmp_path):
@@ -42,7 +54,7 @@ def test_a_sweep_over_the_rate_is_cached_and_used_by_bw_calibrated(cache, tmp_pa
         for v in experiment.variants]}
     logged = []
     _calibrate(experiment, results, logged.append)
-    assert "calibration: star,8 incast lossless: fastest faithful rate 10 Mbit/s" in logged
+    assert "calibration: star,8 incast lossless mtu 4096: fastest faithful rate 10 Mbit/s" in logged
     saved = json.load(open(cache))
     assert saved["machine"] == calibration.machine() and len(saved["shapes"]) == 6
     text = 'name = "c"\ntopo = "star,8"\ncollective = "allreduce"\nsize = "512KiB"\nmodel = "400gbit"\n' \
@@ -50,7 +62,7 @@ def test_a_sweep_over_the_rate_is_cached_and_used_by_bw_calibrated(cache, tmp_pa
     [v] = load_text(tmp_path, text).variants
     assert v.link["bw"] == "10000000bit" and v.dilation == 40_000
     lines = calibration.lines(calibration.load())
-    assert lines[1].startswith("  'star,8 allreduce ib': fastest faithful 10 Mbit/s (measured ")
+    assert lines[1].startswith("  'star,8 allreduce ib mtu 4096': fastest faithful 10 Mbit/s (measured ")
 
 
 def test_bw_calibrated_without_a_calibration_or_a_faithful_rate_is_one_line(cache, tmp_path):
@@ -59,11 +71,11 @@ def test_bw_calibrated_without_a_calibration_or_a_faithful_rate_is_one_line(cach
     with pytest.raises(FabricError, match="this machine has no calibration") as info:
         load_text(tmp_path, text)
     assert "\n" not in str(info.value) and 'key "bw"' in str(info.value)
-    calibration.save(calibration.merge(None, {"star,4 incast lossless": {"fastest_faithful_bps": None,
-                                                                         "points": [[5_000_000, False]]}}, "t"))
-    with pytest.raises(FabricError, match="no rate of 'star,4 incast lossless' was faithful"):
+    calibration.save(calibration.merge(None, {"star,4 incast lossless mtu 4096": {
+        "fastest_faithful_bps": None, "points": [[5_000_000, False]]}}, "t"))
+    with pytest.raises(FabricError, match="no rate of 'star,4 incast lossless mtu 4096' was faithful"):
         load_text(tmp_path, text)
-    with pytest.raises(FabricError, match="the calibration has no 'star,4 incast lossy'"):
+    with pytest.raises(FabricError, match="the calibration has no 'star,4 incast lossy mtu 4096'"):
         load_text(tmp_path, text.replace('name = "v"', 'name = "v"\nfabric = "lossy"'))
 
 
@@ -84,7 +96,7 @@ def test_another_machines_calibration_is_not_used(cache, tmp_path):
     calibration.save({"machine": {"machine_id": "elsewhere", "cpus": 64, "kernel": "x"},
                       "shapes": {"star,4 incast lossless": {"fastest_faithful_bps": 10**8, "points": []}}})
     with pytest.raises(FabricError, match="measured on another machine"):
-        calibration.calibrated_rate("star,4", "incast", "lossless")
+        calibration.calibrated_rate("star,4", "incast", "lossless", 4096)
     assert "ANOTHER machine" in calibration.lines(calibration.load())[0]
 
 

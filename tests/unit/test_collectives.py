@@ -133,13 +133,14 @@ def test_percentile_matches_numpy():
 
 
 def test_straggler_prediction_counts_packets_per_link_crossed():
-    """star,8 all-reduce of 256 KiB: 8 ranks x 14 steps x 32 packets x 2 links (host, switch, host)."""
+    """star,8 all-reduce of 256 KiB at the 4096-byte path MTU: 8 ranks x 14 steps x 8 packets x 2 links
+    (host, switch, host)."""
     from emulator.study.experiment import load_experiment
     from emulator.study.runner import prediction
 
     variant = next(v for v in load_experiment("straggler").variants if v.params == {"loss": 1e-4})
     result = prediction(variant, baseline_mean_us=1000.0)
-    assert result["packets"] == 8 * 14 * 32 * 2
+    assert variant.mtu == 4096 and result["packets"] == 8 * 14 * 8 * 2
     assert result["hit_probability"] == pytest.approx(1 - (1 - 1e-4) ** result["packets"], abs=1e-6)
     assert result["predicted_gbn_us"] == pytest.approx(1000.0 + result["hit_probability"] * result["recovery_gbn_us"],
                                                        abs=0.1)

@@ -97,9 +97,15 @@ def test_incast_scaling():
 
 def test_defaults_apply(tmp_path):
     [v] = load_text(tmp_path, MINIMAL).variants
-    assert (v.fabric, v.iterations, v.warmup, v.seed, v.mtu, v.capture) == ("lossless", 10, 1, 1, 1024, False)
+    assert (v.fabric, v.iterations, v.warmup, v.seed, v.mtu, v.capture) == ("lossless", 10, 1, 1, 4096, False)
     assert v.senders == 3  # all hosts of star,4 but the receiver
-    assert v.link == {"bw": "100mbit", "delay": "0us", "mtu": "1500", "loss": "0", "drop": ""}
+    assert v.link == {"bw": "100mbit", "delay": "0us", "mtu": "4200", "loss": "0", "drop": ""}
+
+
+@pytest.mark.parametrize("link_mtu, path_mtu", [(1500, 1024), (2111, 1024), (2112, 2048), (9000, 4096), (576, 512)])
+def test_without_mtu_the_path_mtu_is_the_largest_the_links_carry(tmp_path, link_mtu, path_mtu):
+    [v] = load_text(tmp_path, MINIMAL + f"link = {{ mtu = {link_mtu} }}\n").variants
+    assert v.mtu == path_mtu
     assert (v.switch, v.params, v.size) == ({}, {}, 64 * 1024)
 
 
@@ -132,7 +138,7 @@ def test_variant_overrides_top_level_and_tables_merge(tmp_path):
     plain, tuned = exp.variants
     assert (plain.size, plain.link["delay"], plain.switch) == (1000, "1ms", {"alpha": "2"})
     assert (tuned.size, tuned.fabric, tuned.capture) == (2048, "lossy", True)
-    assert tuned.link == {"bw": "20mbit", "delay": "5us", "mtu": "1500", "loss": "0", "drop": "100:250"}
+    assert tuned.link == {"bw": "20mbit", "delay": "5us", "mtu": "4200", "loss": "0", "drop": "100:250"}
     assert tuned.switch == {"alpha": "2", "ecn": "off"}
 
 
@@ -146,14 +152,14 @@ def test_sweep_is_a_cartesian_product_in_file_order(tmp_path):
     exp = load_text(tmp_path, MINIMAL + """
         [sweep]
         bw = ["10mbit", "20mbit"]
-        buffer = ["256KiB", "1MiB"]
+        buffer = ["512KiB", "1MiB"]
         fabric = ["lossless", "lossy"]
         """)
     assert len(exp.variants) == 8
     first, last = exp.variants[0], exp.variants[-1]
-    assert first.name == "a-bw10mbit-buffer256KiB-fabriclossless"
-    assert first.params == {"bw": "10mbit", "buffer": "256KiB", "fabric": "lossless"}
-    assert (first.link["bw"], first.switch["buffer"], first.fabric) == ("10mbit", "256KiB", "lossless")
+    assert first.name == "a-bw10mbit-buffer512KiB-fabriclossless"
+    assert first.params == {"bw": "10mbit", "buffer": "512KiB", "fabric": "lossless"}
+    assert (first.link["bw"], first.switch["buffer"], first.fabric) == ("10mbit", "512KiB", "lossless")
     assert last.name == "a-bw20mbit-buffer1MiB-fabriclossy"
     assert (last.link["bw"], last.switch["buffer"], last.fabric) == ("20mbit", "1MiB", "lossy")
 
@@ -208,7 +214,8 @@ def test_unknown_variant_key_message_in_full(tmp_path):
     ('warmup = -1', 'variant "a": key "warmup" = -1: must be 0 to 1000'),
     ('seed = "one"', 'variant "a": key "seed": expected a whole number'),
     ('mtu = 1000', 'variant "a": key "mtu": RDMA path MTU 1000: choose one of 256, 512, 1024, 2048, 4096'),
-    ('mtu = 2048', 'variant "a": key "mtu": path MTU 2048 needs a link MTU of 2112, the links have 1500'),
+    ('mtu = 2048\nlink = { mtu = 1500 }',
+     'variant "a": key "mtu": path MTU 2048 needs a link MTU of 2112, the links have 1500'),
     ('capture = "yes"', 'variant "a": key "capture": expected true or false'),
     ('link = { bww = "1gbit" }', 'variant "a": unknown key "link.bww" (known link options: bw, delay, mtu'),
     ('link = { bw = "fast" }', 'variant "a": key "link.bw": bad rate \'fast\''),
