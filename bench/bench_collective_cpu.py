@@ -28,6 +28,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from emulator.collectives.coordinator import run_collective  # noqa: E402
+from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD  # noqa: E402
+from emulator.study.experiment import EXPERIMENT_LINK_MTU  # noqa: E402
 from emulator.fabric.builder import Fabric  # noqa: E402
 from emulator.units import parse_size  # noqa: E402
 from topologies import StarTopo  # noqa: E402
@@ -71,16 +73,20 @@ def main() -> int:
     parser.add_argument("--collective", default="allreduce")
     parser.add_argument("--size", default="1MiB")
     parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--mtu", type=int, default=4096, choices=PATHS_MTU,
+                        help="RDMA path MTU (default 4096, the experiments'; links then 4200 bytes, else 1500)")
     parser.add_argument("--perf", metavar="DIR", help="record perf profiles of s1 and h2 into DIR")
     args = parser.parse_args()
     if args.perf and shutil.which("perf") is None:
         print("bench_collective_cpu: --perf needs perf (linux-perf)", file=sys.stderr)
         return 1
-    switch = {"buffer": "1MiB", "headroom": "48KiB"} if args.fabric != "ib" else None
-    with Fabric(StarTopo(n=8), link={"bw": args.bw}, fabric=args.fabric, switch=switch) as net:
+    link_mtu = EXPERIMENT_LINK_MTU if args.mtu + ROCE_OVERHEAD > 1500 else 1500
+    headroom = "72KiB" if link_mtu > 1500 else "48KiB"  # the headline's
+    switch = {"buffer": "1MiB", "headroom": headroom} if args.fabric != "ib" else None
+    with Fabric(StarTopo(n=8), link={"bw": args.bw, "mtu": link_mtu}, fabric=args.fabric, switch=switch) as net:
         agents = net.state.agents
         size = parse_size(args.size)
-        run_collective(net, args.collective, size, 1, 0)  # warm-up: QPs, caches, the first pauses
+        run_collective(net, args.collective, size, 1, 0, mtu=args.mtu)  # warm-up: QPs, caches, the first pauses
         stats0 = net.stats()
         before, machine0 = {name: _cpu(pid) for name, pid in agents.items()}, _machine()
         recorders = []
@@ -90,7 +96,7 @@ def main() -> int:
                                            os.path.join(args.perf, f"{name}.perf")],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name in ("s1", "h2")]
         began = time.monotonic()
-        run = run_collective(net, args.collective, size, args.iterations, 0)
+        run = run_collective(net, args.collective, size, args.iterations, 0, mtu=args.mtu)
         wall = time.monotonic() - began
         for recorder in recorders:
             recorder.send_signal(2)
@@ -98,7 +104,7 @@ def main() -> int:
         after, machine1 = {name: _cpu(pid) for name, pid in agents.items()}, _machine()
         stats1 = net.stats()
     cct = sum(it.cct_us for it in run.iterations) / len(run.iterations) / 1e3
-    print(f"{args.collective} of {args.size} on star,8, {args.fabric}, {args.bw}: {args.iterations} iterations, "
+    print(f"{args.collective} of {args.size} on star,8, {args.fabric}, {args.bw}, path MTU {args.mtu}: {args.iterations} iterations, "
           f"mean CCT {cct:.1f} ms, {wall:.2f} s wall")
     sent = {name: stats1["hosts"][name]["rnic"]["frames_sent"] - stats0["hosts"][name]["rnic"]["frames_sent"]
             for name in stats1["hosts"]}

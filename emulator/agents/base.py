@@ -128,6 +128,16 @@ class AgentBase:
                 self._expire_control(now)
             self.after_events(now)
 
+    def arm(self, deadline: int | None, now: int) -> None:
+        """Set the timer for ``deadline``, at the end of the wake-up that began at ``now``.
+
+        A deadline already past (a model's "due now": an IB grant that grew to urgent while this wake-up
+        forwarded frames is due at its last flow-control packet) is armed for ``now``: the timer then fires
+        at once, and its lateness counts from when the work became known, not from a time long gone.  A
+        deadline armed earlier and missed is still judged from itself: its expiry is in this wake-up's events.
+        """
+        self.timer.set(deadline if deadline is None or deadline > now else now)
+
     def _on_timer(self, _fd: int, _mask: int, now: int) -> None:
         if self.timer.deadline is not None and self.timer_kind is not None:
             self.timer_lateness[self.timer_kind].add(now - self.timer.deadline)

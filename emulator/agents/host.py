@@ -83,7 +83,7 @@ class HostAgent(AgentBase):
         if (start := self.rnic.next_start()) is not None:
             deadlines.append((start - EARLY_WAKE_NS, None))  # judged at its release (_start_timed_posts)
         deadline, self.timer_kind = min(deadlines, key=lambda d: d[0]) if deadlines else (None, None)
-        self.timer.set(deadline)
+        self.arm(deadline, now)
 
     def on_timer(self, now: int) -> None:
         resumed = self.state.expire(now)

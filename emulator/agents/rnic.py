@@ -52,7 +52,9 @@ from emulator.model.rc import (
 )
 from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD
 
-SEND_BUFFER = 16 * 1024  # the kernel doubles it: about a dozen 1 KiB frames (1 ms at 100 Mbit/s) queued in tc
+# SO_SNDBUF in link-MTU frames.  The kernel doubles it and charges a frame its whole allocation (about
+# twice a 4 KiB frame): about a dozen frames queued in tc, so the agent wakes for EPOLLOUT once a dozen.
+SEND_FRAMES = 12
 RECV_BUFFER = 4 << 20  # a NIC's receive ring: the agent may be scheduled out for a few ms
 RECV_OPCODES = (WcOpcode.RECV, WcOpcode.RECV_RDMA_WITH_IMM)
 MAX_CLIENTS = 256  # application connections (contexts) at once
@@ -137,7 +139,8 @@ class Rnic:
         self.shortest_timeout_ns = 0  # of the QPs connected so far: their timers' lateness is judged against it
 
         self.link = make_link(config)
-        self.sock = open_packet_socket(self.ifname, self.link.ethertype, SEND_BUFFER, RECV_BUFFER, self.link.prepare)
+        self.sock = open_packet_socket(self.ifname, self.link.ethertype, SEND_FRAMES * (self.link_mtu + 14),
+                                       RECV_BUFFER, self.link.prepare)
         self._rx = bytearray(self.link_mtu + 64)
         watch(self.sock.fileno(), select.EPOLLIN, self._on_socket)
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

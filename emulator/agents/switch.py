@@ -143,7 +143,9 @@ class SwitchAgent(AgentBase):
         """Send the PFC frames the MMU decided on; set the next wake-up."""
         for port, quanta in self.mmu.take_pfc():
             self.ports[port].pfc_sock.send(encode_pfc(self.ports[port].mac, quanta))
-        deadlines = [self.mmu.next_deadline(), self.next_sample or None]
+        if self.next_sample and now >= self.next_sample:
+            self._sample(now)
+        deadlines = [self.mmu.next_deadline()]
         if self.ib is not None:
             for port in self.ib.take_fc(now):  # sent on the data socket, behind the data they count
                 self._drain(self.ports[port], now)
@@ -154,7 +156,15 @@ class SwitchAgent(AgentBase):
             if link.arrivals or link.departures or backlog[port.index]:  # an idle link costs no call
                 deadlines.append(link.next_deadline(bool(backlog[port.index])))
         pending = [d for d in deadlines if d is not None]
-        self.timer.set(min(pending) if pending else None)
+        deadline = min(pending) if pending else None
+        # Occupancy is sampled on the wake-ups frames bring anyway; its own timer fires only when the switch
+        # would sleep a whole period past a due sample (after the last change), and is no link timer.
+        lazy_sample = self.next_sample + SAMPLE_NS if self.next_sample else None
+        if lazy_sample is not None and (deadline is None or lazy_sample < deadline):
+            deadline, self.timer_kind = lazy_sample, None
+        else:
+            self.timer_kind = "link"
+        self.arm(deadline, now)
 
     def on_timer(self, now: int) -> None:
         for index in self.mmu.on_timer(now):
@@ -166,8 +176,6 @@ class SwitchAgent(AgentBase):
                     self._process(port, item[1], item[0])
         for port in self.paced:
             self._drain(port, now)
-        if self.next_sample and now >= self.next_sample:
-            self._sample(now)
 
     # --- ingress -----------------------------------------------------------------------
 
@@ -339,9 +347,11 @@ class SwitchAgent(AgentBase):
     def _sample(self, now: int) -> None:
         """Write the (port, priority) occupancies that changed since the last sample.
 
-        Sampling runs every SAMPLE_NS while something changes and stops when
-        a sample finds nothing new; the next admitted frame or PFC frame
-        restarts it (an idle switch must not wake 1000 times a second).
+        A sample is due SAMPLE_NS after the last while something changes,
+        and is taken on the first wake-up after that (rows carry the time
+        taken); sampling stops when a sample finds nothing new, and the
+        next admitted frame or PFC frame restarts it (an idle switch must
+        not wake 1000 times a second, a busy one needs no wake-ups of its own).
         """
         mmu, rows = self.mmu, []
         for port in self.ports:

@@ -187,3 +187,26 @@ def test_a_switch_reset_by_its_control_socket_judges_only_what_follows(fake_wire
         assert after["fidelity"]["faithful"], after["fidelity"]
     finally:
         close_agent(agent)
+
+
+def test_a_deadline_already_past_when_armed_is_late_only_from_then(fake_wire, tmp_path):
+    """An IB grant that grows urgent while a wake-up forwards frames is due at its last flow-control packet,
+    long past: armed for the wake-up's start, its lateness is the wake-up's, not the time since that packet."""
+    from fake_agents import close_agent, make_switch
+
+    agent = make_switch(str(tmp_path), ib=True)
+    try:
+        now = 50_000_000_000
+        agent.arm(now - 8_000_000, now)
+        assert agent.timer.deadline == now
+        agent._on_timer(agent.timer.fd, 0, now + 200_000)
+        late = agent.timer_lateness["link"]
+        assert late.count == 1 and 200_000 <= late.quantile(0.99) <= 250_000
+        agent.arm(now + 1_000_000, now)  # a deadline ahead is armed as it is, and judged from itself
+        assert agent.timer.deadline == now + 1_000_000
+        agent._on_timer(agent.timer.fd, 0, now + 4_000_000)
+        assert agent.timer_lateness["link"].quantile(0.99) >= 3_000_000
+        agent.arm(None, now)
+        assert agent.timer.deadline is None
+    finally:
+        close_agent(agent)
