@@ -15,7 +15,7 @@ import struct
 from typing import Any
 
 from emulator.agents.config import HostConfig, HostIbConfig
-from emulator.model.credits import FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, CreditLink, CreditViolation, blocks
+from emulator.model.credits import FABRIC_REFRESH_NS, CreditLink, CreditViolation, blocks, fabric_min_interval_ns
 from emulator.model.rdma_params import IB_OVERHEAD
 from emulator.wire.ib import ETHERTYPE_IB, LRH_AT, SLP, decode_data, decode_fc, encode_data, encode_fc, packet_size
 from emulator.wire.transport import Packet
@@ -120,7 +120,7 @@ class IbLink:
         self.vl = ib.sl2vl[self.sl]
         self.credits = CreditLink(ib.vls, blocks(ib.capacity), blocks(ib.peer_capacity),
                                   refresh_ns=FABRIC_REFRESH_NS,
-                                  min_interval_ns=FABRIC_MIN_INTERVAL_NS)
+                                  min_interval_ns=fabric_min_interval_ns(config.rate_bps, 14 + config.mtu))  # Ethernet + link MTU
         self.waiting = False  # a frame waits for credit
         self.malformed = 0  # frames that are no IB packet we speak, or on a VL this link lacks
         self.credit_violations = 0  # data packets beyond the credit we granted

@@ -124,7 +124,8 @@ class SwitchAgent(AgentBase):
         self.next_sample = 0
         self.last_sample: dict[tuple[int, int], tuple[int, int, bool, bool]] = {}
         self.ib = IbPlane([(p.mac, p.peer_mac) for p in config.ports], config.ib,
-                          [p.max_frame for p in self.ports]) if config.ib is not None else None
+                          [p.max_frame for p in self.ports], [p.rate_bps for p in self.ports]) \
+            if config.ib is not None else None
         self.occupancy = open(config.occupancy_file, "w", buffering=1 << 16)
         self.occupancy.write("time_ns,switch,port,priority,ingress_bytes,egress_bytes,egress_paused,xoff\n")
         for port in self.ports:

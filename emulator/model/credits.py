@@ -55,6 +55,18 @@ FABRIC_REFRESH_NS = 50_000_000
 # nearly every data packet was answered by a flow-control packet, which doubled the agents' work in an
 # all-reduce (every link busy both ways) and made it 1.7 times slower than on Ethernet.
 FABRIC_MIN_INTERVAL_NS = 500_000
+# A fixed interval does not follow the frame: at 20 Mbit/s a 4 KiB frame takes 1.7 ms, so every data
+# packet still drew a flow-control packet.  A grant waits up to FC_COALESCE_FRAMES frame times instead
+# (500 us at least): one update for every two frames or so.  The sender never waits on it while the VL
+# buffer (16 frames by default) has more than that in hand, and half the buffer still goes at once.
+FC_COALESCE_FRAMES = 2
+
+
+def fabric_min_interval_ns(rate_bps: int, frame_bytes: int) -> int:
+    """How long the emulated fabric lets a grown grant wait for more: FC_COALESCE_FRAMES times of the
+    link's longest frame, at least FABRIC_MIN_INTERVAL_NS and at most the refresh."""
+    frames_ns = FC_COALESCE_FRAMES * frame_bytes * 8_000_000_000 // rate_bps
+    return min(FABRIC_REFRESH_NS, max(FABRIC_MIN_INTERVAL_NS, frames_ns))
 
 
 class CreditViolation(Exception):

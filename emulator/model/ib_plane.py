@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Mapping, Protocol, Sequence
 
-from emulator.model.credits import FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, CreditLink, CreditViolation, blocks
+from emulator.model.credits import FABRIC_REFRESH_NS, CreditLink, CreditViolation, blocks, fabric_min_interval_ns
 from emulator.wire.ib import LRH_AT, MIN_FRAME, SLP, data_end, decode_fc, encode_fc, set_vl
 from emulator.wire.mac import mac_bytes
 
@@ -50,7 +50,8 @@ class IbPlaneSettings(Protocol):
 class IbPlane:
     """Credit state and VL queues of every port of one switch."""
 
-    def __init__(self, macs: list[tuple[str, str]], config: IbPlaneSettings, max_frames: list[int]) -> None:
+    def __init__(self, macs: list[tuple[str, str]], config: IbPlaneSettings, max_frames: list[int],
+                 rates_bps: list[int]) -> None:
         self.macs = macs  # per port: (our MAC, the peer's MAC), as text
         self.mac_bytes = [(mac_bytes(a), mac_bytes(b)) for a, b in macs]
         self.max_frames = max_frames  # per port: the longest Ethernet frame its link carries
@@ -58,8 +59,8 @@ class IbPlane:
         self.sl2vl = config.sl2vl
         self.vls = config.vls
         capacity = blocks(config.vl_buffer)
-        self.links = [CreditLink(self.vls, capacity, blocks(config.peer_capacity[i]),
-                                 refresh_ns=FABRIC_REFRESH_NS, min_interval_ns=FABRIC_MIN_INTERVAL_NS)
+        self.links = [CreditLink(self.vls, capacity, blocks(config.peer_capacity[i]), refresh_ns=FABRIC_REFRESH_NS,
+                                 min_interval_ns=fabric_min_interval_ns(rates_bps[i], max_frames[i]))
                       for i in range(len(macs))]
         self.queues: list[list[deque[tuple[bytes, int, int, int]]]] = [
             [deque() for _ in range(self.vls)] for _ in macs]  # (frame, ingress port, ingress VL, IB bytes)

@@ -486,3 +486,12 @@ def test_the_remembered_deadline_is_always_the_one_a_fresh_scan_gives():
                 b.on_fc(now, fc)
         for link in (a, b):
             assert link.next_deadline() == fresh(link)
+
+
+def test_the_fabric_lets_a_grant_wait_two_frame_times_within_bounds():
+    """At 20 Mbit/s a 4214-byte frame takes 1.69 ms: a 500 us limit answered every data packet."""
+    from emulator.model.credits import FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, fabric_min_interval_ns
+
+    assert fabric_min_interval_ns(20_000_000, 4214) == 2 * 4214 * 400  # 400 ns a byte: 3.37 ms
+    assert fabric_min_interval_ns(10**9, 1514) == FABRIC_MIN_INTERVAL_NS  # 24 us of frames: the floor
+    assert fabric_min_interval_ns(1000, 4214) == FABRIC_REFRESH_NS  # never past the refresh

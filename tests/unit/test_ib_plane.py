@@ -12,7 +12,8 @@ from fake_agents import MAC_PEERS, MAC_S1, switch_config
 
 def plane() -> IbPlane:
     """Switch s1's plane: ports to h1 (LID 1), h2 (LID 2) and another switch (LID 3)."""
-    return IbPlane(list(zip(MAC_S1, MAC_PEERS)), switch_config("/unused", ib=True).ib, [1514] * 3)
+    return IbPlane(list(zip(MAC_S1, MAC_PEERS)), switch_config("/unused", ib=True).ib, [1514] * 3,
+                   [10**9] * 3)
 
 
 def from_h1(sl: int = 0, psn: int = 1) -> bytes:
