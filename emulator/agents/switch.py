@@ -230,7 +230,8 @@ class SwitchAgent(AgentBase):
                 return
             if self.mmu.enqueue(now, port.index, out.index, prio, forwarded):
                 self._activity(now)
-                self._drain(out, now)
+                if not out.writable_armed or out.link.paced:  # armed: the kernel queue is full, EPOLLOUT drains
+                    self._drain(out, now)
         elif ethertype == ETH_MAC_CONTROL:
             if len(frame) < PFC_FRAME_MIN:
                 drops["malformed"] += 1
