@@ -11,6 +11,7 @@ record is written before anything is created (see
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import select
@@ -41,7 +42,7 @@ from emulator.fabric.privileges import require_root
 from emulator.fabric.reachability import pingall
 from emulator.fabric.stats import collect_stats
 from emulator.fabric.teardown import finish_run
-from emulator.kernel.tc import PauseGates, shape_link
+from emulator.kernel.tc import PauseGates, link_tree, netlink_batch, open_route_socket
 
 AGENT_READY_TIMEOUT = 20.0
 NUD_PERMANENT = 0x80
@@ -180,9 +181,12 @@ class Fabric:
             disable_offloads([p.ifname for p in node.ports])
         lo = ipr.link_lookup(ifname="lo")[0]
         ipr.link("set", index=lo, state="up")
-        for port in node.ports:
-            index = ipr.link_lookup(ifname=port.ifname)[0]
-            shape_link(ipr, index, port.params.bw_bps, port.params.mtu, host=node.kind == "host")
+        indexes = [ipr.link_lookup(ifname=port.ifname)[0] for port in node.ports]
+        with contextlib.closing(open_route_socket(node.netns)) as route:
+            netlink_batch(route, [request for port, index in zip(node.ports, indexes)
+                                  for request in link_tree(index, port.params.bw_bps, port.params.mtu,
+                                                           host=node.kind == "host")])
+        for port, index in zip(node.ports, indexes):
             ipr.link("set", index=index, state="up")
             if node.kind == "host":
                 gates = PauseGates(node.netns, port.ifname, index, port.params.bw_bps, port.params.mtu,

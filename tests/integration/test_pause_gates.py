@@ -61,3 +61,40 @@ def test_pause_for_expires_by_itself():
         assert ping.returncode == 0
         assert 0.25 <= waited <= 0.6, waited
         assert gates.paused[0] is False
+
+
+def test_the_kernel_builds_the_pre_encoded_tree_and_refuses_it_twice():
+    """link_tree's requests, sent in one datagram, leave the HTB tree and filters tc shows; a second
+    batch on the same interface fails (the requests create, never replace) and names its first refusal."""
+    import errno
+
+    import pytest
+    from pyroute2 import NetNS
+
+    from emulator.kernel.netns import create_namespace, remove_namespace
+    from emulator.kernel.tc import link_tree, netlink_batch, open_route_socket
+
+    name = "zztctree-ns"
+    create_namespace(name)
+    try:
+        with NetNS(name) as ipr:
+            ipr.link("add", ifname="t0", kind="veth", peer="t1")
+            index = ipr.link_lookup(ifname="t0")[0]
+            route = open_route_socket(name)
+            try:
+                netlink_batch(route, link_tree(index, 20_000_000, 4200, host=True))
+                classes = {c["handle"]: c.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS") for c in ipr.get_classes(index)}
+                filters = [f for f in ipr.get_filters(index, parent=0x10000) if f.get_attr("TCA_OPTIONS")
+                           and f.get_attr("TCA_OPTIONS").get_attr("TCA_U32_CLASSID")]
+                with pytest.raises(OSError) as refused:
+                    netlink_batch(route, link_tree(index, 20_000_000, 4200, host=True))
+            finally:
+                route.close()
+        assert refused.value.errno == errno.EEXIST and "tc request 1 of 24" in str(refused.value)
+        assert sorted(classes) == [0x10001] + [0x10010 + p for p in range(8)]
+        assert classes[0x10001]["rate"] == classes[0x10001]["ceil"] == 2_500_000
+        assert all(classes[0x10010 + p]["rate"] == 312_500 and classes[0x10010 + p]["quantum"] == 4214 for p in range(8))
+        assert sorted(f.get_attr("TCA_OPTIONS").get_attr("TCA_U32_CLASSID") for f in filters) == \
+            sorted([0x10010 + p for p in range(1, 8)] * 2)
+    finally:
+        remove_namespace(name)
