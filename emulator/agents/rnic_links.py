@@ -120,7 +120,8 @@ class IbLink:
         self.vl = ib.sl2vl[self.sl]
         self.credits = CreditLink(ib.vls, blocks(ib.capacity), blocks(ib.peer_capacity),
                                   refresh_ns=FABRIC_REFRESH_NS,
-                                  min_interval_ns=fabric_min_interval_ns(config.rate_bps, 14 + config.mtu))  # Ethernet + link MTU
+                                  # the longest frame: Ethernet header and link MTU
+                                  min_interval_ns=fabric_min_interval_ns(config.rate_bps, 14 + config.mtu))
         self.waiting = False  # a frame waits for credit
         self.malformed = 0  # frames that are no IB packet we speak, or on a VL this link lacks
         self.credit_violations = 0  # data packets beyond the credit we granted

@@ -27,8 +27,10 @@ rate and then sends one small *kick* frame,
 because the kernel does not reschedule a qdisc on change (without the kick
 resumption stalled 0.2 to 0.9 s in our measurement).  Both are frames of
 the IEEE local experimental EtherType 0x88B5 that switches count and drop.
-Gate changes are pre-encoded netlink messages on a raw socket: pyroute2's
-tc call costs about 1 ms.
+Gate changes and the tree itself are pre-encoded netlink messages on a raw
+socket (the tree sent in one datagram per node): pyroute2's tc call costs
+about 1 ms, most of it rate tables the kernel does not need at the Ethernet
+link layer.
 """
 
 from __future__ import annotations
@@ -54,13 +56,16 @@ CLOSED_RATE = 1  # bytes/s
 OPEN_RATE_FACTOR = 10
 
 TC_PRIO_CONTROL = 7
-_RTM_NEWQDISC = 36
+_RTM_NEWQDISC, _RTM_NEWTCLASS, _RTM_NEWTFILTER = 36, 40, 44
 _NLM_F_REQUEST, _NLM_F_ACK = 0x1, 0x4
 _NLM_F_EXCL, _NLM_F_CREATE = 0x200, 0x400
 _NLMSG_ERROR = 2
 _TCA_KIND, _TCA_OPTIONS = 1, 2
 _TCA_TBF_PARMS, _TCA_TBF_RATE64, _TCA_TBF_BURST = 1, 4, 6
 _LINKLAYER_ETHERNET = 1
+_TCA_HTB_PARMS, _TCA_HTB_INIT, _TCA_HTB_RATE64, _TCA_HTB_CEIL64 = 1, 2, 6, 7
+_TCA_U32_CLASSID, _TCA_U32_SEL = 1, 5
+_TC_U32_TERMINAL = 1
 
 
 def leaf_class(priority: int) -> int:
@@ -78,6 +83,14 @@ def _nla(kind: int, payload: bytes) -> bytes:
     return header + payload + b"\0" * (-len(payload) % 4)
 
 
+def _tc_message(kind: int, ifindex: int, handle: int, parent: int, info: int, body: bytes,
+                create: bool = True) -> bytes:
+    """A complete RTM_NEW{QDISC,TCLASS,TFILTER} request with ACK: creates (never replaces), or changes."""
+    payload = struct.pack("BxxxiIII", socket.AF_UNSPEC, ifindex, handle, parent, info) + body
+    flags = _NLM_F_REQUEST | _NLM_F_ACK | (_NLM_F_CREATE | _NLM_F_EXCL if create else 0)
+    return struct.pack("IHHII", 16 + len(payload), kind, flags, 0, 0) + payload
+
+
 def encode_tbf(ifindex: int, priority: int, rate_bytes: int, burst: int, create: bool = False) -> bytes:
     """A complete RTM_NEWQDISC message that sets a gate's TBF (with ACK).
 
@@ -91,18 +104,14 @@ def encode_tbf(ifindex: int, priority: int, rate_bytes: int, burst: int, create:
     options = _nla(_TCA_TBF_PARMS, parms) + _nla(_TCA_TBF_BURST, struct.pack("I", burst))
     if rate_bytes > 0xFFFFFFFF:
         options += _nla(_TCA_TBF_RATE64, struct.pack("Q", rate_bytes))
-    body = struct.pack("BxxxiIII", socket.AF_UNSPEC, ifindex, gate_handle(priority), leaf_class(priority), 0)
-    body += _nla(_TCA_KIND, b"tbf\0") + _nla(_TCA_OPTIONS | 0x8000, options)
-    flags = _NLM_F_REQUEST | _NLM_F_ACK | (_NLM_F_CREATE | _NLM_F_EXCL if create else 0)
-    return struct.pack("IHHII", 16 + len(body), _RTM_NEWQDISC, flags, 0, 0) + body
+    return _tc_message(_RTM_NEWQDISC, ifindex, gate_handle(priority), leaf_class(priority), 0,
+                       _nla(_TCA_KIND, b"tbf\0") + _nla(_TCA_OPTIONS | 0x8000, options), create)
 
 
 def encode_gate_queue(ifindex: int, priority: int) -> bytes:
     """``tc qdisc add ... parent (20+p):1 handle (30+p): pfifo_fast`` (with ACK)."""
-    body = struct.pack("BxxxiIII", socket.AF_UNSPEC, ifindex, (0x30 + priority) << 16, gate_handle(priority) | 1, 0)
-    body += _nla(_TCA_KIND, b"pfifo_fast\0")
-    flags = _NLM_F_REQUEST | _NLM_F_ACK | _NLM_F_CREATE | _NLM_F_EXCL
-    return struct.pack("IHHII", 16 + len(body), _RTM_NEWQDISC, flags, 0, 0) + body
+    return _tc_message(_RTM_NEWQDISC, ifindex, (0x30 + priority) << 16, gate_handle(priority) | 1, 0,
+                       _nla(_TCA_KIND, b"pfifo_fast\0"))
 
 
 def _netlink_call(sock: socket.socket, message: bytes) -> None:
@@ -124,10 +133,6 @@ def open_route_socket(netns: str) -> socket.socket:
     return sock
 
 
-_RTM_NEWTCLASS, _RTM_NEWTFILTER = 40, 44
-_TCA_HTB_PARMS, _TCA_HTB_INIT, _TCA_HTB_RATE64, _TCA_HTB_CEIL64 = 1, 2, 6, 7
-_TCA_U32_CLASSID, _TCA_U32_SEL = 1, 5
-_TC_U32_TERMINAL = 1
 _HTB_VERSION = 3  # TC_HTB_PROTOVER: htb_init refuses any other
 _HTB_BURST = 1600  # bytes of burst per class, as pyroute2 and tc default it
 _PSCHED_TICK_NS = 64  # the kernel's psched tick (PSCHED_SHIFT 6)
@@ -136,13 +141,6 @@ _PSCHED_TICK_NS = 64  # the kernel's psched tick (PSCHED_SHIFT 6)
 def _ratespec(rate_bytes: int) -> bytes:
     """A tc_ratespec at the Ethernet link layer (so the kernel needs no rate table)."""
     return struct.pack("BBHhHI", 0, _LINKLAYER_ETHERNET, 0, 0, 0, min(rate_bytes, 0xFFFFFFFF))
-
-
-def _tc_message(kind: int, ifindex: int, handle: int, parent: int, info: int, body: bytes) -> bytes:
-    """A complete RTM_NEW{QDISC,TCLASS,TFILTER} request that creates (never replaces), with ACK."""
-    payload = struct.pack("BxxxiIII", socket.AF_UNSPEC, ifindex, handle, parent, info) + body
-    flags = _NLM_F_REQUEST | _NLM_F_ACK | _NLM_F_CREATE | _NLM_F_EXCL
-    return struct.pack("IHHII", 16 + len(payload), kind, flags, 0, 0) + payload
 
 
 def encode_htb_root(ifindex: int) -> bytes:

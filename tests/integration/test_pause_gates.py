@@ -83,7 +83,8 @@ def test_the_kernel_builds_the_pre_encoded_tree_and_refuses_it_twice():
             route = open_route_socket(name)
             try:
                 netlink_batch(route, link_tree(index, 20_000_000, 4200, host=True))
-                classes = {c["handle"]: c.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS") for c in ipr.get_classes(index)}
+                classes = {c["handle"]: c.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS")
+                           for c in ipr.get_classes(index)}
                 filters = [f for f in ipr.get_filters(index, parent=0x10000) if f.get_attr("TCA_OPTIONS")
                            and f.get_attr("TCA_OPTIONS").get_attr("TCA_U32_CLASSID")]
                 with pytest.raises(OSError) as refused:
@@ -93,7 +94,8 @@ def test_the_kernel_builds_the_pre_encoded_tree_and_refuses_it_twice():
         assert refused.value.errno == errno.EEXIST and "tc request 1 of 24" in str(refused.value)
         assert sorted(classes) == [0x10001] + [0x10010 + p for p in range(8)]
         assert classes[0x10001]["rate"] == classes[0x10001]["ceil"] == 2_500_000
-        assert all(classes[0x10010 + p]["rate"] == 312_500 and classes[0x10010 + p]["quantum"] == 4214 for p in range(8))
+        assert all((classes[0x10010 + p]["rate"], classes[0x10010 + p]["quantum"]) == (312_500, 4214)
+                   for p in range(8))
         assert sorted(f.get_attr("TCA_OPTIONS").get_attr("TCA_U32_CLASSID") for f in filters) == \
             sorted([0x10010 + p for p in range(1, 8)] * 2)
     finally:
