@@ -13,9 +13,10 @@ PRIORITY = 3
 TOS_PRIORITY_3 = "0x60"  # DSCP 24: class selector 3
 
 
-def _rx(net) -> int:
-    """IPv4 frames the switch received from h1."""
-    return sum(q["rx_frames"] for q in net.switch_stats("s1")["ports"]["s1-eth1"]["priorities"])
+def _rx(net, priority: int | None = None) -> int:
+    """IPv4 frames the switch received from h1 (of one priority, or all)."""
+    counts = [q["rx_frames"] for q in net.switch_stats("s1")["ports"]["s1-eth1"]["priorities"]]
+    return sum(counts) if priority is None else counts[priority]
 
 
 def test_pause_holds_a_udp_sender_without_loss_and_resume_restarts_it():
@@ -42,13 +43,19 @@ def test_pause_holds_a_udp_sender_without_loss_and_resume_restarts_it():
         restart_s = time.monotonic() - resumed_at
         report = json.loads(client.communicate(timeout=15)[0])
         received = json.loads(server.communicate(timeout=15)[0])["end"]["sum"]
+        # The held backlog drains at the link rate after the client ends; iperf3's server may stop
+        # counting before its last datagrams arrive (a slow CI hour: 2587 of 2589), so every datagram
+        # is counted where it must arrive in any case: the switch, once the count stops growing.
+        at_switch, deadline = -1, time.monotonic() + 5
+        while (count := _rx(net, PRIORITY)) != at_switch and time.monotonic() < deadline:
+            at_switch = count
+            time.sleep(0.2)
     assert ping.returncode == 0, ping.stdout
     # The ping's request is the only frame of h1 the switch saw while paused.
     assert held_to - held_from <= 1, (held_from, held_to)
     assert restart_s < 0.1, f"resumption took {restart_s:.3f} s (the kick is missing?)"
-    assert received["lost_packets"] == 0
-    sent_packets = report["end"]["sum"]["packets"]
-    assert received["packets"] == sent_packets
+    assert received["lost_packets"] == 0 and received["packets"] <= report["end"]["sum"]["packets"]
+    assert at_switch == report["end"]["sum"]["packets"]  # every datagram sent reached the switch
 
 
 def test_pause_for_expires_by_itself():
