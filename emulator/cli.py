@@ -451,6 +451,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 REDELIVERY_DELAY_S = 0.01  # lets the unraisable hook return before the signal comes again
 _stop_signal: int | None = None  # the stop signal unwinding the command, once one has come
 _unwound = False  # the command has unwound (a stop or Ctrl-C reached main): late finalizer errors are noise
+_python_hook = sys.unraisablehook  # what prints finalizer errors before a stop (Python's, or a test runner's)
 
 
 def _terminate(signum: int, _frame: object) -> None:
@@ -482,7 +483,7 @@ def _unraisable(unraisable: Any) -> None:
         signal.signal(_stop_signal, _terminate)
         _send_again(_stop_signal)
     elif _stop_signal is None and not _unwound:
-        sys.__unraisablehook__(unraisable)
+        _python_hook(unraisable)
 
 
 def _send_again(signum: int) -> None:
@@ -524,11 +525,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    global _stop_signal, _unwound
+    global _stop_signal, _unwound, _python_hook
     _stop_signal, _unwound = None, False
     for stop in STOP_SIGNALS:
         signal.signal(stop, _terminate)
-    python_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
+    _python_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
     try:
         args = _parse(argv)
         return args.func(args)
@@ -549,7 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for stop in STOP_SIGNALS:
             signal.signal(stop, _exit_now)
         if not _unwound:
-            sys.unraisablehook = python_hook
+            sys.unraisablehook = _python_hook
 
 
 if __name__ == "__main__":

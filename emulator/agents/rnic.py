@@ -43,6 +43,7 @@ from emulator.agents.memory import MAX_MR_BYTES, RegionTable
 from emulator.agents.verbs_messages import (
     MESSAGE_MAX, U32, U64, BadRequest, decode, integer, ipv4, optional_integer, rows,
 )
+from emulator.wire.roce import ETH_LEN
 from emulator.wire.transport import PSN_MASK
 from emulator.agents.rnic_links import make_link
 from emulator.kernel.packet_socket import kernel_drops, open_packet_socket
@@ -139,7 +140,7 @@ class Rnic:
         self.shortest_timeout_ns = 0  # of the QPs connected so far: their timers' lateness is judged against it
 
         self.link = make_link(config)
-        self.sock = open_packet_socket(self.ifname, self.link.ethertype, SEND_FRAMES * (self.link_mtu + 14),
+        self.sock = open_packet_socket(self.ifname, self.link.ethertype, SEND_FRAMES * (ETH_LEN + self.link_mtu),
                                        RECV_BUFFER, self.link.prepare)
         self._rx = bytearray(self.link_mtu + 64)
         watch(self.sock.fileno(), select.EPOLLIN, self._on_socket)

@@ -19,7 +19,7 @@ from emulator.model.credits import FABRIC_REFRESH_NS, CreditLink, CreditViolatio
 from emulator.model.rdma_params import IB_OVERHEAD
 from emulator.wire.ib import ETHERTYPE_IB, LRH_AT, SLP, decode_data, decode_fc, encode_data, encode_fc, packet_size
 from emulator.wire.transport import Packet
-from emulator.wire.roce import ROCE_PORT, Framer, decode
+from emulator.wire.roce import ETH_LEN, ROCE_PORT, Framer, decode
 
 ETH_P_IP = 0x0800
 SO_ATTACH_FILTER = 26
@@ -120,8 +120,7 @@ class IbLink:
         self.vl = ib.sl2vl[self.sl]
         self.credits = CreditLink(ib.vls, blocks(ib.capacity), blocks(ib.peer_capacity),
                                   refresh_ns=FABRIC_REFRESH_NS,
-                                  # the longest frame: Ethernet header and link MTU
-                                  min_interval_ns=fabric_min_interval_ns(config.rate_bps, 14 + config.mtu))
+                                  min_interval_ns=fabric_min_interval_ns(config.rate_bps, ETH_LEN + config.mtu))
         self.waiting = False  # a frame waits for credit
         self.malformed = 0  # frames that are no IB packet we speak, or on a VL this link lacks
         self.credit_violations = 0  # data packets beyond the credit we granted

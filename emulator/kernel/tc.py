@@ -114,17 +114,6 @@ def encode_gate_queue(ifindex: int, priority: int) -> bytes:
                        _nla(_TCA_KIND, b"pfifo_fast\0"))
 
 
-def _netlink_call(sock: socket.socket, message: bytes) -> None:
-    """Send one request and raise OSError if the kernel's ACK says it failed."""
-    sock.send(message)
-    reply = sock.recv(65536)
-    _, kind = struct.unpack_from("IH", reply)
-    if kind == _NLMSG_ERROR:
-        error = struct.unpack_from("i", reply, 16)[0]
-        if error:
-            raise OSError(-error, f"tc change failed: {error}")
-
-
 def open_route_socket(netns: str) -> socket.socket:
     """A raw NETLINK_ROUTE socket that lives in namespace ``netns``."""
     with entered(netns):
@@ -198,6 +187,7 @@ def netlink_batch(sock: socket.socket, requests: list[bytes]) -> None:
 
     pyroute2 took about 1 ms a tc request (most of it encoding rate tables
     in Python); these requests are pre-encoded and their round trips overlap.
+    A gate change is a batch of one.
     """
     numbered = [request[:8] + struct.pack("I", seq) + request[12:] for seq, request in enumerate(requests, 1)]
     sock.send(b"".join(numbered))  # the kernel runs every message of one datagram, and ACKs each
@@ -248,9 +238,7 @@ class PauseGates:
 
     def install(self) -> None:
         """Add the open gates below the HTB leaves (once, at build time)."""
-        for gate, queue in zip(self._create, self._queues):
-            _netlink_call(self._nl, gate)
-            _netlink_call(self._nl, queue)
+        netlink_batch(self._nl, [request for pair in zip(self._create, self._queues) for request in pair])
 
     def _cancel_timer(self, priority: int) -> None:
         timer = self._timers.pop(priority, None)
@@ -261,7 +249,7 @@ class PauseGates:
         """Close the gate of ``priority`` until :meth:`resume`."""
         with self._lock:
             self._cancel_timer(priority)
-            _netlink_call(self._nl, self._close[priority])
+            netlink_batch(self._nl, [self._close[priority]])
             self.paused[priority] = True
             self._tx.send(self._gate_frames[priority])
 
@@ -269,7 +257,7 @@ class PauseGates:
         """Open the gate of ``priority`` and kick the device's qdisc."""
         with self._lock:
             self._cancel_timer(priority)
-            _netlink_call(self._nl, self._open[priority])
+            netlink_batch(self._nl, [self._open[priority]])
             self.paused[priority] = False
             self._tx.send(self._kick)
 
