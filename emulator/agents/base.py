@@ -1,13 +1,11 @@
-"""What every agent process shares: start-up, the event loop, control, exit.
+"""What every agent shares: its control socket, its deadline, its final counters.
 
-An agent is started as ``python -m <module> CONFIG READY_FD``.  It reads its
-JSON config (:mod:`emulator.agents.config`; a bad one ends it with one line),
-enters its node's namespace, builds its sockets, writes ``ready`` to
-READY_FD, and runs one epoll loop with a timerfd until SIGTERM or a
-``stop`` request.  A control socket (a Unix socket in the run
-directory, so reachable from any namespace) answers ``stats`` with the
-agent's JSON counters; at exit the counters go to the config's
-``stats_file``.
+Agents run in data-plane processes (:mod:`emulator.agents.worker`), many
+to a process, in one :class:`~emulator.agents.loop.Loop`.  A control socket
+(a Unix socket in the run directory, so reachable from any namespace)
+answers ``stats`` with the agent's JSON counters; when the agent stops (a
+``stop`` request, or its process's SIGTERM) the counters go to the
+config's ``stats_file``.
 
 The control socket never blocks the loop: a request is read as it
 arrives, a reply written as the client takes it, and a client that has not
@@ -20,21 +18,15 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import socket
 import struct
-import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
-from emulator.agents.config import AgentConfig, ConfigError, read
-from emulator.kernel.netns import enter_for_exec
-from emulator.kernel.timerfd import TimerFd
+from emulator.agents.config import AgentConfig
+from emulator.agents.loop import Handler, Loop
 from emulator.model.fidelity import Durations
 
-Handler = Callable[[int, int, int], None]  # (fd, event mask, now_ns)
-AGENT_RT_PRIORITY = 10
-AGENT_NICE = -10
 SO_PEERCRED = 17
 CONTROL_REQUEST_MAX = 256  # bytes of one control request
 CONTROL_TIMEOUT_NS = 2_000_000_000  # a control client has this long to send its request and take the reply
@@ -72,20 +64,23 @@ class _ControlClient:
 
 
 class AgentBase:
-    """The loop and control socket; subclasses add sockets and counters."""
+    """One node's agent: its control socket, its deadline, its counters; subclasses add sockets.
 
-    def __init__(self, config: AgentConfig) -> None:
+    Agents run in a :class:`~emulator.agents.loop.Loop` they share with the other agents of their
+    process: their descriptors and deadline are the loop's, and after a batch in which one of its
+    descriptors had an event (or its deadline came) the agent's :meth:`after_events` runs.
+    """
+
+    def __init__(self, config: AgentConfig, loop: Loop) -> None:
         self.config = config
         self.name = config.name
         self.monitor = config.monitor
-        self.epoll = select.epoll()
-        self.handlers: dict[int, Handler] = {}
-        self.timer = TimerFd()
+        self.loop = loop
+        self.timer = loop.timer(self)
         # Fidelity: how late each wake-up came after its deadline, by the kind of timer the deadline was
         # (TIMER_KINDS; None: a wake-up whose lateness is measured where it matters, or not at all).
         self.timer_lateness = {kind: Durations() for kind in TIMER_KINDS}
         self.timer_kind: str | None = "link"
-        self.watch(self.timer.fd, select.EPOLLIN, self._on_timer)
         self.control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         bind_private(self.control, config.control)
         self.control.listen(8)
@@ -95,38 +90,20 @@ class AgentBase:
         self.running = True
         self.started = time.monotonic()
         self.scheduling = "normal"
+        loop.add(self)
 
     @staticmethod
     def now() -> int:
         return time.monotonic_ns()
 
     def watch(self, fd: int, mask: int, handler: Handler) -> None:
-        self.epoll.register(fd, mask)
-        self.handlers[fd] = handler
+        self.loop.watch(fd, mask, handler, self)
 
     def modify(self, fd: int, mask: int) -> None:
-        self.epoll.modify(fd, mask)
+        self.loop.modify(fd, mask)
 
     def unwatch(self, fd: int) -> None:
-        self.epoll.unregister(fd)
-        del self.handlers[fd]
-
-    def run(self) -> None:
-        self.after_events(self.now())
-        handlers = self.handlers
-        while self.running:
-            try:
-                events = self.epoll.poll(0.5)
-            except InterruptedError:
-                continue
-            now = time.monotonic_ns()
-            for fd, mask in events:
-                handler = handlers.get(fd)
-                if handler is not None:  # None: an earlier handler of this batch closed it
-                    handler(fd, mask, now)
-            if self.control_clients:
-                self._expire_control(now)
-            self.after_events(now)
+        self.loop.unwatch(fd)
 
     def arm(self, deadline: int | None, now: int) -> None:
         """Set the timer for ``deadline``, at the end of the wake-up that began at ``now``.
@@ -138,10 +115,10 @@ class AgentBase:
         """
         self.timer.set(deadline if deadline is None or deadline > now else now)
 
-    def _on_timer(self, _fd: int, _mask: int, now: int) -> None:
-        if self.timer.deadline is not None and self.timer_kind is not None:
-            self.timer_lateness[self.timer_kind].add(now - self.timer.deadline)
-        self.timer.consume()
+    def on_deadline(self, deadline: int, now: int) -> None:
+        """The loop found this agent's ``deadline`` come at ``now``: count the lateness, run :meth:`on_timer`."""
+        if self.timer_kind is not None:
+            self.timer_lateness[self.timer_kind].add(now - deadline)
         self.on_timer(now)
 
     def _on_control(self, _fd: int, _mask: int, now: int) -> None:
@@ -203,7 +180,8 @@ class AgentBase:
         except (OSError, ValueError) as err:  # also UnicodeDecodeError; commands raise ValueError for bad input
             return {"error": str(err)}
 
-    def _expire_control(self, now: int) -> None:
+    def expire_control(self, now: int) -> None:
+        """Drop control clients that have not finished within CONTROL_TIMEOUT_NS."""
         for fd in [fd for fd, client in self.control_clients.items() if client.deadline <= now]:
             self._close_control(fd)
 
@@ -233,49 +211,11 @@ class AgentBase:
     def close(self) -> None:
         """Flush files before exit."""
 
-
-def _run_before_applications() -> str:
-    """Give the agent precedence over applications; returns the policy used.
-
-    Agents are the fabric's hardware.  On a busy machine (here: two busy
-    loops on two cores) agents at normal priority reacted to PFC so late
-    that lossless incast overflowed its headroom; at SCHED_FIFO nothing was
-    lost.  Agents block in epoll when idle, and the kernel's RT throttling
-    keeps 5% of each core for others even if one is flooded.  Where RT is
-    not allowed (a container without CAP_SYS_NICE) we fall back to nice -10.
-    """
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(AGENT_RT_PRIORITY))
-        return f"SCHED_FIFO {AGENT_RT_PRIORITY}"
-    except OSError:
-        try:
-            os.setpriority(os.PRIO_PROCESS, 0, AGENT_NICE)
-            return f"nice {AGENT_NICE}"
-        except OSError:
-            return "normal"
-
-
-def run_agent(agent_class: type[AgentBase], config_type: type[AgentConfig]) -> None:
-    """The ``__main__`` of an agent module; a config file it cannot use ends it with one line."""
-    config_path, ready_fd = sys.argv[1], int(sys.argv[2])
-    try:
-        config = read(config_path, config_type)
-    except ConfigError as err:
-        sys.exit(f"bad agent config {config_path}: {err}")
-    enter_for_exec(config.netns)  # the node's namespace, and a sysfs that shows its interfaces
-    policy = _run_before_applications()
-    agent = agent_class(config)
-    agent.scheduling = policy
-
-    def stop(_signum: int, _frame: object) -> None:
-        agent.running = False
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    os.write(ready_fd, b"ready\n")
-    os.close(ready_fd)
-    agent.run()
-    agent.close()
-    with open(config.stats_file, "w") as f:
-        json.dump(agent.stats(), f)
-    sys.exit(0)
+    def finish(self) -> None:
+        """The loop no longer serves this agent: close its control socket and files, write its final counters."""
+        for fd in list(self.control_clients):
+            self.control_clients.pop(fd).conn.close()
+        self.control.close()
+        self.close()
+        with open(self.config.stats_file, "w") as f:
+            json.dump(self.stats(), f)

@@ -1,6 +1,6 @@
 """The host agent: the emulated RNIC, and PFC reaction by pause gates.
 
-One process per host namespace.  It runs the host's RNIC
+One per host, in a data-plane process (:mod:`emulator.agents.worker`).  It runs the host's RNIC
 (:mod:`emulator.agents.rnic`: verbs for applications, RC transport on the
 wire) and listens for MAC control frames
 (EtherType 0x8808) on the host's NIC, feeds them to a sans-I/O
@@ -18,7 +18,8 @@ import select
 import socket
 from typing import Any
 
-from emulator.agents.base import AgentBase, run_agent
+from emulator.agents.base import AgentBase
+from emulator.agents.loop import Loop
 from emulator.agents.config import HostConfig
 from emulator.model.fidelity import Durations, EgressWire, verdict
 from emulator.model.pause import PauseState
@@ -33,8 +34,8 @@ EARLY_WAKE_NS = 1_000_000  # a timed post wakes the agent this much before its s
 class HostAgent(AgentBase):
     """The RNIC and the PFC reaction of one host NIC."""
 
-    def __init__(self, config: HostConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: HostConfig, loop: Loop) -> None:
+        super().__init__(config, loop)
         ifname = config.ifname
         self.gates = PauseGates(config.netns, ifname, socket.if_nametoindex(ifname), config.rate_bps,
                                 config.mtu, config.mac, config.peer_mac)
@@ -147,7 +148,3 @@ class HostAgent(AgentBase):
     def close(self) -> None:
         self.rnic.close()
         self.gates.close()
-
-
-if __name__ == "__main__":
-    run_agent(HostAgent, HostConfig)

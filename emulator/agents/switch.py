@@ -1,4 +1,4 @@
-"""The switch agent: one process per switch namespace, forwarding real frames.
+"""The switch agent: forwarding real frames between one switch's ports.
 
 It wraps the sans-I/O pieces (forwarding decisions, the MMU, the links, the
 IB plane) with AF_PACKET sockets, an epoll loop and a timerfd.  Egress
@@ -14,9 +14,9 @@ port's :class:`~emulator.model.link.Link`: it says when a received frame is
 processed and, on host-facing ports with delay, when a frame leaves the MMU
 and when it reaches the kernel; this module receives and sends.
 
-Started as ``python -m emulator.agents.switch CONFIG READY_FD``; see
-:mod:`emulator.agents.base`.  It imports only the standard library and small
-project modules: scapy and pyroute2 cost about a second and 100 MB each.
+It runs in a data-plane process (:mod:`emulator.agents.worker`) beside
+other agents.  It imports only the standard library and small project
+modules: scapy and pyroute2 cost about a second and 100 MB each.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import socket
 import time
 from typing import Any
 
-from emulator.agents.base import AgentBase, run_agent
+from emulator.agents.base import AgentBase
+from emulator.agents.loop import Loop
 from emulator.agents.config import PortConfig, SwitchConfig
 from emulator.wire.mac import mac_bytes
 from emulator.wire.ib import ETH_IB
@@ -108,8 +109,8 @@ class Port:
 class SwitchAgent(AgentBase):
     """The forwarding loop of one switch."""
 
-    def __init__(self, config: SwitchConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: SwitchConfig, loop: Loop) -> None:
+        super().__init__(config, loop)
         self.seed = config.seed
         self.ports = [Port(i, spec, self.seed) for i, spec in enumerate(config.ports)]
         self.unordered = keep_flows_in_order([port.ifname for port in self.ports], whole_link=config.ib is not None)
@@ -311,7 +312,7 @@ class SwitchAgent(AgentBase):
             backlog = mmu.head(index) is not None or kernel_full
             port.waiting = backlog
         if backlog != port.writable_armed:
-            self.epoll.modify(port.fd, select.EPOLLIN | (select.EPOLLOUT if backlog else 0))
+            self.modify(port.fd, select.EPOLLIN | (select.EPOLLOUT if backlog else 0))
             port.writable_armed = backlog
 
     def _drain_ib(self, port: Port) -> tuple[bool, int]:
@@ -470,7 +471,3 @@ class SwitchAgent(AgentBase):
     def close(self) -> None:
         self._sample(self.now())
         self.occupancy.close()
-
-
-if __name__ == "__main__":
-    run_agent(SwitchAgent, SwitchConfig)

@@ -2,7 +2,8 @@
 
 An agent that dies while the fabric is up would otherwise go unnoticed
 until results look wrong, so its death is reported on stderr within
-POLL_INTERVAL, once, with its exit and the last line of its log; :meth:`AgentWatch.check` raises it for callers that
+POLL_INTERVAL, once per process (the agents of many nodes share one), with
+its exit and the last line of its log; :meth:`AgentWatch.check` raises it for callers that
 want to stop there.
 """
 
@@ -20,7 +21,8 @@ POLL_INTERVAL = 0.5  # seconds between the watcher's looks at the agents
 
 
 class AgentWatch:
-    """The agent processes of one fabric (``procs``: node -> Popen) and a thread that reports deaths."""
+    """The agents' processes of one fabric (``procs``: node -> Popen, shared by the nodes of a process) and a
+    thread that reports deaths."""
 
     def __init__(self, kinds: dict[str, str], log_path: Callable[[str], str]) -> None:
         self.procs: dict[str, subprocess.Popen] = {}
@@ -43,7 +45,9 @@ class AgentWatch:
         else:
             how = f"exited with code {proc.returncode}"
         why = f": {lines[-1]}" if lines else ""
-        return f"{self._kinds[name]} {name} agent (pid {proc.pid}) {how}{why}"
+        others = sum(1 for other in self.procs.values() if other is proc) - 1
+        shared = f" with the agents of {others} other nodes" if others else ""
+        return f"{self._kinds[name]} {name} agent (pid {proc.pid}) {how}{shared}{why}"
 
     def check(self) -> None:
         """Raise FabricError naming the first node whose agent died."""
@@ -60,10 +64,9 @@ class AgentWatch:
         self._stopping.set()
 
     def _watch(self) -> None:
-        reported: set[str] = set()
+        reported: set[int] = set()  # processes (pids): one line for all the agents of a process
         while not self._stopping.wait(POLL_INTERVAL):
-            for name in self.procs:
-                failure = self.failure(name)
-                if failure and name not in reported:
-                    reported.add(name)
+            for name, proc in self.procs.items():
+                if proc.pid not in reported and (failure := self.failure(name)):
+                    reported.add(proc.pid)
                     print(f"fabric-emu: {failure}", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 Turns a plan into namespaces, veth pairs, addresses, static neighbours,
 routes and tc through pyroute2 (one handle per namespace, no ``ip`` or
-``tc`` commands), starts one agent per node with the config
+``tc`` commands), starts an agent per node (many to a process) with the config
 :mod:`emulator.fabric.agent_config` makes for it, and undoes all of it on
 exit, on Ctrl-C and on error (:mod:`emulator.fabric.teardown`).  The run's
 record is written before anything is created (see
@@ -36,6 +36,7 @@ from emulator.kernel.ethtool import disable_offloads
 from emulator.fabric.features import Features, probe_features, probe_namespace
 from emulator.fabric.node import Node
 from emulator.kernel.netns import create_namespace, entered, existing_namespaces
+from emulator.fabric.placement import check_workers, default_workers, place
 from emulator.fabric.plan import GATEWAY_IP, FabricPlan, NodePlan, make_plan
 from emulator.fabric.ib_subnet import assign as assign_subnet
 from emulator.fabric.privileges import require_root
@@ -44,7 +45,8 @@ from emulator.fabric.stats import collect_stats
 from emulator.fabric.teardown import finish_run
 from emulator.kernel.tc import PauseGates, link_tree, netlink_batch, open_route_socket
 
-AGENT_READY_TIMEOUT = 20.0
+AGENT_READY_TIMEOUT = 20.0  # seconds for a data-plane process to start, and AGENT_BUILD_SECONDS per agent
+AGENT_BUILD_SECONDS = 0.1
 NUD_PERMANENT = 0x80
 PROGRESS_INTERVAL = 3.0  # seconds between progress lines of a long build
 
@@ -65,12 +67,15 @@ class Fabric:
     ``name`` fixes the run name (default: random); two runs cannot share
     one.  ``capture`` names a directory for one pcapng per link end;
     ``telemetry`` one for the final counters and occupancy time series.
+    ``workers`` is how many data-plane processes serve the agents (default:
+    one per core).
     """
 
     def __init__(self, topo: Topo, link: dict[str, Any] | None = None, name: str | None = None,
                  spec: str = "", fabric: str = "lossless", switch: dict[str, str] | None = None,
                  seed: int = 1, capture: str | None = None, telemetry: str | None = None,
-                 log: Callable[[str], None] | None = None, monitor: bool = True) -> None:
+                 log: Callable[[str], None] | None = None, monitor: bool = True,
+                 workers: int | None = None) -> None:
         require_root()
         if name is not None:
             runstate.check_run_name(name)
@@ -82,6 +87,7 @@ class Fabric:
         self.fabric = fabric
         self.seed = seed
         self.monitor = monitor  # the fidelity monitor in every agent (off only to measure its cost)
+        self.workers = default_workers() if workers is None else check_workers(workers)  # data-plane processes
         self.mmu_configs = {node.name: switch_mmu(node, fabric, switch or {}) for node in self.plan.switches()}
         self.subnet = assign_subnet(self.plan) if fabric == "ib" else None
         self.capture_dir = os.path.abspath(capture) if capture else None  # `down` may run in another directory
@@ -199,38 +205,47 @@ class Fabric:
                 ipr.route("add", dst="10.0.0.0/8", gateway=GATEWAY_IP, oif=index)
 
     def _start_agents(self) -> None:
-        """One agent per node (switch: forwarding; host: PFC reaction)."""
+        """The agents, many nodes to a data-plane process (:mod:`emulator.fabric.placement`)."""
         assert self.state is not None
         pending = {}
         configs = agent_configs(self.plan, self.seed, self.mmu_configs, self.subnet, self.monitor)
-        for node in self.plan.nodes.values():
-            config_path = os.path.join(self.directory, f"{node.name}.json")
-            with runstate.create_file(config_path) as f:
-                f.write(dump(configs[node.name]))
-            module = "emulator.agents.switch" if node.kind == "switch" else "emulator.agents.host"
+        groups = place(self.plan, self.workers)
+        for number, group in enumerate(groups):
+            specs = []
+            for node in group:
+                config_path = os.path.join(self.directory, f"{node.name}.json")
+                with runstate.create_file(config_path) as f:
+                    f.write(dump(configs[node.name]))
+                specs.append(f"{node.kind}:{config_path}")
             read_fd, write_fd = os.pipe()
+            log_path = os.path.join(self.directory, f"worker-{number}.log")
             # Uninterrupted: an agent started but not recorded would outlive the run.
-            with runstate.create_file(self.agent_log(node.name)) as log, runstate.uninterrupted():
+            with runstate.create_file(log_path) as log, runstate.uninterrupted():
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", module, config_path, str(write_fd)],
+                    [sys.executable, "-m", "emulator.agents.worker", str(write_fd), *specs],
                     pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     start_new_session=True, cwd=PACKAGE_PARENT,
                 )
-                self._agents.procs[node.name] = proc
-                self.state.agents[node.name] = proc.pid
+                for node in group:
+                    self._agents.procs[node.name] = proc
+                    self.state.agents[node.name] = proc.pid
                 self.state.note_started([proc.pid])
             os.close(write_fd)
-            pending[node.name] = read_fd
+            for node in group:  # each node's log is its process's: <node>.log names the same file
+                os.link(log_path, self.agent_log(node.name))
+            pending[group[0].name] = (read_fd, len(group))
         self.state.save()
-        deadline = time.monotonic() + AGENT_READY_TIMEOUT
-        for name, fd in pending.items():
+        deadline = time.monotonic() + AGENT_READY_TIMEOUT + AGENT_BUILD_SECONDS * max(len(g) for g in groups)
+        for name, (fd, count) in pending.items():
             try:
                 ready = _read_with_deadline(fd, deadline)
             finally:
                 os.close(fd)
             if ready != b"ready\n":
-                raise FabricError(self._agents.failure(name) or f"{name}'s agent did not start within {AGENT_READY_TIMEOUT:.0f} s")
-        self._log(f"started {len(self.plan.switches())} switch agents and {len(self.plan.hosts())} host agents")
+                raise FabricError(self._agents.failure(name)
+                                  or f"the agents of {name} and {count - 1} other nodes did not start in time")
+        self._log(f"started {len(self.plan.switches())} switch agents and {len(self.plan.hosts())} host agents "
+                  f"in {len(groups)} processes")
         self._agents.start()
 
     def _start_captures(self) -> None:

@@ -69,7 +69,7 @@ class RunState:
     topo: str
     namespaces: list[str]
     nodes: dict[str, dict[str, Any]]  # name -> kind, netns, ip
-    agents: dict[str, int] = field(default_factory=dict)  # node -> pid
+    agents: dict[str, int] = field(default_factory=dict)  # node -> pid of the process serving its agent (shared)
     features: dict[str, bool] = field(default_factory=dict)  # what the kernel offered
     fabric: str = "lossless"
     capture_dir: str | None = None
@@ -107,8 +107,8 @@ class RunState:
         return None if start is None else ProcessId(pid, start)
 
     def recorded_processes(self) -> list[ProcessId]:
-        """The agents and captures of the record."""
-        pids = [*self.agents.values(), *self.captures.values()]
+        """The agents' processes (once each: nodes share them) and captures of the record."""
+        pids = dict.fromkeys([*self.agents.values(), *self.captures.values()])
         return [proc for proc in map(self.process, pids) if proc is not None]
 
     def owner_alive(self) -> bool:

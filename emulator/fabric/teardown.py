@@ -59,7 +59,7 @@ def _stop_agents(state: runstate.RunState, children: dict[str, subprocess.Popen]
         except (OSError, ValueError):
             pass  # a dead, stuck or still starting agent: destroy() kills it
     deadline = time.monotonic() + 3
-    for name in stopping:
+    for name in {state.agents[name]: name for name in stopping}.values():  # one node per process
         child, recorded = children.get(name), state.process(state.agents[name])
         while time.monotonic() < deadline and not _ended(child, recorded):
             time.sleep(0.01)

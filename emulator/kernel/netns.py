@@ -129,12 +129,35 @@ def enter_for_exec(name: str) -> None:
         setns(fd)
     finally:
         os.close(fd)
-    if _libc.unshare(CLONE_NEWNS) != 0:
-        return
-    if _mount("", "/", _MS_REC | _MS_SLAVE) != 0:
+    if not private_mounts():
         return
     _libc.umount2(b"/sys", _MNT_DETACH)
     _mount(name, "/sys", 0, "sysfs")
+
+
+def private_mounts() -> bool:
+    """Give the calling process mounts of its own (changes stay here); False if the kernel refused."""
+    return _libc.unshare(CLONE_NEWNS) == 0 and _mount("", "/", _MS_REC | _MS_SLAVE) == 0
+
+
+@contextlib.contextmanager
+def node_view(name: str, sysfs: bool) -> Iterator[bool]:
+    """Run the body inside namespace ``name``, with its own sysfs on /sys if ``sysfs`` (yields whether it is there).
+
+    For a process that serves many nodes, with mounts of its own
+    (:func:`private_mounts`; pass ``sysfs`` False without them, or the
+    machine's /sys would be covered): a sysfs shows the network namespace
+    it was mounted from, so one mounted on top of /sys while inside the
+    node's namespace, and taken off again after, lets the body read and
+    write /sys/class/net of that node.
+    """
+    with entered(name):
+        mounted = sysfs and _mount(name, "/sys", 0, "sysfs") == 0
+        try:
+            yield mounted
+        finally:
+            if mounted:
+                _libc.umount2(b"/sys", _MNT_DETACH)
 
 
 def namespace_id(name: str) -> tuple[int, int] | None:

@@ -4,7 +4,7 @@ An agent's raw AF_PACKET sockets (and the RNIC's UDP sink) are replaced by
 :class:`FakeWire` objects: a real eventfd stands in for the descriptor (so
 epoll registration works), frames handed in are returned by ``recv``, and
 frames sent are recorded.  Everything else is the agents' real code: the
-epoll loop's objects, the timerfd, the Unix control and verbs sockets (in a
+loop (its epoll and timerfd), the Unix control and verbs sockets (in a
 temporary directory), the MMU, the IB plane, the RC transport.
 """
 
@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from emulator.agents import base as agentlib
+from emulator.agents import loop as agent_loop
 from emulator.agents import host as host_agent
 from emulator.agents import rnic_links as links, rnic
 from emulator.agents import switch as switch_agent
@@ -142,7 +143,9 @@ def switch_config(tmp: str, ib: bool = False, mtus: tuple[int, ...] = (1500, 150
 
 
 def make_switch(tmp: str, monitor: bool = True, **options: Any) -> switch_agent.SwitchAgent:
-    return switch_agent.SwitchAgent(dataclasses.replace(switch_config(tmp, **options), monitor=monitor))
+    """Switch s1's agent in a loop of its own."""
+    return switch_agent.SwitchAgent(dataclasses.replace(switch_config(tmp, **options), monitor=monitor),
+                                    agent_loop.Loop())
 
 
 def host_config(tmp: str, ib: bool = False, mtu: int = 1500) -> HostConfig:
@@ -156,7 +159,7 @@ def host_config(tmp: str, ib: bool = False, mtu: int = 1500) -> HostConfig:
     )
 
 
-class Loop:
+class Registry:
     """Stands in for the host agent's epoll registration."""
 
     def __init__(self) -> None:
@@ -172,14 +175,14 @@ class Loop:
         del self.handlers[fd]
 
 
-def make_rnic(tmp: str, **options: Any) -> tuple[rnic.Rnic, Loop]:
-    loop = Loop()
+def make_rnic(tmp: str, **options: Any) -> tuple[rnic.Rnic, Registry]:
+    loop = Registry()
     return rnic.Rnic(host_config(tmp, **options), loop.watch, loop.modify, loop.unwatch), loop
 
 
 def make_host(tmp: str, **options: Any) -> host_agent.HostAgent:
     """Host h1's agent: its RNIC and its PFC reaction (gates faked)."""
-    return host_agent.HostAgent(host_config(tmp, **options))
+    return host_agent.HostAgent(host_config(tmp, **options), agent_loop.Loop())
 
 
 class App:
@@ -224,5 +227,4 @@ def sealed_memfd(length: int) -> int:
 
 def close_agent(agent: agentlib.AgentBase) -> None:
     agent.control.close()
-    agent.timer.close()
-    agent.epoll.close()
+    agent.loop.close()

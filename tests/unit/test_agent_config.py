@@ -127,20 +127,32 @@ def test_read_names_a_missing_file(tmp_path):
         read(str(tmp_path / "nosuch.json"), HostConfig)
 
 
+def _worker(tmp_path, *specs: str) -> tuple[subprocess.CompletedProcess, bytes]:
+    """Run a data-plane process on ``specs``; its exit and what it wrote to its ready pipe."""
+    read_fd, write_fd = os.pipe()
+    try:
+        done = subprocess.run([sys.executable, "-m", "emulator.agents.worker", str(write_fd), *specs],
+                              pass_fds=(write_fd,), cwd=ROOT, capture_output=True, text=True, timeout=30)
+    finally:
+        os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as ready_pipe:
+        return done, ready_pipe.read()
+
+
 @pytest.mark.parametrize("module", ["switch", "host"])
 def test_an_agent_given_a_bad_config_exits_with_one_line_before_it_is_ready(tmp_path, module):
     data = _switch_json() if module == "switch" else _host_json()
     data["ifname" if module == "host" else "ports"] = 5
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(data))
-    read_fd, write_fd = os.pipe()
-    try:
-        done = subprocess.run([sys.executable, "-m", f"emulator.agents.{module}", str(path), str(write_fd)],
-                              pass_fds=(write_fd,), cwd=ROOT, capture_output=True, text=True, timeout=30)
-    finally:
-        os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as ready_pipe:
-        ready = ready_pipe.read()
+    done, ready = _worker(tmp_path, f"{module}:{path}")
     field = "ifname: expected text" if module == "host" else "ports: expected a list"
     assert done.returncode != 0 and ready == b""
     assert done.stderr == f"bad agent config {path}: {field}, got 5\n"
+
+
+@pytest.mark.parametrize("spec", ["router:/tmp/x.json", "switch:", "nocolon"])
+def test_a_worker_given_a_bad_argument_exits_with_one_line_before_it_is_ready(tmp_path, spec):
+    done, ready = _worker(tmp_path, spec)
+    assert done.returncode != 0 and ready == b""
+    assert done.stderr == f"bad agent argument {spec!r}: expected switch:CONFIG or host:CONFIG\n"

@@ -199,12 +199,12 @@ def test_a_deadline_already_past_when_armed_is_late_only_from_then(fake_wire, tm
         now = 50_000_000_000
         agent.arm(now - 8_000_000, now)
         assert agent.timer.deadline == now
-        agent._on_timer(agent.timer.fd, 0, now + 200_000)
+        agent.on_deadline(agent.timer.deadline, now + 200_000)
         late = agent.timer_lateness["link"]
         assert late.count == 1 and 200_000 <= late.quantile(0.99) <= 250_000
         agent.arm(now + 1_000_000, now)  # a deadline ahead is armed as it is, and judged from itself
         assert agent.timer.deadline == now + 1_000_000
-        agent._on_timer(agent.timer.fd, 0, now + 4_000_000)
+        agent.on_deadline(agent.timer.deadline, now + 4_000_000)
         assert agent.timer_lateness["link"].quantile(0.99) >= 3_000_000
         agent.arm(None, now)
         assert agent.timer.deadline is None

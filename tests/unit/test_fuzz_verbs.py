@@ -274,7 +274,7 @@ def test_a_silent_control_client_does_not_hold_the_agent(fake_wire, tmp_path):
             reply += talker.recv(1 << 16)
         assert json.loads(reply)["switch"] == "s1"
         assert len(agent.control_clients) == 1  # the silent one, until its deadline
-        agent._expire_control(time.monotonic_ns() + 3 * 10**9)
+        agent.expire_control(time.monotonic_ns() + 3 * 10**9)
         assert agent.control_clients == {}
         assert silent.recv(10) == b""  # closed
     finally:

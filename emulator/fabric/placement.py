@@ -1,0 +1,46 @@
+"""Which data-plane process serves which node; pure.
+
+The agents run many to a process (:mod:`emulator.agents.worker`), one
+process per core by default.  A node's load is about the frames it handles:
+a switch handles every frame of each of its ports, a host those of its one
+link, so a switch weighs its port count and a host one.  Nodes are placed
+heaviest first on the least loaded process (longest-processing-time
+first): on star,8 with two processes the switch gets one and the eight
+hosts the other.
+"""
+
+from __future__ import annotations
+
+import os
+
+from emulator.errors import FabricError
+from emulator.fabric.plan import FabricPlan, NodePlan
+
+MAX_WORKERS = 256
+
+
+def default_workers() -> int:
+    """One data-plane process per core of this machine."""
+    return os.cpu_count() or 1
+
+
+def check_workers(workers: int) -> int:
+    if not 1 <= workers <= MAX_WORKERS:
+        raise FabricError(f"workers must be 1 to {MAX_WORKERS}, not {workers}")
+    return workers
+
+
+def place(plan: FabricPlan, workers: int) -> list[list[NodePlan]]:
+    """The nodes of each process (none empty; fewer processes than ``workers`` if there are fewer nodes)."""
+    nodes = sorted(plan.nodes.values(), key=lambda node: -weight(node))  # stable: plan order among equals
+    groups: list[list[NodePlan]] = [[] for _ in range(min(check_workers(workers), len(nodes)))]
+    loads = [0] * len(groups)
+    for node in nodes:
+        lightest = loads.index(min(loads))
+        groups[lightest].append(node)
+        loads[lightest] += weight(node)
+    return groups
+
+
+def weight(node: NodePlan) -> int:
+    return len(node.ports) if node.kind == "switch" else 1

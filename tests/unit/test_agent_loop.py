@@ -1,0 +1,134 @@
+"""The loop that serves many agents in one process: deadlines per agent, after_events only where
+something happened, one agent stopped while the others go on (no root)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from emulator.agents.base import AgentBase
+from emulator.agents.config import AgentConfig
+from emulator.agents.loop import HEAP_SLACK, Loop
+from emulator.fabric.agent_control import query_agent
+
+MS = 1_000_000
+
+
+class Ticker(AgentBase):
+    """An agent whose deadlines are ``offsets`` after the loop starts; it stops itself after the last."""
+
+    def __init__(self, tmp: str, name: str, loop: Loop, offsets: list[int], stop_after: bool = True) -> None:
+        super().__init__(AgentConfig(name=name, netns="none", control=os.path.join(tmp, f"{name}.sock"),
+                                     stats_file=os.path.join(tmp, f"{name}.stats.json"), seed=0), loop)
+        self.offsets = list(offsets)
+        self.stop_after = stop_after
+        self.deadlines: list[int] = []
+        self.fired: list[tuple[int, int]] = []  # (deadline, now)
+        self.after = 0
+
+    def after_events(self, now: int) -> None:
+        self.after += 1
+        if not self.deadlines and self.offsets:  # the first wake-up: deadlines from now on
+            self.deadlines = [now + offset for offset in self.offsets]
+        due = self.deadlines[len(self.fired)] if len(self.fired) < len(self.deadlines) else None
+        self.arm(due, now)
+
+    def on_timer(self, now: int) -> None:
+        self.fired.append((self.deadlines[len(self.fired)], now))
+        if self.stop_after and len(self.fired) == len(self.deadlines):
+            self.running = False
+
+    def stats(self) -> dict[str, Any]:
+        return {"name": self.name, "fired": len(self.fired)}
+
+
+def _run(loop: Loop, seconds: float = 10) -> None:
+    """Run the loop; fail (and end it) if it has not returned within ``seconds``."""
+    timer = threading.Timer(seconds, lambda: setattr(loop, "stopping", True))
+    timer.start()
+    try:
+        started = time.monotonic()
+        loop.run()
+        assert time.monotonic() - started < seconds, "the loop did not end by itself"
+    finally:
+        timer.cancel()
+        loop.close()
+
+
+def test_each_agent_wakes_for_its_own_deadlines_and_only_then(tmp_path):
+    loop = Loop()
+    fast = Ticker(str(tmp_path), "fast", loop, [2 * MS * k for k in range(1, 6)])
+    slow = Ticker(str(tmp_path), "slow", loop, [3 * MS, 7 * MS])
+    _run(loop)
+    for agent, count in ((fast, 5), (slow, 2)):
+        assert len(agent.fired) == count
+        assert all(now >= deadline for deadline, now in agent.fired)
+        # Lateness counted from the agent's own deadline, once per wake-up.
+        assert agent.timer_lateness["link"].count == count
+        # after_events: once at the start, then once per own wake-up; never for the other agent's.
+        assert agent.after == 1 + count
+        with open(tmp_path / f"{agent.name}.stats.json") as f:
+            assert json.load(f) == {"name": agent.name, "fired": count}
+    assert loop.agents == []
+
+
+def test_rearming_leaves_no_stale_deadline_behind():
+    """Random re-arms of many agents: the timerfd is always armed for the earliest live deadline, and the
+    heap of deadlines stays bounded."""
+    rng = random.Random(4)
+    loop = Loop()
+    timers = [loop.timer(object()) for _ in range(6)]  # owners are not called here
+    live: list[int | None] = [None] * len(timers)
+    for _ in range(5000):
+        index = rng.randrange(len(timers))
+        deadline = None if rng.random() < 0.2 else rng.randrange(1, 10**9)
+        timers[index].set(deadline)
+        live[index] = deadline
+        loop._arm()
+        armed = [d for d in live if d is not None]
+        assert loop._timerfd.deadline == (min(armed) if armed else None)
+        assert len(loop._heap) <= 2 * len(loop.agents) + HEAP_SLACK + 1
+    loop.close()
+
+
+def test_a_stopped_agent_leaves_and_the_others_go_on(tmp_path):
+    loop = Loop()
+    first = Ticker(str(tmp_path), "first", loop, [], stop_after=False)
+    second = Ticker(str(tmp_path), "second", loop, [], stop_after=False)
+    seen: dict[str, Any] = {}
+
+    def client() -> None:
+        try:
+            seen["stop"] = query_agent(first.config.control, "stop")
+            deadline = time.monotonic() + 5
+            while not os.path.exists(first.config.stats_file) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            seen["second"] = query_agent(second.config.control, "stats")
+            with pytest.raises(OSError):
+                query_agent(first.config.control, "stats", timeout=0.5)
+            seen["refused"] = True
+        finally:
+            query_agent(second.config.control, "stop")
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    _run(loop)
+    thread.join()
+    assert seen == {"stop": {"stopping": True}, "second": {"name": "second", "fired": 0}, "refused": True}
+    assert os.path.exists(second.config.stats_file)
+
+
+def test_stopping_ends_every_agent(tmp_path):
+    loop = Loop()
+    agents = [Ticker(str(tmp_path), f"a{i}", loop, [3600_000 * MS], stop_after=False) for i in range(3)]
+    threading.Timer(0.2, lambda: setattr(loop, "stopping", True)).start()  # as the worker's SIGTERM does
+    _run(loop)
+    for agent in agents:
+        with open(agent.config.stats_file) as f:
+            assert json.load(f)["fired"] == 0
