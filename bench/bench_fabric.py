@@ -2,14 +2,14 @@
 
 Run as root from the repository root::
 
-    sudo .venv/bin/python bench/bench_fabric.py [--max-k 12] [--seconds 3] [--rounds 3]
-        [--forwarding-only | --monitor-cost]
+    sudo .venv/bin/python bench/bench_fabric.py [--max-k 12] [--memory-k 8] [--seconds 3] [--rounds 3]
+        [--forwarding-only | --monitor-cost | --fattree-only]
 
 It prints:
   * build and teardown time of fattree,4, then of fattree,k for growing k
     until a build takes longer than a minute (or --max-k);
-  * the memory of all switch agents of fattree,4 (RSS and PSS, since
-    agents share the interpreter's pages);
+  * the memory of the processes serving fattree,8's agents (``--memory-k``;
+    RSS and PSS, since processes share the interpreter's pages);
   * frames per second one switch process forwards, for 64-byte and
     1500-byte frames, offered by a raw-socket generator in a host that
     bypasses its qdisc (on the other core), links set to 10 Gbit/s so that
@@ -69,14 +69,16 @@ def _memory_kib(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
-def agent_memory() -> None:
-    with Fabric(FatTreeTopo(k=4)) as net:
-        pids = list(net.state.agents.values())
+def agent_memory(k: int) -> None:
+    """RSS and PSS of the processes serving fattree,k's agents (many nodes to a process)."""
+    with Fabric(FatTreeTopo(k=k)) as net:
+        agents = len(net.state.agents)
+        pids = sorted(set(net.state.agents.values()))
         totals = [_memory_kib(pid) for pid in pids]
     rss = sum(r for r, _ in totals) / 1024
     pss = sum(p for _, p in totals) / 1024
-    print(f"fattree,4 agents (switches and hosts): {len(pids)} processes, RSS total {rss:.0f} MiB "
-          f"({rss / len(pids):.1f} MiB each), PSS total {pss:.0f} MiB ({pss / len(pids):.1f} MiB each)")
+    print(f"fattree,{k} agents (switches and hosts): {agents} in {len(pids)} processes, RSS total {rss:.0f} MiB "
+          f"({rss / agents:.2f} MiB per agent), PSS total {pss:.0f} MiB ({pss / agents:.2f} MiB per agent)")
 
 
 def _udp_frame(size: int, dst_mac: bytes, src_mac: bytes, src_ip: str, dst_ip: str, tos: int = 0) -> bytes:
@@ -244,6 +246,9 @@ def pause_gate_timing(cycles: int = 30) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-k", type=int, default=12, help="largest fat tree to try")
+    parser.add_argument("--memory-k", type=int, default=8, help="the fat tree whose agents' memory is measured")
+    parser.add_argument("--fattree-only", action="store_true",
+                        help="only the fat trees' build times and the agents' memory")
     parser.add_argument("--seconds", type=float, default=3.0, help="measurement time of each frame-rate test")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the PFC+ECN against plain comparison")
     parser.add_argument("--forwarding-only", action="store_true",
@@ -269,7 +274,9 @@ def main() -> int:
               f"build {build:.2f} s, teardown {teardown:.2f} s", flush=True)
         if build > 60:
             break
-    agent_memory()
+    agent_memory(args.memory_k)
+    if args.fattree_only:
+        return 0
     for size in (64, 1500):
         forwarding_rate(size, args.seconds)
     for size in (64, 1500):

@@ -216,6 +216,7 @@ class AgentBase:
         for fd in list(self.control_clients):
             self.control_clients.pop(fd).conn.close()
         self.control.close()
+        final = self.stats()  # before close(): the counters read the sockets (a host's RNIC closes its own)
         self.close()
         with open(self.config.stats_file, "w") as f:
-            json.dump(self.stats(), f)
+            json.dump(final, f)

@@ -77,6 +77,9 @@ def test_udp_incast_lossless_has_no_loss_and_keeps_the_receiver_busy(tmp_path):
     # Telemetry at teardown: totals and an occupancy series of the congested port.
     stats = json.loads((tmp_path / "telemetry" / "stats.json").read_text())
     assert stats["totals"]["drops"] == 0 and stats["totals"]["pfc_sent"] >= result.totals["pfc_sent"]
+    # Every agent's final counters, hosts' too (a host's RNIC once closed its socket before they were read).
+    assert sorted(stats["hosts"]) == ["h1", "h2", "h3", "h4"] and sorted(stats["switches"]) == ["s1"]
+    assert sum(sum(h["pfc_received"]) for h in stats["hosts"].values()) > 0
     with open(tmp_path / "telemetry" / "occupancy.csv") as f:
         rows = list(csv.DictReader(f))
     egress = [int(r["egress_bytes"]) for r in rows if r["port"] == "s1-eth4" and r["priority"] == "3"]
