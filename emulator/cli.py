@@ -72,7 +72,7 @@ def _fabric(args: argparse.Namespace) -> Fabric:
     require_root()
     return Fabric(topo, link=link, name=getattr(args, "name", None), spec=args.topo, fabric=args.fabric,
                   switch=switch, seed=args.seed, capture=getattr(args, "capture", None),
-                  telemetry=getattr(args, "telemetry", None), log=progress)
+                  telemetry=getattr(args, "telemetry", None), log=progress, workers=args.workers)
 
 
 def _pick_run(run: str | None) -> runstate.RunState:
@@ -178,7 +178,7 @@ def cmd_pingall(args: argparse.Namespace) -> int:
     fabric = _fabric(args)
     with fabric:
         began = time.monotonic()
-        answered, total, failed = fabric.pingall(timeout=args.timeout)
+        answered, total, failed = fabric.pingall(timeout=args.timeout, sample=args.sample)
         check_s = time.monotonic() - began
         fabric.check_agents()
     print(f"reachable: {answered}/{total} pairs")
@@ -357,6 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="switch settings, e.g. buffer=256KiB,headroom=24KiB,alpha=1,kmin=15KiB,lossless=3")
         p.add_argument("--seed", type=_whole("--seed", bounds.SEED), default=1,
                        help="seed of ECN marking and injected loss (0 to 2**32-1)")
+        p.add_argument("--workers", type=_whole("--workers", bounds.WORKERS), default=None,
+                       help="data-plane processes serving the agents (default: one per core)")
 
     p = sub.add_parser("up", help="build a fabric and leave it running")
     topo_args(p)
@@ -386,6 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
     topo_args(p)
     p.add_argument("--timeout", type=_real("--timeout", bounds.PING_TIMEOUT_S), default=1.0,
                    help="seconds to wait for each echo reply (0.1 to 60)")
+    p.add_argument("--sample", type=_whole("--sample", bounds.PING_SAMPLE), default=None, metavar="N",
+                   help="ping N ordered host pairs drawn at random (--seed), not all of them")
     p.set_defaults(func=cmd_pingall)
 
     p = sub.add_parser("clean", help="remove everything any run left behind")

@@ -18,6 +18,7 @@ builder makes wrong fails in the builder too, before any agent starts.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -257,10 +258,15 @@ def _parse(kind: Any, value: Any, where: str) -> Any:
     raise TypeError(f"{where}: no parser for {kind!r}")  # a field of a type this module does not know: a bug
 
 
+@functools.cache
+def _fields(kind: Any) -> tuple[dict[str, Any], dict[str, dataclasses.Field]]:
+    """A config class's field types and fields (get_type_hints evaluates the annotations each call)."""
+    return typing.get_type_hints(kind), {f.name: f for f in dataclasses.fields(kind)}
+
+
 def _parse_dataclass(kind: Any, value: Any, where: str) -> Any:
     _expect(isinstance(value, dict), value, where, "an object")
-    hints = typing.get_type_hints(kind)
-    fields = {f.name: f for f in dataclasses.fields(kind)}
+    hints, fields = _fields(kind)
     unknown = sorted(set(value) - set(fields))
     if unknown:
         raise ConfigError(f"{where or 'the config'}: unknown field {shown(unknown[0])}")

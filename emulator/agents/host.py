@@ -25,6 +25,7 @@ from emulator.model.fidelity import Durations, EgressWire, verdict
 from emulator.model.pause import PauseState
 from emulator.wire.pfc import ETHERTYPE_MAC_CONTROL, PRIORITIES, decode_pfc
 from emulator.agents.rnic import Rnic
+from emulator.kernel.packet_socket import unbound_packet_socket
 from emulator.kernel.rps import keep_flows_in_order
 from emulator.kernel.tc import PauseGates
 
@@ -39,11 +40,12 @@ class HostAgent(AgentBase):
         ifname = config.ifname
         self.gates = PauseGates(config.netns, ifname, socket.if_nametoindex(ifname), config.rate_bps,
                                 config.mtu, config.mac, config.peer_mac)
+        self.gates.sender()  # opened now, in the node's namespace: the first PFC pause must not wait for it
         self.state = PauseState(config.rate_bps)
         self.frame_ns = (config.mtu + 14) * 8_000_000_000 // config.rate_bps  # the fidelity monitor's unit
         self.pfc_received = [0] * PRIORITIES
         self.malformed = 0  # MAC control frames that are no PFC frame enabling a class
-        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETHERTYPE_MAC_CONTROL))
+        self.sock = unbound_packet_socket()
         self.sock.bind((ifname, ETHERTYPE_MAC_CONTROL))
         self.sock.setblocking(False)
         self.watch(self.sock.fileno(), select.EPOLLIN, self._on_frame)

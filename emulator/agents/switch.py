@@ -32,7 +32,9 @@ from emulator.agents.config import PortConfig, SwitchConfig
 from emulator.wire.mac import mac_bytes
 from emulator.wire.ib import ETH_IB
 from emulator.wire.pfc import ETH_MAC_CONTROL, PRIORITIES, decode_pfc, encode_pfc
-from emulator.kernel.packet_socket import ETH_P_ALL, kernel_drops, last_receive_ns, open_packet_socket
+from emulator.kernel.packet_socket import (
+    ETH_P_ALL, kernel_drops, last_receive_ns, open_packet_socket, unbound_packet_socket,
+)
 from emulator.kernel.rps import keep_flows_in_order
 from emulator.model.forwarding import (
     ETH_ARP, ETH_CONTROL, ETH_IPV4, ETH_LEN, arp_reply, ecmp_index, ipv4_ok, priority, routed,
@@ -75,7 +77,7 @@ class Port:
         self.max_frame = ETH_LEN + spec.mtu  # a longer frame cannot go out on this link
         self.link = Link(self.rate_bps, spec.delay_ns, spec.host_facing, spec.loss, spec.drop, seed * 1000 + index)
         self.sock = open_packet_socket(self.ifname, ETH_P_ALL, SEND_FRAMES * self.max_frame, RECV_BUFFER)
-        self.pfc_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        self.pfc_sock = unbound_packet_socket()
         self.pfc_sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, leaf_class(PRIORITIES - 1))
         self.pfc_sock.bind((self.ifname, 0))
         self.fd = self.sock.fileno()

@@ -300,9 +300,10 @@ class Fabric:
         if "error" in reply:
             raise FabricError(reply["error"])
 
-    def pingall(self, timeout: float = 1.0) -> tuple[int, int, list[tuple[str, str]]]:
-        """Ping every ordered host pair once; (answered, total, failed pairs)."""
-        return pingall(self.hosts, timeout)
+    def pingall(self, timeout: float = 1.0, sample: int | None = None) -> tuple[int, int, list[tuple[str, str]]]:
+        """Ping every ordered host pair once, or ``sample`` pairs drawn with the fabric's seed;
+        (answered, pinged, failed pairs)."""
+        return pingall(self.hosts, timeout, sample, self.seed)
 
     # --- teardown ----------------------------------------------------------------------
 

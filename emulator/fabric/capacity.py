@@ -1,16 +1,16 @@
 """What one machine can hold: memory and network namespaces for a fabric.
 
-Every node of a fabric is a network namespace with an agent
-process (the switch, or the host's RNIC), and every link a veth pair with
-tc on both ends.  Measured on this project's machine (MemAvailable before
-``up`` and while the fabric was up): fattree,6 (99 nodes, 162 links) took
-1166 MiB, fattree,4 (36 nodes, 48 links) 381 MiB, star,31 375 MiB: 11 to 12
-MiB per node, links well under 1 MiB each, and each agent's RSS is 16.5 to
-17.4 MiB (RSS counts the interpreter's shared pages in every process).  The
-estimate takes the RSS, 16 MiB per node, and 512 KiB per link, and a
-fabric must fit in MemAvailable less ``KEEP_FREE_BYTES`` for everything
-else; it also needs a network namespace per node (and a probe namespace)
-within the kernel's ``user.max_net_namespaces``.
+Every node of a fabric is a network namespace with an agent (the switch,
+or the host's RNIC; many agents share a data-plane process), and every
+link a veth pair with tc on both ends.  Measured on this project's machine
+(MemAvailable before ``up``, caches dropped, and while the fabric was up):
+fattree,8 (208 nodes, 384 links) took 223 MiB, fattree,12 (612 nodes, 1296
+links) 455 MiB: about 100 MiB for the processes and 0.6 MiB per node with
+its links.  The estimate is generous, ``BASE_BYTES`` and 1 MiB per node and
+512 KiB per link, and a fabric must fit in MemAvailable less
+``KEEP_FREE_BYTES`` for everything else; it also needs a network namespace
+per node (and a probe namespace) within the kernel's
+``user.max_net_namespaces``.
 """
 
 from __future__ import annotations
@@ -20,14 +20,15 @@ from emulator.errors import FabricError
 from emulator.kernel.netns import existing_namespaces
 from emulator.units import format_size
 
-NODE_BYTES = 16 << 20
+BASE_BYTES = 256 << 20
+NODE_BYTES = 1 << 20
 LINK_BYTES = 512 << 10
 KEEP_FREE_BYTES = 256 << 20
 
 
 def fabric_bytes(nodes: int, links: int) -> int:
     """The memory a running fabric is estimated to take (see the module doc)."""
-    return nodes * NODE_BYTES + links * LINK_BYTES
+    return BASE_BYTES + nodes * NODE_BYTES + links * LINK_BYTES
 
 
 def check_capacity(what: str, nodes: int, links: int, available: int | None = None,
@@ -43,8 +44,8 @@ def check_capacity(what: str, nodes: int, links: int, available: int | None = No
         available = meminfo_bytes("MemAvailable")
     if available is not None and need > available - KEEP_FREE_BYTES:
         raise FabricError(
-            f"{what} needs about {format_size(need)} of memory ({nodes} nodes x {format_size(NODE_BYTES)}, "
-            f"{links} links x {format_size(LINK_BYTES)}); this machine has {format_size(max(available, 0))} "
+            f"{what} needs about {format_size(need)} of memory ({format_size(BASE_BYTES)}, {nodes} nodes x "
+            f"{format_size(NODE_BYTES)}, {links} links x {format_size(LINK_BYTES)}); this machine has {format_size(max(available, 0))} "
             f"available and keeps {format_size(KEEP_FREE_BYTES)} free: use a smaller topology")
     if namespaces is None:
         namespaces = _namespaces_left()

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import os
 
-from emulator.errors import FabricError
+from emulator import bounds
 from emulator.fabric.plan import FabricPlan, NodePlan
-
-MAX_WORKERS = 256
 
 
 def default_workers() -> int:
@@ -25,9 +23,8 @@ def default_workers() -> int:
 
 
 def check_workers(workers: int) -> int:
-    if not 1 <= workers <= MAX_WORKERS:
-        raise FabricError(f"workers must be 1 to {MAX_WORKERS}, not {workers}")
-    return workers
+    """``workers`` if within bounds.WORKERS, else FabricError naming it."""
+    return bounds.whole("workers", workers, bounds.WORKERS)
 
 
 def place(plan: FabricPlan, workers: int) -> list[list[NodePlan]]:

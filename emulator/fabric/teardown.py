@@ -6,18 +6,20 @@ built, and by ``fabric-emu down`` for a run another process left up.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
-import time
 
 from emulator.errors import FabricError
 from emulator.fabric import runstate
-from emulator.fabric.agent_control import query_agent
 from emulator.fabric.capture import stop_detached
 from emulator.fabric.stats import with_totals
-from emulator.kernel.processes import ProcessId, running
+from emulator.kernel.processes import terminate
+
+STOP_GRACE_S = 3.0  # for the agent processes to write their counters and exit, and per node:
+STOP_GRACE_PER_NODE_S = 0.01
 
 
 @runstate.uninterrupted()
@@ -50,26 +52,16 @@ def finish_run(state: runstate.RunState, children: dict[str, subprocess.Popen] |
 
 
 def _stop_agents(state: runstate.RunState, children: dict[str, subprocess.Popen]) -> None:
-    """Ask every agent to stop (they write their final counters) and wait up to 3 s for those that heard."""
-    stopping = []
-    for name in state.agents:
-        try:
-            query_agent(runstate.control_socket(state.run, name), "stop", timeout=0.5)
-            stopping.append(name)
-        except (OSError, ValueError):
-            pass  # a dead, stuck or still starting agent: destroy() kills it
-    deadline = time.monotonic() + 3
-    for name in {state.agents[name]: name for name in stopping}.values():  # one node per process
-        child, recorded = children.get(name), state.process(state.agents[name])
-        while time.monotonic() < deadline and not _ended(child, recorded):
-            time.sleep(0.01)
+    """SIGTERM every agent process: each stops its agents (they write their final counters) and exits.
 
-
-def _ended(child: subprocess.Popen | None, recorded: ProcessId | None) -> bool:
-    """Whether an agent exited: our child by its Popen, another's by its recorded identity."""
-    if child is not None:
-        return child.poll() is not None
-    return recorded is None or not running(recorded)
+    What has not exited within STOP_GRACE_S (and STOP_GRACE_PER_NODE_S for each node) is killed; our own
+    children are then reaped through their Popen objects.
+    """
+    procs = [proc for pid in dict.fromkeys(state.agents.values()) if (proc := state.process(pid)) is not None]
+    terminate(procs, grace=STOP_GRACE_S + STOP_GRACE_PER_NODE_S * len(state.agents))
+    for child in {id(child): child for child in children.values()}.values():
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=1)
 
 
 def write_telemetry(state: runstate.RunState, directory: str) -> None:

@@ -56,6 +56,7 @@ CLOSED_RATE = 1  # bytes/s
 OPEN_RATE_FACTOR = 10
 
 TC_PRIO_CONTROL = 7
+BATCH_REQUESTS = 64  # tc requests per netlink datagram: their ACKs fit the socket's receive buffer
 _RTM_NEWQDISC, _RTM_NEWTCLASS, _RTM_NEWTFILTER = 36, 40, 44
 _NLM_F_REQUEST, _NLM_F_ACK = 0x1, 0x4
 _NLM_F_EXCL, _NLM_F_CREATE = 0x200, 0x400
@@ -183,26 +184,30 @@ def link_tree(ifindex: int, rate_bps: int, mtu: int, host: bool) -> list[bytes]:
 
 
 def netlink_batch(sock: socket.socket, requests: list[bytes]) -> None:
-    """Send every request at once, then read their ACKs; OSError naming the first that failed.
+    """Send the requests BATCH_REQUESTS at a time and read their ACKs; OSError naming the first that failed.
 
     pyroute2 took about 1 ms a tc request (most of it encoding rate tables
     in Python); these requests are pre-encoded and their round trips overlap.
-    A gate change is a batch of one.
+    A batch is bounded because each ACK echoes its request: the 272 of a
+    16-port switch in one datagram overran the socket's receive buffer
+    (ENOBUFS).  A gate change is a batch of one.
     """
     numbered = [request[:8] + struct.pack("I", seq) + request[12:] for seq, request in enumerate(requests, 1)]
-    sock.send(b"".join(numbered))  # the kernel runs every message of one datagram, and ACKs each
-    pending = set(range(1, len(numbered) + 1))
-    while pending:
-        reply = sock.recv(1 << 16)
-        at = 0
-        while at + 16 <= len(reply):
-            length, kind, _flags, seq = struct.unpack_from("IHHI", reply, at)
-            if kind == _NLMSG_ERROR:
-                error = struct.unpack_from("i", reply, at + 16)[0]
-                if error:
-                    raise OSError(-error, f"tc request {seq} of {len(numbered)} failed: {os.strerror(-error)}")
-                pending.discard(seq)
-            at += (length + 3) & ~3 if length else len(reply)
+    for first in range(0, len(numbered), BATCH_REQUESTS):
+        batch = numbered[first:first + BATCH_REQUESTS]
+        sock.send(b"".join(batch))  # the kernel runs every message of one datagram, and ACKs each
+        pending = set(range(first + 1, first + len(batch) + 1))
+        while pending:
+            reply = sock.recv(1 << 16)
+            at = 0
+            while at + 16 <= len(reply):
+                length, kind, _flags, seq = struct.unpack_from("IHHI", reply, at)
+                if kind == _NLMSG_ERROR:
+                    error = struct.unpack_from("i", reply, at + 16)[0]
+                    if error:
+                        raise OSError(-error, f"tc request {seq} of {len(numbered)} failed: {os.strerror(-error)}")
+                    pending.discard(seq)
+                at += (length + 3) & ~3 if length else len(reply)
 
 
 class PauseGates:
@@ -228,10 +233,8 @@ class PauseGates:
                              for p in range(PRIORITIES)]
         self._queues = [encode_gate_queue(ifindex, p) for p in range(PRIORITIES)]
         self._nl = open_route_socket(netns)
-        with entered(netns):
-            self._tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-        self._tx.bind((ifname, 0))
-        self._tx.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, TC_PRIO_CONTROL)  # band 0 of a gate queue
+        self._netns = netns
+        self._tx: socket.socket | None = None  # opened at the first pause (see sender)
         self._lock = threading.Lock()
         self._timers: dict[int, threading.Timer] = {}
         self.paused = [False] * PRIORITIES
@@ -251,7 +254,7 @@ class PauseGates:
             self._cancel_timer(priority)
             netlink_batch(self._nl, [self._close[priority]])
             self.paused[priority] = True
-            self._tx.send(self._gate_frames[priority])
+            self.sender().send(self._gate_frames[priority])
 
     def resume(self, priority: int) -> None:
         """Open the gate of ``priority`` and kick the device's qdisc."""
@@ -259,7 +262,22 @@ class PauseGates:
             self._cancel_timer(priority)
             netlink_batch(self._nl, [self._open[priority]])
             self.paused[priority] = False
-            self._tx.send(self._kick)
+            self.sender().send(self._kick)
+
+    def sender(self) -> socket.socket:
+        """The socket that sends gate frames and kicks, opened the first time one is sent.
+
+        Closing an AF_PACKET socket waits for an RCU grace period (1.2 ms
+        each here): the builder's gates of fattree,16's 1024 hosts, each with
+        its own socket, took 12 s to close although most never pause.
+        """
+        if self._tx is None:
+            with entered(self._netns):
+                sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+            sock.bind((self.ifname, 0))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, TC_PRIO_CONTROL)  # band 0 of a gate queue
+            self._tx = sock
+        return self._tx
 
     def pause_for(self, priority: int, duration_ns: int) -> None:
         """Close the gate of ``priority`` and open it after ``duration_ns``."""
@@ -281,4 +299,5 @@ class PauseGates:
             for priority in list(self._timers):
                 self._cancel_timer(priority)
         self._nl.close()
-        self._tx.close()
+        if self._tx is not None:
+            self._tx.close()

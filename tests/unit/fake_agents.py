@@ -117,6 +117,9 @@ class FakeGates:
     def __init__(self, *_args: Any) -> None:
         self.events: list[tuple[str, int]] = []
 
+    def sender(self) -> None:
+        pass
+
     def pause(self, priority: int) -> None:
         self.events.append(("pause", priority))
 

@@ -93,3 +93,43 @@ def test_filters_steer_dscp_classes_and_gate_frames():
         assert (10, ETH_P_IP, p << 21, 0x00E00000, 0x10010 + p) in seen
         assert (5, 0x88B5, p << 24, 0xFF000000, 0x10010 + p) in seen  # gate frame: first byte = priority
     assert len(seen) == 14
+
+
+class FakeRouteSocket:
+    """A netlink socket that ACKs each message of a datagram (echoing it, as the kernel does) and refuses,
+    as ENOBUFS, a datagram whose ACKs would not fit a receive buffer of ``capacity`` bytes."""
+
+    def __init__(self, capacity: int, fail_seq: int | None = None) -> None:
+        self.capacity, self.fail_seq = capacity, fail_seq
+        self.datagrams: list[int] = []  # messages per datagram sent
+        self.replies: list[bytes] = []
+
+    def send(self, data: bytes) -> int:
+        acks, at = [], 0
+        while at < len(data):
+            length, _kind, _flags, seq = struct.unpack_from("=IHHI", data, at)
+            error = -22 if seq == self.fail_seq else 0
+            body = struct.pack("=i", error) + data[at:at + length]
+            acks.append(struct.pack("=IHHII", 16 + len(body), 2, 0, seq, 0) + body)
+            at += length
+        self.datagrams.append(len(acks))
+        if sum(map(len, acks)) > self.capacity:
+            raise OSError(105, "No buffer space available")
+        self.replies.append(b"".join(acks))
+        return len(data)
+
+    def recv(self, _size: int) -> bytes:
+        return self.replies.pop(0)
+
+
+def test_a_sixteen_port_switch_is_set_up_in_batches_whose_acks_fit():
+    """fattree,16's switches have 16 ports: 272 requests; in one datagram their ACKs overran the socket."""
+    from emulator.kernel.tc import BATCH_REQUESTS, netlink_batch
+
+    requests = [r for index in range(2, 18) for r in link_tree(index, 20_000_000, 4200, host=False)]
+    assert len(requests) == 16 * 17
+    sock = FakeRouteSocket(capacity=BATCH_REQUESTS * max(map(len, requests)) * 2)
+    netlink_batch(sock, requests)
+    assert max(sock.datagrams) <= BATCH_REQUESTS and sum(sock.datagrams) == len(requests)
+    with pytest.raises(OSError, match="tc request 200 of 272 failed"):
+        netlink_batch(FakeRouteSocket(capacity=1 << 30, fail_seq=200), requests)
