@@ -353,9 +353,9 @@ def test_run_refuses_a_variant_the_machine_cannot_hold(capsys, root_granted, tmp
 
     monkeypatch.setattr(emulator.fabric.capacity, "meminfo_bytes", lambda field, path="/proc/meminfo": 512 << 20)
     path = tmp_path / "mine.toml"
-    path.write_text(EXPERIMENT.format(extra="").replace("star,3", "star,30"))
+    path.write_text(EXPERIMENT.format(extra="").replace("star,3", "fattree,8"))
     code, out, err = run(capsys, "run", str(path), "--out", str(tmp_path / "out"))
-    assert_one_line_error(code, out, err, "variant a (star,30) needs about 511 MiB of memory (31 nodes x 16 MiB",
+    assert_one_line_error(code, out, err, "variant a (fattree,8) needs about 656 MiB of memory (256 MiB, 208 nodes x 1 MiB",
                           "this machine has 512 MiB available")
     assert not (tmp_path / "out").exists()
 
