@@ -153,7 +153,13 @@ def forwarding_rate(size: int, seconds: float) -> None:
     rate = result["rate"]
     print(f"{size}-byte frames: one switch process forwarded {rate:,.0f} frames/s "
           f"({rate * size * 8 / 1e6:,.0f} Mbit/s of frames); offered {result['offered']:,.0f}/s; "
-          f"{result['kernel_drops']:,} dropped at its socket")
+          f"{result['kernel_drops']:,} dropped at its socket; {_per_core(result['cpu_ns_per_frame'])}")
+
+
+def _per_core(cpu_ns_per_frame: float) -> str:
+    """The switch process's CPU per forwarded frame, and the frame rate one core would give at that cost."""
+    return (f"s1's process {cpu_ns_per_frame / 1000:.1f} us of CPU per frame forwarded "
+            f"({1e9 / max(cpu_ns_per_frame, 1):,.0f} frames/s per core)")
 
 
 TOS_P3_ECT0 = 0x68 | 0x02  # DSCP 26 (priority 3), ECN ECT(0)
@@ -175,7 +181,8 @@ def pfc_ecn_cost(size: int, seconds: float, rounds: int) -> None:
         print(f"{size}-byte frames, {name:7}: median {medians[name]:,.0f} frames/s over {rounds} runs ({rates}); "
               f"PFC XOFF sent {sum(r['xoff'] for r in results):,.0f}, "
               f"ECN marked {sum(r['ecn_marked'] for r in results):,.0f}, "
-              f"MMU drops {sum(r['mmu_drops'] for r in results):,.0f}")
+              f"MMU drops {sum(r['mmu_drops'] for r in results):,.0f}; "
+              f"{_per_core(statistics.median(r['cpu_ns_per_frame'] for r in results))} (median)")
     ratio = medians["PFC+ECN"] / medians["plain"]
     print(f"{size}-byte frames: PFC+ECN forwards {ratio:.1%} of plain forwarding's frame rate ({ratio - 1:+.1%})")
 
