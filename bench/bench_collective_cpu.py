@@ -135,7 +135,8 @@ def main() -> int:
     agents_cpu = sum(after[p][0] - before[p][0] + after[p][1] - before[p][1] for p in processes) / TICK
     busy, steal = [(machine1[i] - machine0[i]) / TICK for i in (0, 1)]
     print(f"  machine: {busy:.2f} CPU s busy of {os.cpu_count() * wall:.2f} (steal {steal:.2f}); agents "
-          f"{agents_cpu:.2f}, the rest (ranks, coordinator, unattributed softirq) {busy - agents_cpu:.2f}")
+          f"{agents_cpu:.2f}, the rest (the ranks, their start-up included, the coordinator, unattributed softirq) "
+          f"{busy - agents_cpu:.2f}")
     for name in _perf_targets(agents) if args.perf else ():
         print(f"  {name}'s process perf samples: {_dso_split(os.path.join(args.perf, f'{name}.perf'))}")
     return 0
