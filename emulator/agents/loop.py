@@ -74,6 +74,7 @@ class Loop:
         self._seq = 0
         self._timerfd = TimerFd()
         self._touched: dict[Served | None, None] = {}  # agents with an event this batch, in order
+        self._served: dict[Served, None] = {}  # agents whose deadline was served this batch
         self.stopping = False  # set by a signal: every agent ends
         self.watch(self._timerfd.fd, select.EPOLLIN, self._on_timerfd, None)
 
@@ -111,7 +112,7 @@ class Loop:
         for agent in self.agents:
             agent.after_events(now)
         self._arm()
-        handlers, owners, touched = self.handlers, self.owners, self._touched
+        handlers, owners, touched, served = self.handlers, self.owners, self._touched, self._served
         control_due = now
         while self.agents:
             events = self.epoll.poll(POLL_SECONDS)
@@ -121,6 +122,9 @@ class Loop:
                 if handler is not None:  # None: an earlier handler of this batch closed it
                     touched[owners[fd]] = None  # before the handler, which may close its own descriptor
                     handler(fd, mask, now)
+                    heap = self._heap
+                    if heap and heap[0][0] <= (clock := time.monotonic_ns()):
+                        self._serve_due(clock)  # a deadline came while handling: it does not wait for the batch
             touched.pop(None, None)
             for agent in touched:
                 agent.after_events(now)
@@ -131,22 +135,38 @@ class Loop:
                         agent.expire_control(now)
             if self.stopping:
                 touched.update(dict.fromkeys(self.agents))
-            ended = [agent for agent in touched if not agent.running or self.stopping]
+            ended = [agent for agent in {**touched, **served} if not agent.running or self.stopping]
             touched.clear()
+            served.clear()
             for agent in ended:
                 self._end(agent)
             self._arm()
 
     def _on_timerfd(self, _fd: int, _mask: int, now: int) -> None:
-        """Every agent whose deadline has come runs its timer (lateness counted from its own deadline)."""
         self._timerfd.consume()
-        heap = self._heap
+        self._serve_due(now)
+
+    def _serve_due(self, now: int) -> None:
+        """Every agent whose deadline has come by ``now`` runs its timer, then its ``after_events``, at once.
+
+        Lateness counts from the agent's own deadline.  A batch of events can hold several agents'
+        work (eight hosts' frames on star,8), so a deadline is served as soon as the handler running
+        when it came returns, with what it sends (an IB credit update goes out in ``after_events``),
+        not after the rest of the batch.  Every due timer runs before any of those ``after_events``:
+        hosts whose timed posts start at one instant release them together, then send.  Deadlines
+        armed meanwhile wait for the next look, so an agent that re-arms "now" cannot hold the loop.
+        """
+        heap, due = self._heap, []
         while heap and heap[0][0] <= now:
             deadline, seq, timer = heapq.heappop(heap)
             if timer.seq == seq and timer.deadline is not None:
-                timer.deadline = None
-                timer.owner.on_deadline(deadline, now)
-                self._touched[timer.owner] = None
+                due.append((deadline, timer))
+        for deadline, timer in due:
+            timer.deadline = None
+            timer.owner.on_deadline(deadline, now)
+        for _deadline, timer in due:  # after every due timer: simultaneous starts are released together
+            timer.owner.after_events(now)
+            self._served[timer.owner] = None
 
     def _arm(self) -> None:
         """Arm the timerfd for the earliest live deadline; drop stale heap entries on the way."""
