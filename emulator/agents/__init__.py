@@ -1,4 +1,4 @@
-"""The agents: one process per node (switch, or host with its RNIC), their event loop and sockets.
+"""The agents: one per node (switch, or host with its RNIC), many to a data-plane process, their loop and sockets.
 
 They run the models on real frames; the builder configures them and they import nothing above this layer.
 """

@@ -1,14 +1,14 @@
-"""The builder -> agent contract: what an agent process is told when it starts.
+"""The builder -> agent contract: what an agent is told when its process starts.
 
 The fabric builder (:mod:`emulator.fabric.agent_config`) makes a
 :class:`SwitchConfig` or :class:`HostConfig` per node and writes it with
 :func:`dump` to the JSON file the agent is started with
-(``python -m emulator.agents.switch|host CONFIG READY_FD``).  The agent reads
-it back with :func:`read`, which checks every field once: its type, and the
+(``python -m emulator.agents.worker READY_FD KIND:CONFIG...``).  Its process
+reads it back with :func:`read`, which checks every field once: its type, and the
 ranges and cross-references that are cheap to check (a port index the
 switch has, a route through a port it has, an SL-to-VL map of 16 data VLs).
 After that the agents read typed attributes; a file that is not what the
-builder writes ends the agent with one line naming the field, not with a
+builder writes ends the process with one line naming the file and the field, not with a
 KeyError or a TypeError deep inside a constructor.
 
 Each class checks its own invariants in ``__post_init__``, so a config the
