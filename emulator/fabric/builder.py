@@ -218,7 +218,8 @@ class Fabric:
                     f.write(dump(configs[node.name]))
                 specs.append(f"{node.kind}:{config_path}")
             read_fd, write_fd = os.pipe()
-            log_path = os.path.join(self.directory, f"worker-{number}.log")
+            # A dot is in no node's name, so no node's own files (<node>.log, .json, ...) can be called this.
+            log_path = os.path.join(self.directory, f"worker.{number}.log")
             # Uninterrupted: an agent started but not recorded would outlive the run.
             with runstate.create_file(log_path) as log, runstate.uninterrupted():
                 proc = subprocess.Popen(

@@ -127,6 +127,25 @@ def test_custom_topology_file(tmp_path):
     assert "reachable: 2/2 pairs" in done.stdout
 
 
+def test_nodes_named_like_the_agent_processes_logs(tmp_path):
+    """Each node's log is a hard link of its data-plane process's; a node called worker-0 once clashed."""
+    custom = tmp_path / "named.py"
+    custom.write_text(textwrap.dedent("""
+        from mininet.topo import Topo
+
+        class Named(Topo):
+            def build(self):
+                switch = self.addSwitch("worker-1")
+                for name in ("worker-0", "worker"):
+                    self.addLink(self.addHost(name), switch)
+
+        topos = {"named": Named}
+    """))
+    done = cli("pingall", "--custom", str(custom), "--topo", "named", "--workers", "1")
+    assert done.returncode == 0, done.stderr
+    assert "reachable: 2/2 pairs" in done.stdout
+
+
 def test_link_delay_is_modelled_and_said_so():
     done = cli("pingall", "--topo", "star,2", "--link", "delay=5ms")
     assert done.returncode == 0, done.stderr
