@@ -213,7 +213,8 @@ class Fabric:
         for number, group in enumerate(groups):
             specs = []
             for node in group:
-                config_path = os.path.join(self.directory, f"{node.name}.json")
+                # Not <node>.json: a node called "state" would overwrite the run's record, state.json.
+                config_path = os.path.join(self.directory, f"{node.name}.config.json")
                 with runstate.create_file(config_path) as f:
                     f.write(dump(configs[node.name]))
                 specs.append(f"{node.kind}:{config_path}")

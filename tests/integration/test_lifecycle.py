@@ -128,7 +128,8 @@ def test_custom_topology_file(tmp_path):
 
 
 def test_nodes_named_like_the_agent_processes_logs(tmp_path):
-    """Each node's log is a hard link of its data-plane process's; a node called worker-0 once clashed."""
+    """A node's files beside the run's own: its log is a hard link of its data-plane process's (a node
+    called worker-0 once clashed with it), its agent config is no state.json (a node called state)."""
     custom = tmp_path / "named.py"
     custom.write_text(textwrap.dedent("""
         from mininet.topo import Topo
@@ -136,7 +137,7 @@ def test_nodes_named_like_the_agent_processes_logs(tmp_path):
         class Named(Topo):
             def build(self):
                 switch = self.addSwitch("worker-1")
-                for name in ("worker-0", "worker"):
+                for name in ("worker-0", "state"):
                     self.addLink(self.addHost(name), switch)
 
         topos = {"named": Named}
