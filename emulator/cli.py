@@ -22,7 +22,7 @@ from typing import Any, Callable, NoReturn, Sequence
 
 from emulator import bounds
 from emulator.fabric import runstate
-from emulator.errors import FabricError
+from emulator.errors import FabricError, listed
 from emulator.fabric.builder import Fabric
 from emulator.fabric.privileges import require_root
 from emulator.fabric.stats import collect_stats
@@ -95,12 +95,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     except BaseException:  # Ctrl-C or SIGTERM between the build and the hand-over too
         fabric.stop()
         raise
-    hosts = " ".join(f"{n.name}={n.ip}" for n in fabric.hosts)
+    hosts = listed([f"{n.name}={n.ip}" for n in fabric.hosts], sep=" ")
     print(f"run {fabric.run_name} is up: {len(fabric.hosts)} hosts, {len(fabric.switches)} switches, "
           f"{len(fabric.plan.links)} links (built in {fabric.timings['build_s']:.2f} s)")
     print(f"hosts: {hosts}")
-    print(f"switches: {' '.join(n.name for n in fabric.switches)}")
-    print(f"next: fabric-emu exec h1 -- ping -c1 {fabric.hosts[-1].ip}; fabric-emu down --run {fabric.run_name}")
+    print(f"switches: {listed([n.name for n in fabric.switches], sep=' ')}")
+    print(f"next: fabric-emu exec {fabric.hosts[0].name} -- ping -c1 {fabric.hosts[-1].ip}; "
+          f"fabric-emu down --run {fabric.run_name}")
     return 0
 
 

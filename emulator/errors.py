@@ -63,3 +63,10 @@ def _digit_count(n: int) -> int:
     """Decimal digits of ``n`` > 0 without converting it to text."""
     digits = int((n.bit_length() - 1) * 0.30102999566398120) + 1
     return digits + 1 if n >= 10 ** digits else digits
+
+
+def listed(items: list[str], limit: int = 16, sep: str = ", ") -> str:
+    """The first ``limit`` of ``items`` joined, and how many more: a fattree,16 run has 1344 namespaces."""
+    if len(items) <= limit:
+        return sep.join(items)
+    return f"{sep.join(items[:limit])}{sep}... and {len(items) - limit} more"

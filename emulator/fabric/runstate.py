@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from typing import IO, Any, Callable, Iterable, Iterator
 
 from emulator.kernel import processes
-from emulator.errors import FabricError, shown
+from emulator.errors import FabricError, listed, shown
 from emulator.fabric.names import RUN_NAME, check_ifname, check_node_name, check_run_name, namespace_name, owns_namespace
 from emulator.kernel.netns import existing_namespaces, remove_namespace
 from emulator.kernel.processes import ProcessId
@@ -482,11 +482,11 @@ class Removed:
             return "nothing to remove"
         parts = []
         if self.processes:
-            parts.append(f"{len(self.processes)} processes ({', '.join(map(str, self.processes))})")
+            parts.append(f"{len(self.processes)} processes ({listed(list(map(str, self.processes)))})")
         if self.namespaces:
-            parts.append(f"{len(self.namespaces)} namespaces ({', '.join(self.namespaces)})")
+            parts.append(f"{len(self.namespaces)} namespaces ({listed(self.namespaces)})")
         if self.directories:
-            parts.append(f"{len(self.directories)} run directories ({', '.join(self.directories)})")
+            parts.append(f"{len(self.directories)} run directories ({listed(self.directories)})")
         return "removed " + "; ".join(parts)
 
 

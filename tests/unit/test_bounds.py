@@ -4,7 +4,7 @@ import pytest
 
 from emulator import bounds
 from emulator.fabric import capacity
-from emulator.errors import FabricError, printable, shown
+from emulator.errors import FabricError, listed, printable, shown
 
 GIB = 1 << 30
 
@@ -124,3 +124,10 @@ def test_shown_keeps_short_values_as_repr_and_shortens_long_ones():
 def test_printable_escapes_what_would_break_the_line():
     assert printable("a\nb\u2028c\x85d\ud800") == "a\\nb\\u2028c\\x85d\\ud800"
     assert printable("plain é ü") == "plain é ü"
+
+
+def test_long_lists_in_output_are_cut_with_a_count():
+    names = [f"r-h{i}" for i in range(1, 1345)]
+    assert listed(names[:16]) == ", ".join(names[:16])
+    assert listed(names) == ", ".join(names[:16]) + ", ... and 1328 more"
+    assert listed(["a", "b", "c"], limit=2, sep=" ") == "a b ... and 1 more"
