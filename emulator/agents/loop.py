@@ -124,7 +124,10 @@ class Loop:
                     handler(fd, mask, now)
                     heap = self._heap
                     if heap and heap[0][0] <= (clock := time.monotonic_ns()):
-                        self._serve_due(clock)  # a deadline came while handling: it does not wait for the batch
+                        # A deadline came while handling: it does not wait for the batch.  The rest of the
+                        # batch goes on at this time too, so that no agent's clock runs backwards.
+                        now = clock
+                        self._serve_due(now)
             touched.pop(None, None)
             for agent in touched:
                 agent.after_events(now)

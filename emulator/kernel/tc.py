@@ -42,6 +42,7 @@ import threading
 
 from emulator.wire.mac import mac_bytes
 from emulator.kernel.netns import entered
+from emulator.kernel.packet_socket import unbound_packet_socket
 
 PRIORITIES = 8
 ROOT = 0x10000
@@ -273,7 +274,7 @@ class PauseGates:
         """
         if self._tx is None:
             with entered(self._netns):
-                sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+                sock = unbound_packet_socket()
             sock.bind((self.ifname, 0))
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, TC_PRIO_CONTROL)  # band 0 of a gate queue
             self._tx = sock

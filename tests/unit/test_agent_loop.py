@@ -166,3 +166,20 @@ def test_a_deadline_that_comes_during_a_batch_is_served_before_the_rest_of_it(tm
     assert timed.timer_lateness["link"].quantile(0.99) < 60 * MS
     os.close(first.fd)
     os.close(second.fd)
+
+
+def test_no_agent_sees_its_clock_run_backwards_when_a_deadline_is_served_within_a_batch(tmp_path):
+    """An agent whose deadline is served in the middle of a batch, and whose own event comes later in that
+    batch, is never handed an earlier time than before."""
+    log: list[str] = []
+    loop = Loop()
+    Busy(str(tmp_path), "first", loop, 0.05, log)  # registered first: its event comes first in the batch
+    timed = Busy(str(tmp_path), "timed", loop, 0.0, log)
+    timed.offsets, seen = [5 * MS], []
+    on_event, on_timer, after_events = timed._on_event, timed.on_timer, timed.after_events
+    loop.handlers[timed.fd] = lambda fd, mask, now: (seen.append(now), on_event(fd, mask, now))
+    timed.on_timer = lambda now: (seen.append(now), log.append("timer"), on_timer(now))
+    timed.after_events = lambda now: (seen.append(now), after_events(now))
+    _run(loop)
+    assert log == ["first", "timer", "timed"]  # the deadline was served within the batch, before the event
+    assert seen == sorted(seen)
