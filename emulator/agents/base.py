@@ -90,6 +90,7 @@ class AgentBase:
         self.running = True
         self.started = time.monotonic()
         self.scheduling = "normal"
+        self.cpu: int | None = None  # the CPU its process is pinned to
         loop.add(self)
 
     @staticmethod

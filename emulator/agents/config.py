@@ -3,7 +3,7 @@
 The fabric builder (:mod:`emulator.fabric.agent_config`) makes a
 :class:`SwitchConfig` or :class:`HostConfig` per node and writes it with
 :func:`dump` to the JSON file the agent is started with
-(``python -m emulator.agents.worker READY_FD KIND:CONFIG...``).  Its process
+(``python -m emulator.agents.worker READY_FD CPU KIND:CONFIG...``).  Its process
 reads it back with :func:`read`, which checks every field once: its type, and the
 ranges and cross-references that are cheap to check (a port index the
 switch has, a route through a port it has, an SL-to-VL map of 16 data VLs).
@@ -35,6 +35,7 @@ from emulator.wire.pfc import PRIORITIES
 
 MAX_MTU = 65535  # an IPv4 packet's total length field
 MAX_KEY_DIGITS = 18  # an integer key in the JSON (a DLID) has fewer digits; longer ones are not read
+MAX_CPUS = 8192  # the kernel's largest NR_CPUS
 
 T = TypeVar("T")
 
@@ -69,6 +70,11 @@ class _Checked:
         """Invariants between fields; raise ConfigError naming the field."""
 
 
+def _check_cpu(cpu: int | None) -> None:
+    if cpu is not None and not 0 <= cpu < MAX_CPUS:
+        raise ConfigError(f"rx_cpu: {shown(cpu)} is no CPU number (0 to {MAX_CPUS - 1})")
+
+
 def _check_mac(name: str, text: str) -> None:
     try:
         mac_bytes(text)
@@ -89,10 +95,12 @@ class PortConfig(_Checked):
     host_facing: bool
     loss: float = _within(0.0, 1.0)  # probability a frame is lost, each direction
     drop: tuple[int, ...]  # frames (1-based, each direction) always lost
+    rx_cpu: int | None = None  # the one CPU that receives its frames (the peer's process's), else spread by flow
 
     def check(self) -> None:
         _check_mac("mac", self.mac)
         _check_mac("peer_mac", self.peer_mac)
+        _check_cpu(self.rx_cpu)
 
 
 @dataclass(frozen=True)
@@ -183,10 +191,12 @@ class HostConfig(AgentConfig):
     ip: str
     verbs: str  # the verbs socket's path
     ib: HostIbConfig | None
+    rx_cpu: int | None = None  # as PortConfig's
 
     def check(self) -> None:
         _check_mac("mac", self.mac)
         _check_mac("peer_mac", self.peer_mac)
+        _check_cpu(self.rx_cpu)
 
 
 # --- the wire format: JSON ---------------------------------------------------------------------------

@@ -50,7 +50,7 @@ class HostAgent(AgentBase):
         self.sock.setblocking(False)
         self.watch(self.sock.fileno(), select.EPOLLIN, self._on_frame)
         self.rnic = Rnic(config, self.watch, self.modify, self.unwatch)
-        self.unordered = keep_flows_in_order([ifname], whole_link=config.ib is not None)
+        self.unordered = keep_flows_in_order([ifname], whole_link=config.ib is not None, rx_cpus=[config.rx_cpu])
 
     def _on_frame(self, _fd: int, _mask: int, now: int) -> None:
         while True:
@@ -124,6 +124,7 @@ class HostAgent(AgentBase):
         return {
             "host": self.name,
             "scheduling": self.scheduling,
+            "cpu": self.cpu,
             "pfc_received": list(self.pfc_received),
             "paused_ns": [self.state.paused_time(p, now) for p in range(PRIORITIES)],
             "paused_now": [self.state.is_paused(p) for p in range(PRIORITIES)],

@@ -115,7 +115,8 @@ class SwitchAgent(AgentBase):
         super().__init__(config, loop)
         self.seed = config.seed
         self.ports = [Port(i, spec, self.seed) for i, spec in enumerate(config.ports)]
-        self.unordered = keep_flows_in_order([port.ifname for port in self.ports], whole_link=config.ib is not None)
+        self.unordered = keep_flows_in_order([port.ifname for port in self.ports], whole_link=config.ib is not None,
+                                             rx_cpus=[port.rx_cpu for port in config.ports])
         by_name = {p.ifname: p for p in self.ports}
         self.by_fd = {p.fd: p for p in self.ports}
         self.routes = {
@@ -440,7 +441,7 @@ class SwitchAgent(AgentBase):
         if self.ib is not None:
             for cause in IB_DROPS:
                 totals[f"ib_{cause}"] = self.ib.total(cause)
-        return {"switch": self.name, "scheduling": self.scheduling, "ports": ports, "totals": totals,
+        return {"switch": self.name, "scheduling": self.scheduling, "cpu": self.cpu, "ports": ports, "totals": totals,
                 "rps_failed": self.unordered, "fidelity": self._fidelity()}
 
     def _wire(self, port: Port) -> EgressWire:

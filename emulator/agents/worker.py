@@ -1,8 +1,9 @@
 """A data-plane process: the agents of many nodes in one loop.
 
-Started as ``python -m emulator.agents.worker READY_FD KIND:CONFIG...``
-(KIND ``switch`` or ``host``).  It reads every config first (a bad one ends
-it with one line naming the file), builds each node's agent inside that
+Started as ``python -m emulator.agents.worker READY_FD CPU KIND:CONFIG...``
+(KIND ``switch`` or ``host``; CPU the one it runs on, or ``any``).  It reads
+every config first (a bad one ends it with one line naming the file), pins
+itself to CPU (see :mod:`emulator.kernel.rps` for why), builds each node's agent inside that
 node's namespace (its sockets stay there; a sysfs of the node is mounted
 for the time it takes, for RPS), returns to its own namespace, writes
 ``ready`` to READY_FD and serves all of them in one
@@ -72,10 +73,26 @@ def read_configs(specs: list[str]) -> list[tuple[str, AgentConfig]]:
     return configs
 
 
+def pin(cpu: str) -> int | None:
+    """Run only on ``cpu`` (a number, or ``any``); the CPU pinned to, or None.
+
+    A CPU this process may not use (a cpuset) costs speed, not order: each
+    interface still receives on one CPU.  So it is a notice in the log.
+    """
+    if cpu == "any":
+        return None
+    try:
+        os.sched_setaffinity(0, {int(cpu)})
+    except OSError as err:
+        print(f"notice: cannot run on CPU {cpu} ({err.strerror}); running unpinned", file=sys.stderr)
+        return None
+    return int(cpu)
+
+
 def main(argv: list[str]) -> None:
-    if len(argv) < 2 or not argv[0].isdigit():
-        sys.exit("usage: python -m emulator.agents.worker READY_FD KIND:CONFIG...")
-    ready_fd, configs = int(argv[0]), read_configs(argv[1:])
+    if len(argv) < 3 or not argv[0].isdigit() or not (argv[1].isdigit() or argv[1] == "any"):
+        sys.exit("usage: python -m emulator.agents.worker READY_FD CPU|any KIND:CONFIG...")
+    ready_fd, configs = int(argv[0]), read_configs(argv[2:])
     loop = Loop()
 
     def stop(_signum: int, _frame: object) -> None:
@@ -85,10 +102,11 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGINT, stop)
     private = private_mounts()  # if refused, no node's sysfs: RPS reports the interfaces it could not set
     policy = run_before_applications()
+    cpu = pin(argv[1])
     for kind, config in configs:
         with node_view(config.netns, sysfs=private):
             agent = AGENTS[kind][0](config, loop)
-        agent.scheduling = policy
+        agent.scheduling, agent.cpu = policy, cpu
     os.write(ready_fd, b"ready\n")
     os.close(ready_fd)
     loop.run()

@@ -40,15 +40,19 @@ def switch_mmu(node: NodePlan, fabric: str, overrides: dict[str, str]) -> MmuCon
     )
 
 
-def agent_configs(plan: FabricPlan, seed: int, mmu: dict[str, MmuConfig],
-                  subnet: Subnet | None, monitor: bool = True) -> dict[str, HostConfig | SwitchConfig]:
-    """Every node's agent config, in the plan's node order; ``mmu`` holds each switch's settings."""
-    return {node.name: _agent_config(plan, node, seed * 1000 + index, mmu, subnet, monitor)
+def agent_configs(plan: FabricPlan, seed: int, mmu: dict[str, MmuConfig], subnet: Subnet | None,
+                  monitor: bool = True, cpus: dict[str, int] | None = None) -> dict[str, HostConfig | SwitchConfig]:
+    """Every node's agent config, in the plan's node order; ``mmu`` holds each switch's settings.
+
+    ``cpus`` (node -> the CPU its process is pinned to) makes each interface
+    receive on its peer's CPU, the one that sends into it.
+    """
+    return {node.name: _agent_config(plan, node, seed * 1000 + index, mmu, subnet, monitor, cpus or {})
             for index, node in enumerate(plan.nodes.values(), start=1)}
 
 
 def _agent_config(plan: FabricPlan, node: NodePlan, seed: int, mmu_configs: dict[str, MmuConfig],
-                  subnet: Subnet | None, monitor: bool) -> HostConfig | SwitchConfig:
+                  subnet: Subnet | None, monitor: bool, cpus: dict[str, int]) -> HostConfig | SwitchConfig:
     directory = runstate.run_dir(plan.run)
     common = dict(name=node.name, netns=node.netns, control=runstate.control_socket(plan.run, node.name),
                   stats_file=os.path.join(directory, f"{node.name}.stats.json"), seed=seed,
@@ -58,14 +62,15 @@ def _agent_config(plan: FabricPlan, node: NodePlan, seed: int, mmu_configs: dict
         return HostConfig(**common, ifname=port.ifname, rate_bps=port.params.bw_bps, mtu=port.params.mtu,
                           mac=port.mac, peer_mac=port.peer_mac, ip=node.ip,
                           verbs=runstate.verbs_socket(plan.run, node.name),
-                          ib=_host_ib(plan, node, mmu_configs, subnet))
+                          ib=_host_ib(plan, node, mmu_configs, subnet), rx_cpu=cpus.get(port.peer_node))
     return SwitchConfig(
         **common, mmu=mmu_configs[node.name],
         occupancy_file=os.path.join(directory, f"{node.name}.occupancy.csv"),
         ports=tuple(
             PortConfig(ifname=p.ifname, mac=p.mac, peer_mac=p.peer_mac, rate_bps=p.params.bw_bps,
                        mtu=p.params.mtu, delay_ns=p.params.delay_ns,
-                       host_facing=plan.nodes[p.peer_node].kind == "host", loss=p.params.loss, drop=p.params.drop)
+                       host_facing=plan.nodes[p.peer_node].kind == "host", loss=p.params.loss, drop=p.params.drop,
+                       rx_cpu=cpus.get(p.peer_node))
             for p in node.ports
         ),
         routes={ip: tuple(ifnames) for ip, ifnames in plan.routes[node.name].items()},

@@ -36,7 +36,7 @@ from emulator.kernel.ethtool import disable_offloads
 from emulator.fabric.features import Features, probe_features, probe_namespace
 from emulator.fabric.node import Node
 from emulator.kernel.netns import create_namespace, entered, existing_namespaces
-from emulator.fabric.placement import check_workers, default_workers, place
+from emulator.fabric.placement import check_workers, default_workers, node_cpus, place, process_cpus
 from emulator.fabric.plan import GATEWAY_IP, FabricPlan, NodePlan, make_plan
 from emulator.fabric.ib_subnet import assign as assign_subnet
 from emulator.fabric.privileges import require_root
@@ -208,9 +208,11 @@ class Fabric:
         """The agents, many nodes to a data-plane process (:mod:`emulator.fabric.placement`)."""
         assert self.state is not None
         pending = {}
-        configs = agent_configs(self.plan, self.seed, self.mmu_configs, self.subnet, self.monitor)
         groups = place(self.plan, self.workers)
-        for number, group in enumerate(groups):
+        cpus = process_cpus(len(groups))
+        configs = agent_configs(self.plan, self.seed, self.mmu_configs, self.subnet, self.monitor,
+                                node_cpus(groups, cpus))
+        for number, (group, cpu) in enumerate(zip(groups, cpus)):
             specs = []
             for node in group:
                 # Not <node>.json: a node called "state" would overwrite the run's record, state.json.
@@ -224,7 +226,7 @@ class Fabric:
             # Uninterrupted: an agent started but not recorded would outlive the run.
             with runstate.create_file(log_path) as log, runstate.uninterrupted():
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "emulator.agents.worker", str(write_fd), *specs],
+                    [sys.executable, "-m", "emulator.agents.worker", str(write_fd), str(cpu), *specs],
                     pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     start_new_session=True, cwd=PACKAGE_PARENT,
                 )

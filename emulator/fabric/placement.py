@@ -6,7 +6,9 @@ a switch handles every frame of each of its ports, a host those of its one
 link, so a switch weighs its port count and a host one.  Nodes are placed
 heaviest first on the least loaded process (longest-processing-time
 first): on star,8 with two processes the switch gets one and the eight
-hosts the other.
+hosts the other.  Each process is pinned to a CPU of its own (round robin
+over the CPUs this process may use), so that every interface's frames are
+sent from one CPU and can be received there (:mod:`emulator.kernel.rps`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,17 @@ def place(plan: FabricPlan, workers: int) -> list[list[NodePlan]]:
         groups[lightest].append(node)
         loads[lightest] += weight(node)
     return groups
+
+
+def process_cpus(processes: int, allowed: set[int] | None = None) -> list[int]:
+    """The CPU each process is pinned to: the ``allowed`` ones (default: this process's) in turn."""
+    cpus = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+    return [cpus[number % len(cpus)] for number in range(processes)]
+
+
+def node_cpus(groups: list[list[NodePlan]], cpus: list[int]) -> dict[str, int]:
+    """Each node's CPU: its process's."""
+    return {node.name: cpu for group, cpu in zip(groups, cpus) for node in group}
 
 
 def weight(node: NodePlan) -> int:

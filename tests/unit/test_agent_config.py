@@ -127,11 +127,11 @@ def test_read_names_a_missing_file(tmp_path):
         read(str(tmp_path / "nosuch.json"), HostConfig)
 
 
-def _worker(tmp_path, *specs: str) -> tuple[subprocess.CompletedProcess, bytes]:
+def _worker(tmp_path, *specs: str, cpu: str = "any") -> tuple[subprocess.CompletedProcess, bytes]:
     """Run a data-plane process on ``specs``; its exit and what it wrote to its ready pipe."""
     read_fd, write_fd = os.pipe()
     try:
-        done = subprocess.run([sys.executable, "-m", "emulator.agents.worker", str(write_fd), *specs],
+        done = subprocess.run([sys.executable, "-m", "emulator.agents.worker", str(write_fd), cpu, *specs],
                               pass_fds=(write_fd,), cwd=ROOT, capture_output=True, text=True, timeout=30)
     finally:
         os.close(write_fd)
@@ -156,3 +156,22 @@ def test_a_worker_given_a_bad_argument_exits_with_one_line_before_it_is_ready(tm
     done, ready = _worker(tmp_path, spec)
     assert done.returncode != 0 and ready == b""
     assert done.stderr == f"bad agent argument {spec!r}: expected switch:CONFIG or host:CONFIG\n"
+
+
+@pytest.mark.parametrize("cpu", ["-1", "first", ""])
+def test_a_worker_given_no_cpu_exits_with_its_usage_before_it_is_ready(tmp_path, cpu):
+    path = tmp_path / "host.json"
+    path.write_text(json.dumps(_host_json()))
+    done, ready = _worker(tmp_path, f"host:{path}", cpu=cpu)
+    assert done.returncode != 0 and ready == b""
+    assert done.stderr == "usage: python -m emulator.agents.worker READY_FD CPU|any KIND:CONFIG...\n"
+
+
+@pytest.mark.parametrize("cpu", [-1, 8192, True])
+def test_a_receive_cpu_outside_the_kernels_range_is_one_line(cpu):
+    data = _host_json()
+    data["rx_cpu"] = cpu
+    with pytest.raises(ConfigError) as err:
+        load(HostConfig, json.dumps(data))
+    assert str(err.value) == ("rx_cpu: expected a whole number, got True" if cpu is True
+                              else f"rx_cpu: {cpu} is no CPU number (0 to 8191)")

@@ -1,12 +1,16 @@
-"""Which process serves which node (fabric/placement.py), and pingall's sample of host pairs (no root)."""
+"""Which process serves which node and on which CPU (fabric/placement.py, kernel/rps.py's masks), and
+pingall's sample of host pairs (no root)."""
 
 import pytest
 
 from emulator.errors import FabricError
 from emulator.fabric.node import Node
-from emulator.fabric.placement import place, weight
+from emulator.agents.config import SwitchConfig
+from emulator.fabric.agent_config import agent_configs, switch_mmu
+from emulator.fabric.placement import node_cpus, place, process_cpus, weight
 from emulator.fabric.plan import make_plan
 from emulator.fabric.reachability import _pairs
+from emulator.kernel.rps import rps_mask
 from topologies import FatTreeTopo, StarTopo
 
 
@@ -31,6 +35,36 @@ def test_fewer_nodes_than_processes_and_bad_counts():
     for bad in (0, 257):
         with pytest.raises(FabricError, match="workers"):
             place(plan, bad)
+
+
+def test_processes_take_the_allowed_cpus_in_turn():
+    assert process_cpus(5, {3, 1}) == [1, 3, 1, 3, 1]
+    assert process_cpus(1, {6}) == [6]
+
+
+def test_each_interface_receives_on_the_cpu_of_the_process_that_sends_into_it():
+    plan = make_plan(FatTreeTopo(k=4), "pl4")
+    groups = place(plan, 3)
+    cpus = node_cpus(groups, process_cpus(len(groups), {0, 1}))
+    assert len(set(cpus.values())) == 2 and set(cpus) == set(plan.nodes)
+    mmu = {s.name: switch_mmu(s, "lossless", {}) for s in plan.switches()}
+    configs = agent_configs(plan, 1, mmu, None, cpus=cpus)
+    for node in plan.nodes.values():
+        config = configs[node.name]
+        if isinstance(config, SwitchConfig):
+            assert [p.rx_cpu for p in config.ports] == [cpus[p.peer_node] for p in node.ports]
+        else:
+            assert config.rx_cpu == cpus[node.ports[0].peer_node]
+    unpinned = agent_configs(plan, 1, mmu, None)
+    assert {p.rx_cpu for c in unpinned.values() if isinstance(c, SwitchConfig) for p in c.ports} == {None}
+
+
+def test_rps_masks():
+    assert rps_mask("s1-eth1", 0, whole_link=False, rx_cpu=5, cpus=8) == "20"  # pinned: that CPU alone
+    assert rps_mask("s1-eth1", 0, whole_link=True, rx_cpu=0, cpus=8) == "1"
+    assert rps_mask("s1-eth1", 0, whole_link=False, rx_cpu=None, cpus=3) == "7"  # flows spread over all
+    whole = {rps_mask(f"s1-eth{i}", i, whole_link=True, rx_cpu=None, cpus=2) for i in range(8)}
+    assert whole == {"1", "2"}  # IB without pinning: one CPU per link, links spread
 
 
 def _hosts(n: int) -> list[Node]:
