@@ -183,3 +183,23 @@ def test_no_agent_sees_its_clock_run_backwards_when_a_deadline_is_served_within_
     _run(loop)
     assert log == ["first", "timer", "timed"]  # the deadline was served within the batch, before the event
     assert seen == sorted(seen)
+
+
+def test_each_agent_sends_right_after_its_own_events_not_after_every_agents(tmp_path):
+    """Two agents with an event in one batch: the first's after_events (what it sends) runs before the
+    second's handler, at a time no earlier than its own turn's start; the second's turn starts later."""
+    log: list[str] = []
+    loop = Loop()
+    first = Busy(str(tmp_path), "first", loop, 0.02, log)
+    second = Busy(str(tmp_path), "second", loop, 0.02, log)
+    times: dict[str, list[int]] = {"first": [], "second": []}
+    for agent in (first, second):
+        after_events = agent.after_events
+        agent.after_events = lambda now, a=agent, f=after_events: (log.append(f"{a.name} sends"),
+                                                                  times[a.name].append(now), f(now))
+    _run(loop)
+    assert log[:2] == ["first sends", "second sends"]  # the loop's start
+    assert log[2:6] == ["first", "first sends", "second", "second sends"]
+    assert times["second"][-1] - times["first"][-1] >= 20 * MS  # the second's turn began after the first's work
+    os.close(first.fd)
+    os.close(second.fd)
