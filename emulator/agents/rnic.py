@@ -43,7 +43,7 @@ from emulator.agents.memory import MAX_MR_BYTES, RegionTable
 from emulator.agents.verbs_messages import (
     MESSAGE_MAX, U32, U64, BadRequest, decode, integer, ipv4, optional_integer, rows,
 )
-from emulator.wire.roce import ETH_LEN
+from emulator.wire.mac import ETH_LEN
 from emulator.wire.transport import PSN_MASK
 from emulator.agents.rnic_links import make_link
 from emulator.kernel.packet_socket import kernel_drops, open_packet_socket

@@ -19,7 +19,8 @@ from emulator.model.credits import FABRIC_REFRESH_NS, CreditLink, CreditViolatio
 from emulator.model.rdma_params import IB_OVERHEAD
 from emulator.wire.ib import ETHERTYPE_IB, LRH_AT, SLP, decode_data, decode_fc, encode_data, encode_fc, packet_size
 from emulator.wire.transport import Packet
-from emulator.wire.roce import ETH_LEN, ROCE_PORT, Framer, decode
+from emulator.wire.mac import ETH_LEN
+from emulator.wire.roce import ROCE_PORT, Framer, decode
 
 ETH_P_IP = 0x0800
 SO_ATTACH_FILTER = 26

@@ -29,7 +29,7 @@ from typing import Any
 from emulator.agents.base import AgentBase
 from emulator.agents.loop import Loop
 from emulator.agents.config import PortConfig, SwitchConfig
-from emulator.wire.mac import mac_bytes
+from emulator.wire.mac import ETH_LEN, mac_bytes
 from emulator.wire.ib import ETH_IB
 from emulator.wire.pfc import ETH_MAC_CONTROL, PRIORITIES, decode_pfc, encode_pfc
 from emulator.kernel.packet_socket import (
@@ -37,7 +37,7 @@ from emulator.kernel.packet_socket import (
 )
 from emulator.kernel.rps import keep_flows_in_order
 from emulator.model.forwarding import (
-    ETH_ARP, ETH_CONTROL, ETH_IPV4, ETH_LEN, arp_reply, ecmp_index, ipv4_ok, priority, routed,
+    ETH_ARP, ETH_CONTROL, ETH_IPV4, arp_reply, ecmp_index, ipv4_ok, priority, routed,
 )
 from emulator.model.fidelity import Durations, EgressWire, verdict
 from emulator.model.ib_plane import IB_DROPS, IbPlane

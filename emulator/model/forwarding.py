@@ -15,11 +15,12 @@ from __future__ import annotations
 import ipaddress
 import zlib
 
+from emulator.wire.mac import ETH_LEN
+
 ETH_IPV4 = b"\x08\x00"
 ETH_ARP = b"\x08\x06"
 ETH_CONTROL = b"\x88\xb5"  # hosts' pause-gate and kick frames
 IPPROTO_TCP, IPPROTO_UDP = 6, 17
-ETH_LEN = 14
 IPV4_MIN = ETH_LEN + 20
 FABRIC_NET = ipaddress.IPv4Network("10.0.0.0/8")
 

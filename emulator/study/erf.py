@@ -34,7 +34,8 @@ from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 from emulator.errors import FabricError, printable
-from emulator.wire.ib import ETH_LEN, FC_LEN, LRH_AT, SLP, data_end, is_ib
+from emulator.wire.ib import FC_LEN, LRH_AT, SLP, data_end, is_ib
+from emulator.wire.mac import ETH_LEN
 from emulator.study.pcapfile import read_frames
 from emulator.study.safefiles import Outputs, list_inside, open_inside
 

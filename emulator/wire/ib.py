@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import crcmod
 
-from emulator.wire.mac import mac_bytes, mac_text
+from emulator.wire.mac import ETH_LEN, mac_bytes, mac_text
 from emulator.wire.transport import Opcode, Packet
 from emulator.wire.roce import BECN, pack_transport, unpack_transport
 
@@ -52,7 +52,6 @@ OP_NORMAL, OP_INIT = 0, 1
 SLS = 16  # service levels: LRH.SL is 4 bits, and an SL-to-VL map has an entry for each
 MANAGEMENT_VL = 15  # carries subnet management only; data VLs are 0 to 14
 
-ETH_LEN = 14
 LRH_AT = ETH_LEN + 1  # after the Ethernet header and the delimiter
 LRH_LEN, BTH_LEN, ICRC_LEN, VCRC_LEN, FC_LEN = 8, 12, 4, 2, 6
 BTH_AT = LRH_AT + LRH_LEN

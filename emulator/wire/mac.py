@@ -1,4 +1,6 @@
-"""MAC addresses between their text form (plans, configs) and wire bytes."""
+"""MAC addresses between their text form (plans, configs) and wire bytes, and the Ethernet header's size."""
+
+ETH_LEN = 14  # destination and source MAC, EtherType: every frame here starts with these (no VLAN tag)
 
 
 def mac_bytes(text: str) -> bytes:

@@ -34,7 +34,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from emulator.wire.mac import mac_bytes
+from emulator.wire.mac import ETH_LEN, mac_bytes
 from emulator.wire.transport import HAS_AETH, HAS_IMM, HAS_PAYLOAD, HAS_RETH, Opcode, Packet
 
 ROCE_PORT = 4791
@@ -47,7 +47,7 @@ BECN = 0x40  # BTH byte 4 of a CNP
 CNP_BODY_LEN = 16  # reserved zero bytes after a CNP's BTH
 _CNP = int(Opcode.CNP)  # an int compares faster than the enum member
 
-ETH_LEN, IP_LEN, UDP_LEN, BTH_LEN, ICRC_LEN = 14, 20, 8, 12, 4
+IP_LEN, UDP_LEN, BTH_LEN, ICRC_LEN = 20, 8, 12, 4
 IP_AT = ETH_LEN
 MIN_FRAME = ETH_LEN + IP_LEN + UDP_LEN + BTH_LEN + ICRC_LEN
 
