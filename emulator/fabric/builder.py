@@ -209,7 +209,7 @@ class Fabric:
         assert self.state is not None
         pending = {}
         groups = place(self.plan, self.workers)
-        cpus = process_cpus(len(groups))
+        cpus = process_cpus(len(groups), os.sched_getaffinity(0))
         configs = agent_configs(self.plan, self.seed, self.mmu_configs, self.subnet, self.monitor,
                                 node_cpus(groups, cpus))
         for number, (group, cpu) in enumerate(zip(groups, cpus)):

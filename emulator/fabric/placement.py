@@ -41,9 +41,9 @@ def place(plan: FabricPlan, workers: int) -> list[list[NodePlan]]:
     return groups
 
 
-def process_cpus(processes: int, allowed: set[int] | None = None) -> list[int]:
-    """The CPU each process is pinned to: the ``allowed`` ones (default: this process's) in turn."""
-    cpus = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+def process_cpus(processes: int, allowed: set[int]) -> list[int]:
+    """The CPU each process is pinned to: the ``allowed`` ones (the builder's affinity) in turn."""
+    cpus = sorted(allowed)
     return [cpus[number % len(cpus)] for number in range(processes)]
 
 

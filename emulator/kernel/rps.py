@@ -36,10 +36,17 @@ def rps_mask(ifname: str, number: int, whole_link: bool, rx_cpu: int | None, cpu
     flows spread over every CPU.
     """
     if rx_cpu is not None:
-        return format(1 << rx_cpu, "x")
+        return _bitmap(1 << rx_cpu)
     if whole_link:
-        return format(1 << (zlib.crc32(ifname.encode()) + number) % cpus, "x")
-    return format((1 << cpus) - 1, "x")
+        return _bitmap(1 << (zlib.crc32(ifname.encode()) + number) % cpus)
+    return _bitmap((1 << cpus) - 1)
+
+
+def _bitmap(bits: int) -> str:
+    """A CPU mask as sysfs reads it: hex in 32-bit groups separated by commas, e.g. ``1,00000000`` for CPU 32."""
+    text = format(bits, "x")
+    groups = [text[max(0, end - 8):end] for end in range(len(text), 0, -8)]
+    return ",".join(reversed(groups))
 
 
 def keep_flows_in_order(ifnames: list[str], whole_link: bool = False,

@@ -65,6 +65,8 @@ def test_rps_masks():
     assert rps_mask("s1-eth1", 0, whole_link=False, rx_cpu=None, cpus=3) == "7"  # flows spread over all
     whole = {rps_mask(f"s1-eth{i}", i, whole_link=True, rx_cpu=None, cpus=2) for i in range(8)}
     assert whole == {"1", "2"}  # IB without pinning: one CPU per link, links spread
+    assert rps_mask("s1-eth1", 0, whole_link=False, rx_cpu=32, cpus=64) == "1,00000000"  # 32-bit groups
+    assert rps_mask("s1-eth1", 0, whole_link=False, rx_cpu=None, cpus=40) == "ff,ffffffff"
 
 
 def _hosts(n: int) -> list[Node]:
