@@ -8,6 +8,7 @@ clear line.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -62,6 +63,12 @@ def test_write_read_send_across_a_leafspine_and_cpu_against_tcp():
         assert server["server_cpu_s"] < tcp_server["server_cpu_s"], (server, tcp_server)
         stats = net.stats()
         assert stats["totals"]["drops"] == 0
+        # Each data-plane process runs on a CPU of its own; every interface got its receive CPU (RPS).
+        agents = {**stats["switches"], **stats["hosts"]}
+        cpus = {name: agent["cpu"] for name, agent in agents.items()}
+        assert set(cpus.values()) <= os.sched_getaffinity(0), cpus
+        assert len(set(cpus.values())) == min(net.workers, len(os.sched_getaffinity(0))), cpus
+        assert all(agent["rps_failed"] == [] for agent in agents.values()), agents
 
 
 class LossyLeafSpine(LeafSpineTopo):
