@@ -120,10 +120,10 @@ class Framer:
         crc = zlib.crc32(_PADS[pad], zlib.crc32(payload, zlib.crc32(headers, crc)))
         headers[4] = BECN if op == _CNP else 0
 
-        body = b"".join((headers, payload, _PADS[pad], crc.to_bytes(4, "little")))
         ip_check = -(self._ip_sum + total_len + ident) % 0xFFFF
-        return _HEADERS.pack(self._eth_ip, total_len, ident, self._ip_mid, ip_check,
-                             self._addrs_ports, udp_len, 0) + body
+        return b"".join((_HEADERS.pack(self._eth_ip, total_len, ident, self._ip_mid, ip_check,
+                                       self._addrs_ports, udp_len, 0),
+                         headers, payload, _PADS[pad], crc.to_bytes(4, "little")))  # one copy of the payload
 
 
 def pack_transport(packet: Packet) -> bytearray:
