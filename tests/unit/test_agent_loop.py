@@ -203,3 +203,31 @@ def test_each_agent_sends_right_after_its_own_events_not_after_every_agents(tmp_
     assert times["second"][-1] - times["first"][-1] >= 20 * MS  # the second's turn began after the first's work
     os.close(first.fd)
     os.close(second.fd)
+
+
+class TwoPorts(Busy):
+    """A busy agent with two descriptors ready at once (a switch with two ports that both have frames)."""
+
+    def __init__(self, tmp: str, name: str, loop: Loop, busy_s: float, log: list[str]) -> None:
+        super().__init__(tmp, name, loop, busy_s, log)
+        self.second_fd = os.eventfd(1, os.EFD_NONBLOCK)
+        self.watch(self.second_fd, select.EPOLLIN, self._on_second)
+
+    def _on_second(self, _fd: int, _mask: int, _now: int) -> None:
+        os.eventfd_read(self.second_fd)
+        self.log.append(f"{self.name} 2")
+        time.sleep(self.busy_s)
+
+
+def test_a_deadline_that_comes_during_one_of_an_agents_handlers_does_not_wait_for_its_others(tmp_path):
+    """One agent's two descriptors in one batch; another agent's deadline comes during the first handler:
+    it is served between them, not after the first agent's whole turn."""
+    log: list[str] = []
+    loop = Loop()
+    ports = TwoPorts(str(tmp_path), "ports", loop, 0.05, log)
+    timed = Ticker(str(tmp_path), "timed", loop, [5 * MS])
+    timed.on_timer = lambda now, original=timed.on_timer: (log.append("timed"), original(now))
+    _run(loop)
+    assert log == ["ports", "timed", "ports 2"]
+    os.close(ports.fd)
+    os.close(ports.second_fd)
