@@ -490,7 +490,8 @@ class Removed:
         return "removed " + "; ".join(parts)
 
 
-def _remove_run_dir(run: str, removed: Removed) -> None:
+def remove_run_dir(run: str, removed: Removed) -> None:
+    """Remove the directory of run ``run`` if it is ours (a real directory we own); note what was left alone."""
     path = run_dir(run)
     why = _not_own_dir(path)
     if why is None:
@@ -516,7 +517,7 @@ def destroy(state: RunState, removed: Removed | None = None) -> Removed:
             if name in present:
                 remove_namespace(name)
                 removed.namespaces.append(name)
-        _remove_run_dir(state.run, removed)
+        remove_run_dir(state.run, removed)
     return removed
 
 
@@ -529,5 +530,5 @@ def clean_all() -> Removed:
         for state in found.runs:
             destroy(state, removed)
         for name in found.orphans:
-            _remove_run_dir(name, removed)
+            remove_run_dir(name, removed)
     return removed

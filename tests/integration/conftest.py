@@ -70,6 +70,11 @@ def fabric_processes() -> set[ProcessId]:
 AGENT_COMMAND = re.compile(rb"emulator\.(switch|host)\.agent")
 
 
+def _run_names() -> set[str]:
+    found = runstate.scan()
+    return {s.run for s in found.runs} | set(found.orphans)
+
+
 def leaked_processes(before: set[ProcessId]) -> list[str]:
     """Fabric processes that were not there ``before`` and do not end within REAP_WAIT; their
     command lines.  They are killed, so that one leak does not spoil the next test."""
@@ -91,14 +96,23 @@ def _command(pid: int) -> str:
 
 @pytest.fixture(autouse=True)
 def no_leftovers():
-    """Every test must leave no namespace, run directory or process behind."""
-    before, before_procs = existing_namespaces(), fabric_processes()
+    """Every test must leave no namespace, run directory or process behind.
+
+    Only what appeared during the test counts, and only that is removed: a run
+    that was up before (a user's ``fabric-emu up``, another suite on the same
+    machine) is neither blamed on the test nor touched."""
+    before, before_procs, before_runs = existing_namespaces(), fabric_processes(), _run_names()
     yield
     found = runstate.scan()
-    runs = [s.run for s in found.runs] + found.orphans
+    new_states = [s for s in found.runs if s.run not in before_runs]
+    new_orphans = [name for name in found.orphans if name not in before_runs]
+    runs = sorted([s.run for s in new_states] + new_orphans)
     leaked = sorted(existing_namespaces() - before)
-    if runs or leaked:
-        runstate.clean_all()
+    removed = runstate.Removed()
+    for state in new_states:
+        runstate.destroy(state, removed)
+    for name in new_orphans:
+        runstate.remove_run_dir(name, removed)
     procs = leaked_processes(before_procs)
     assert not runs, f"test left runs behind: {runs}"
     assert not leaked, f"test left namespaces behind: {leaked}"
