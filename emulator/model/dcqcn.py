@@ -1,0 +1,229 @@
+"""DCQCN congestion control (Zhu et al., SIGCOMM 2015), sans-I/O.
+
+Three parts, of which the switch's is the MMU's ECN marking on a RED ramp
+(:mod:`emulator.model.mmu`); this module has the two an RNIC plays:
+
+- the *notification point* (receiving RNIC): a CE-marked packet of a QP
+  makes it send a CNP to the QP's peer, at most once per CNP interval per QP;
+- the *reaction point* (sending RNIC), per QP: a rate limiter and DCQCN's
+  state machine.  On a CNP the target rate takes the current rate, the
+  current rate is cut by alpha/2 and alpha grows by g; alpha decays by
+  (1 - g) every alpha period without a CNP.  Rate increase events come from
+  a timer and from a byte counter; in the first F events of either the
+  current rate moves half way to the target (fast recovery), once both
+  counters have passed F the target grows by R_HAI first (hyper increase),
+  in between by R_AI (additive increase), and each is followed by the same
+  halving of the gap.
+  When the current rate is back at the line rate the limiter lets go, and
+  its timers stop, until the next CNP.
+
+The models read no clock: time comes in as ``now`` (ns), rates are integer
+bit/s (the halving rounds up, so the rate reaches the line rate exactly).
+:class:`DcqcnParams` holds the values in the modelled fabric's units;
+:meth:`DcqcnParams.emulated` turns them into the emulated link's (times x D,
+rates / D, sizes unchanged: :mod:`emulator.model.dilation`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from emulator.errors import FabricError, shown
+from emulator.units import format_rate, format_size, format_time, parse_rate, parse_size, parse_time
+
+CC_NAMES = ("none", "dcqcn")
+MAX_PERIOD_NS = 60 * 10**9  # a DCQCN time constant of at most a minute (after dilation: a day)
+
+
+@dataclass(frozen=True)
+class DcqcnParams:
+    """DCQCN's constants, by default the DCQCN authors' own (their ns-3 configuration, for 40 Gbit/s links).
+
+    ``reference_bps`` is the link rate the set was tuned for: a fabric given
+    no modelled rate is taken to be that fast for congestion control (the
+    caller says so), since R_AI and R_HAI are absolute rates.
+    """
+
+    cnp_interval_ns: int = 50_000
+    alpha_period_ns: int = 55_000
+    g: float = 1 / 256
+    increase_period_ns: int = 55_000
+    byte_counter: int = 10_000_000
+    fast_recovery: int = 5
+    rai_bps: int = 40_000_000
+    rhai_bps: int = 200_000_000
+    min_rate_bps: int = 1_000_000
+    reference_bps: int = 40_000_000_000
+
+    def emulated(self, factor: float) -> "DcqcnParams":
+        """The same constants at time dilation D = ``factor``: times x D, rates / D, sizes and counts as they are."""
+        return dataclasses.replace(
+            self,
+            cnp_interval_ns=max(1, round(self.cnp_interval_ns * factor)),
+            alpha_period_ns=max(1, round(self.alpha_period_ns * factor)),
+            increase_period_ns=max(1, round(self.increase_period_ns * factor)),
+            rai_bps=max(1, round(self.rai_bps / factor)), rhai_bps=max(1, round(self.rhai_bps / factor)),
+            min_rate_bps=max(1, round(self.min_rate_bps / factor)), reference_bps=max(1, round(self.reference_bps / factor)),
+        )
+
+    def describe(self) -> str:
+        return (f"CNP interval {format_time(self.cnp_interval_ns)}, alpha period {format_time(self.alpha_period_ns)}, "
+                f"g {self.g:g}, increase timer {format_time(self.increase_period_ns)}, byte counter "
+                f"{format_size(self.byte_counter)}, F {self.fast_recovery}, R_AI {format_rate(self.rai_bps)}, "
+                f"R_HAI {format_rate(self.rhai_bps)}, min rate {format_rate(self.min_rate_bps)}")
+
+
+# --cc dcqcn,KEY=VALUE,...: the settable constants, how each is read, and its range.
+_OPTIONS: dict[str, tuple[str, Any, Any, Any]] = {
+    "cnp_interval": ("cnp_interval_ns", parse_time, 1, MAX_PERIOD_NS),
+    "alpha_period": ("alpha_period_ns", parse_time, 1, MAX_PERIOD_NS),
+    "g": ("g", float, 1e-6, 1.0),
+    "increase_period": ("increase_period_ns", parse_time, 1, MAX_PERIOD_NS),
+    "byte_counter": ("byte_counter", parse_size, 1, 1 << 40),
+    "f": ("fast_recovery", int, 0, 1000),
+    "rai": ("rai_bps", parse_rate, 1, 10**13),
+    "rhai": ("rhai_bps", parse_rate, 1, 10**13),
+    "min_rate": ("min_rate_bps", parse_rate, 1, 10**13),
+    "reference": ("reference_bps", parse_rate, 1, 10**13),
+}
+CC_OPTIONS = tuple(_OPTIONS)
+
+
+def parse_cc(text: Any) -> DcqcnParams | None:
+    """``none``, ``dcqcn`` or ``dcqcn,key=value,...`` (keys: CC_OPTIONS, modelled units) to params; one-line errors."""
+    if not isinstance(text, str):
+        raise FabricError(f"bad congestion control {shown(text)}: expected none or dcqcn[,key=value...]")
+    name, *items = [part.strip() for part in text.split(",")]
+    if name not in CC_NAMES:
+        raise FabricError(f"unknown congestion control {shown(name)}; known: {', '.join(CC_NAMES)}")
+    if name == "none":
+        if items:
+            raise FabricError("congestion control none takes no options")
+        return None
+    values: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not value:
+            raise FabricError(f"bad dcqcn option {shown(item)}: expected key=value, e.g. rai=40mbit")
+        if key not in _OPTIONS:
+            raise FabricError(f"unknown dcqcn option {shown(key)}; known: {', '.join(CC_OPTIONS)}")
+        field_name, parse, low, high = _OPTIONS[key]
+        try:
+            number = parse(value)
+        except FabricError as err:  # the units' own one line
+            raise FabricError(f"dcqcn {key}: {err}") from None
+        except (ValueError, OverflowError):
+            raise FabricError(f"bad dcqcn {key} {shown(value)}") from None
+        if not low <= number <= high:
+            raise FabricError(f"bad dcqcn {key} {shown(value)}: expected {low:g} to {high:g} "
+                              f"({'ns' if field_name.endswith('_ns') else 'bit/s' if field_name.endswith('_bps') else 'units'})")
+        values[field_name] = number
+    return DcqcnParams(**values)
+
+
+class NotificationPoint:
+    """The receiving RNIC's side: whether a CE-marked packet of a QP earns its peer a CNP now."""
+
+    def __init__(self, interval_ns: int) -> None:
+        self.interval_ns = interval_ns
+        self._last: dict[int, int] = {}  # local QPN -> when its last CNP was sent
+        self.ce_received = 0
+        self.cnps = 0
+
+    def on_ce(self, now: int, qpn: int) -> bool:
+        """A CE-marked packet arrived for QP ``qpn`` at ``now``: True if a CNP is to be sent for it."""
+        self.ce_received += 1
+        last = self._last.get(qpn)
+        if last is not None and now - last < self.interval_ns:
+            return False
+        self._last[qpn] = now
+        self.cnps += 1
+        return True
+
+    def forget(self, qpn: int) -> None:
+        self._last.pop(qpn, None)
+
+
+class ReactionPoint:
+    """The sending RNIC's side for one QP: its current and target rate, alpha, and the pacing of its frames."""
+
+    def __init__(self, params: DcqcnParams, line_rate_bps: int) -> None:
+        self.p = params
+        self.line_bps = line_rate_bps
+        self.rate_bps = line_rate_bps  # RC
+        self.target_bps = line_rate_bps  # RT
+        self.alpha = 1.0
+        self.limited = False  # the limiter holds the QP below the line rate
+        self.timer_events = 0  # T
+        self.byte_events = 0  # BC
+        self._bytes = 0  # sent since the last byte-counter event
+        self._alpha_since: int | None = None  # when alpha last changed (it decays while the limiter is off too)
+        self.alpha_deadline: int | None = None
+        self.increase_deadline: int | None = None
+        self.ready_at = 0  # the earliest time the next frame may leave (pacing at RC)
+        self.counters = {"cnps": 0, "decreases": 0, "increases": 0, "released": 0}
+
+    def on_cnp(self, now: int) -> None:
+        """A CNP for this QP: cut the rate, raise alpha, start the increase stages over."""
+        p = self.p
+        self.counters["cnps"] += 1
+        self.counters["decreases"] += 1
+        if not self.limited and self._alpha_since is not None:  # the periods without a CNP since the release
+            self.alpha *= (1 - p.g) ** ((now - self._alpha_since) // p.alpha_period_ns)
+        self.target_bps = self.rate_bps
+        self.rate_bps = max(p.min_rate_bps, round(self.rate_bps * (1 - self.alpha / 2)))
+        self.alpha = (1 - p.g) * self.alpha + p.g
+        self._alpha_since = now
+        self.timer_events = self.byte_events = self._bytes = 0
+        self.alpha_deadline = now + p.alpha_period_ns
+        self.increase_deadline = now + p.increase_period_ns
+        self.limited = True
+
+    def may_send(self, now: int) -> bool:
+        return not self.limited or now >= self.ready_at
+
+    def on_sent(self, now: int, size: int) -> None:
+        """A frame of ``size`` bytes of this QP left at ``now``: the pacer and the byte counter move."""
+        if not self.limited:
+            return
+        start = now if now > self.ready_at else self.ready_at
+        self.ready_at = start + size * 8_000_000_000 // self.rate_bps
+        self._bytes += size
+        if self._bytes >= self.p.byte_counter:
+            self._bytes -= self.p.byte_counter
+            self._increase()
+            self.byte_events += 1
+
+    def next_deadline(self) -> int | None:
+        if not self.limited:
+            return None
+        return min(self.alpha_deadline, self.increase_deadline)  # type: ignore[type-var]
+
+    def on_timer(self, now: int) -> None:
+        """Serve the alpha and rate-increase timers due by ``now``, each period it missed too."""
+        p = self.p
+        while self.limited and self.alpha_deadline is not None and self.alpha_deadline <= now:
+            self.alpha *= 1 - p.g
+            self._alpha_since = self.alpha_deadline
+            self.alpha_deadline += p.alpha_period_ns
+        while self.limited and self.increase_deadline is not None and self.increase_deadline <= now:
+            self.increase_deadline += p.increase_period_ns
+            self._increase()
+            self.timer_events += 1
+
+    def _increase(self) -> None:
+        """One increase event; T and BC count the events before it, so the first F of each are fast recovery."""
+        p = self.p
+        t, bc = self.timer_events, self.byte_events
+        if max(t, bc) >= p.fast_recovery:  # past fast recovery: the target grows
+            self.target_bps += p.rhai_bps if min(t, bc) > p.fast_recovery else p.rai_bps
+            self.target_bps = min(self.target_bps, self.line_bps)
+        self.rate_bps = min(self.line_bps, (self.target_bps + self.rate_bps + 1) // 2)
+        self.counters["increases"] += 1
+        if self.rate_bps >= self.line_bps:  # back at the line rate: the limiter lets go (alpha decays on paper)
+            self.limited = False
+            self.alpha_deadline = self.increase_deadline = None
+            self.counters["released"] += 1
