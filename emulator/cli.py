@@ -29,10 +29,11 @@ from emulator.fabric.stats import collect_stats
 from emulator.fabric.teardown import finish_run
 from emulator.fabric.node import Node
 from emulator.fabric.plan import DEFAULT_LINK, dilated, link_params
+from emulator.model.dcqcn import CC_OPTIONS, at_link, parse_cc
 from emulator.model.rdma_params import PATHS_MTU
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, parse_overrides
 from emulator.fabric.topospec import build_topo, topo_parameters
-from emulator.units import parse_size
+from emulator.units import format_rate, parse_size
 from topologies import topos as builtin_topos
 
 
@@ -63,16 +64,23 @@ def _fabric(args: argparse.Namespace) -> Fabric:
     link = parse_options(args.link, DEFAULT_LINK, "--link")
     switch = parse_options(args.switch, dict.fromkeys(SWITCH_OPTIONS), "--switch")
     link_params({}, link)  # reject bad values before asking for root
+    factor = None
     if getattr(args, "model", None) is not None:
         written = link.get("delay", DEFAULT_LINK["delay"])
         link, factor = dilated(link, args.model)
         progress(f"modelled at {args.model}: D = {factor:g}; link delay {written} (modelled) is waited "
                  f"{link['delay']} here; measured times divided by D are the modelled fabric's")
+    cc = parse_cc(getattr(args, "cc", None) or "none")
+    if cc is not None:
+        scaled, cc_factor = at_link(cc, link_params({}, link).bw_bps, factor)
+        given = "the modelled rate's" if factor is not None else f"the constants' reference rate {format_rate(cc.reference_bps)} over the link's"
+        progress(f"DCQCN with times x {cc_factor:g} and rates / {cc_factor:g} ({given}): {scaled.describe()}")
     parse_overrides(switch)
     require_root()
     return Fabric(topo, link=link, name=getattr(args, "name", None), spec=args.topo, fabric=args.fabric,
                   switch=switch, seed=args.seed, capture=getattr(args, "capture", None),
-                  telemetry=getattr(args, "telemetry", None), log=progress, workers=args.workers)
+                  telemetry=getattr(args, "telemetry", None), log=progress, workers=args.workers, cc=cc,
+                  dilation=factor)
 
 
 def _pick_run(run: str | None) -> runstate.RunState:
@@ -369,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", metavar="RATE",
                    help="the real fabric's link rate, e.g. 400gbit: time dilation D = RATE / bw; --link delay is "
                         "then modelled time, waited D times")
+    p.add_argument("--cc", metavar="CC", default="none",
+                   help="the RNICs' congestion control: none (default) or dcqcn[,key=value...] with keys "
+                        f"{', '.join(CC_OPTIONS)} (modelled units; RoCE fabrics only)")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("down", help="tear a running fabric down")

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from emulator.errors import one_line, shown
+from emulator.model.dcqcn import DcqcnParams
 from emulator.model.mmu import MmuConfig
 from emulator.wire.ib import MANAGEMENT_VL, SLS
 from emulator.wire.mac import mac_bytes
@@ -192,6 +193,8 @@ class HostConfig(AgentConfig):
     verbs: str  # the verbs socket's path
     ib: HostIbConfig | None
     rx_cpu: int | None = None  # as PortConfig's
+    cc: DcqcnParams | None = None  # DCQCN in the emulated link's units, or no congestion control
+    rates_file: str | None = None  # where the RNIC writes its QPs' DCQCN rate trace (CSV) when it stops
 
     def check(self) -> None:
         _check_mac("mac", self.mac)
@@ -287,7 +290,7 @@ def _parse_dataclass(kind: Any, value: Any, where: str) -> Any:
     parsed = {name: _parse(hints[name], item, _joined(where, name)) for name, item in value.items()}
     try:
         return kind(**parsed)
-    except ConfigError as err:  # the class's own checks name the field within it
+    except ValueError as err:  # the class's own checks (ConfigError, or a model's ValueError) name the field
         raise ConfigError(_joined(where, str(err))) from None
 
 

@@ -44,9 +44,11 @@ from emulator.agents.verbs_messages import (
     MESSAGE_MAX, U32, U64, BadRequest, decode, integer, ipv4, optional_integer, rows,
 )
 from emulator.wire.mac import ETH_LEN
-from emulator.wire.transport import PSN_MASK
+from emulator.wire.roce import CNP_DSCP
+from emulator.wire.transport import PSN_MASK, Opcode, Packet
 from emulator.agents.rnic_links import make_link
 from emulator.kernel.packet_socket import kernel_drops, open_packet_socket
+from emulator.model.dcqcn import NotificationPoint, ReactionPoint
 from emulator.model.fidelity import EgressWire
 from emulator.model.rc import (
     Completion, RcConfig, RcQueuePair, RecvWR, SendWR, WcOpcode, WrOpcode, default_timeout_ns,
@@ -63,6 +65,8 @@ MAX_PER_CLIENT = 1024  # QPs, CQs and memory regions of one context
 MAX_QP_WR = 32768  # work requests a send or receive queue holds (mlx5 reports 32768 too)
 MAX_OUTBOX = 65536  # replies and completion messages an application may leave unread
 MAX_START_AHEAD_NS = 3600 * 10**9  # a timed post starts within an hour
+MAX_RATE_ROWS = 1 << 20  # rows of the DCQCN rate trace kept (about 60 MiB at most); later changes are counted
+RATE_HEADER = "time_ns,host,qpn,remote,rate_bps,target_bps,alpha,event\n"
 SEND_WR_COLUMNS = (("wr_id", 0, U64), ("opcode", min(WrOpcode), max(WrOpcode)), ("addr", 0, U64),
                    ("length", 0, U32), ("lkey", 0, U32), ("remote_addr", 0, U64), ("rkey", 0, U32),
                    ("imm", 0, U32), ("signaled", 0, 1))
@@ -82,6 +86,8 @@ class QpEntry:
     initial_psn: int
     qp: RcQueuePair | None = None
     framer: Any = None  # encodes this QP's packets for the link (RoCEv2 or native IB)
+    rp: ReactionPoint | None = None  # DCQCN's rate limiter of this QP, when the fabric runs it
+    cnp_framer: Any = None  # encodes the CNPs this QP's peer is sent (DCQCN's notification point)
     remote_ip: str = ""
     early_recvs: list[RecvWR] = field(default_factory=list)
     deferred: int = 0  # WRs posted with a start time and not yet handed to the transport
@@ -125,7 +131,17 @@ class Rnic:
         self._deferred: list[tuple[int, int, list[SendWR]]] = []  # (start ns, qpn, WRs), by start
         self.counters = {"frames_sent": 0, "frames_received": 0, "bytes_sent": 0, "icrc_errors": 0,
                          "unknown_qp": 0, "send_blocked": 0, "credit_waits": 0, "rx_kernel_drops": 0,
-                         "bad_requests": 0, "clients_refused": 0, "clients_dropped": 0}
+                         "bad_requests": 0, "clients_refused": 0, "clients_dropped": 0,
+                         "cnps_sent": 0, "cnps_received": 0, "paced_waits": 0}
+        # DCQCN (RoCE only: the IB fabric's flow control is its credits): the notification point for the
+        # QPs' CE-marked arrivals, a reaction point per QP, the rate trace.
+        self.cc = config.cc if config.ib is None else None
+        self.np = NotificationPoint(self.cc.cnp_interval_ns) if self.cc is not None else None
+        self.name = config.name
+        self.rates_file = config.rates_file
+        self.rate_rows: list[str] = []
+        self.rate_rows_dropped = 0
+        self._paced: set[int] = set()  # QPs with data held back by their rate limiter
         self.link_waiting = False
         self._control: deque[bytes] = deque()
         self.closed_qp_counters: dict[str, int] = {}
@@ -178,6 +194,15 @@ class Rnic:
             if entry is None or entry.qp is None or source != entry.remote_ip:
                 self.counters["unknown_qp"] += 1
                 continue
+            if packet.opcode == Opcode.CNP:
+                self.counters["cnps_received"] += 1
+                if entry.rp is not None:
+                    entry.rp.on_cnp(now)
+                    self._trace(now, entry, "cnp")
+                continue
+            if packet.ecn_ce and self.np is not None and self.np.on_ce(now, entry.qpn):
+                self._control.append(entry.cnp_framer.encode(Packet(Opcode.CNP, entry.qp.remote_qpn, 0)))
+                self.counters["cnps_sent"] += 1
             entry.qp.receive(now, packet)
 
     def _on_writable(self, now: int) -> None:
@@ -257,10 +282,23 @@ class Rnic:
         while entries:
             ready = []
             for entry in entries:
-                packet = entry.qp.next_packet(now)
+                rp = entry.rp
+                if rp is None or rp.may_send(now):
+                    packet = entry.qp.next_packet(now)
+                else:  # held to its rate: its ACKs may go, and it is woken when its next frame may
+                    packet = entry.qp.next_packet(now, data=False)
+                    if packet is None and entry.qpn not in self._paced and entry.qp.has_data():
+                        self._paced.add(entry.qpn)
+                        self.counters["paced_waits"] += 1
                 if packet is None:
                     continue
-                if not self._send(entry.framer.encode(packet), now):
+                frame = entry.framer.encode(packet)
+                if rp is not None and packet.opcode != Opcode.ACK:
+                    before = rp.rate_bps
+                    rp.on_sent(now, len(frame))
+                    if rp.rate_bps != before:
+                        self._trace(now, entry, "bytes")
+                if not self._send(frame, now):
                     return
                 ready.append(entry)
             entries = ready
@@ -274,6 +312,10 @@ class Rnic:
             deadlines.append((self._deferred[0][0], "start"))
         if (link := self.link.next_deadline()) is not None:
             deadlines.append((link, "link"))
+        for qpn in self._paced:
+            deadlines.append((self.qps[qpn].rp.ready_at, "link"))
+        if self.cc is not None:
+            deadlines += [(d, "link") for e in self.qps.values() if e.rp is not None and (d := e.rp.next_deadline())]
         return min(deadlines) if deadlines else None
 
     def next_start(self) -> int | None:
@@ -298,9 +340,25 @@ class Rnic:
 
     def on_timer(self, now: int) -> None:
         self.release(now)
+        self._paced = {qpn for qpn in self._paced if self.qps[qpn].rp.ready_at > now}  # the rest go in transmit
         for entry in list(self.qps.values()):
             if entry.qp is not None and (deadline := entry.qp.next_deadline()) is not None and deadline <= now:
                 entry.qp.on_timer(now)
+            rp = entry.rp
+            if rp is not None and (deadline := rp.next_deadline()) is not None and deadline <= now:
+                before = rp.rate_bps
+                rp.on_timer(now)
+                if rp.rate_bps != before:
+                    self._trace(now, entry, "timer")
+
+    def _trace(self, now: int, entry: QpEntry, event: str) -> None:
+        """A row of the rate trace: QP ``entry``'s DCQCN state after ``event`` at ``now``."""
+        if len(self.rate_rows) >= MAX_RATE_ROWS:
+            self.rate_rows_dropped += 1
+            return
+        rp = entry.rp
+        self.rate_rows.append(f"{now},{self.name},{entry.qpn},{entry.remote_ip},{rp.rate_bps},{rp.target_bps},"
+                              f"{rp.alpha:.6f},{event}\n")
 
     def pump(self, now: int) -> None:
         """After every batch of events: send what can go."""
@@ -419,6 +477,9 @@ class Rnic:
 
     def _destroy_qp(self, qpn: int) -> None:
         entry = self.qps.pop(qpn)
+        self._paced.discard(qpn)
+        if self.np is not None:
+            self.np.forget(qpn)
         self._deferred = [item for item in self._deferred if item[1] != qpn]
         if entry.qp is not None:
             for key, value in entry.qp.counters.items():
@@ -534,6 +595,9 @@ class Rnic:
                          entry.initial_psn)
         qp.connect(remote_qpn, remote_psn)
         entry.qp, entry.remote_ip, entry.framer = qp, remote_ip, framer
+        if self.cc is not None:
+            entry.rp = ReactionPoint(self.cc, self.rate_bps)
+            entry.cnp_framer = self.link.framer(entry.qpn, remote_qpn, remote_ip, mtu, dscp=CNP_DSCP)
         for wr in entry.early_recvs:
             qp.post_recv(wr)
         entry.early_recvs.clear()
@@ -548,14 +612,24 @@ class Rnic:
             if entry.qp is not None:
                 for key, value in entry.qp.counters.items():
                     totals[key] = totals.get(key, 0) + value
+        cc: dict[str, Any] = {"name": "dcqcn" if self.cc is not None else "none"}
+        if self.cc is not None:
+            cc["ce_received"] = self.np.ce_received
+            cc["rate_trace_rows"] = len(self.rate_rows)
+            cc["rate_trace_dropped"] = self.rate_rows_dropped
+            cc["limited_qps"] = sum(1 for e in self.qps.values() if e.rp is not None and e.rp.limited)
         return {**self.counters, "qps": len(self.qps), "regions": len(self.regions.regions),
-                "applications": len(self.clients), "transport": totals, "link": self.link.stats()}
+                "applications": len(self.clients), "transport": totals, "link": self.link.stats(), "cc": cc}
 
     def malformed(self) -> int:
         """Frames from the wire that were no packet this RNIC's link speaks (dropped)."""
         return self.link.malformed
 
     def close(self) -> None:
+        if self.rates_file is not None and self.cc is not None:
+            with open(self.rates_file, "w") as f:
+                f.write(RATE_HEADER)
+                f.writelines(self.rate_rows)
         for client in list(self.clients.values()):
             self._drop_client(client)
         self.server.close()

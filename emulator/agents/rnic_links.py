@@ -20,7 +20,7 @@ from emulator.model.rdma_params import IB_OVERHEAD
 from emulator.wire.ib import ETHERTYPE_IB, LRH_AT, SLP, decode_data, decode_fc, encode_data, encode_fc, packet_size
 from emulator.wire.transport import Packet
 from emulator.wire.mac import ETH_LEN
-from emulator.wire.roce import ROCE_PORT, Framer, decode
+from emulator.wire.roce import DATA_DSCP, ROCE_PORT, Framer, decode
 
 ETH_P_IP = 0x0800
 SO_ATTACH_FILTER = 26
@@ -68,8 +68,8 @@ class RoceLink:
         attach_filter(self.sink, _DROP_ALL)
         self.sink.bind(("0.0.0.0", ROCE_PORT))
 
-    def framer(self, qpn: int, remote_qpn: int, remote_ip: str, mtu: int) -> Framer:
-        return Framer(self.mac, self.gateway_mac, self.ip, remote_ip, source_port(qpn, remote_qpn))
+    def framer(self, qpn: int, remote_qpn: int, remote_ip: str, mtu: int, dscp: int = DATA_DSCP) -> Framer:
+        return Framer(self.mac, self.gateway_mac, self.ip, remote_ip, source_port(qpn, remote_qpn), dscp)
 
     def accept(self, now: int, frame: memoryview) -> tuple[Packet, str, bool] | None:
         """(packet, source address, checksum good), or None (counted) for a frame that is none."""

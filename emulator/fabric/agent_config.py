@@ -20,6 +20,7 @@ from emulator.agents.config import HostConfig, HostIbConfig, PortConfig, SwitchC
 from emulator.fabric import runstate
 from emulator.fabric.ib_subnet import Subnet
 from emulator.fabric.plan import FabricPlan, NodePlan
+from emulator.model.dcqcn import DcqcnParams, at_link
 from emulator.model.mmu import MmuConfig
 from emulator.model.switch_params import derive_config
 from emulator.wire.ib import SLS
@@ -41,18 +42,22 @@ def switch_mmu(node: NodePlan, fabric: str, overrides: dict[str, str]) -> MmuCon
 
 
 def agent_configs(plan: FabricPlan, seed: int, mmu: dict[str, MmuConfig], subnet: Subnet | None,
-                  monitor: bool = True, cpus: dict[str, int] | None = None) -> dict[str, HostConfig | SwitchConfig]:
+                  monitor: bool = True, cpus: dict[str, int] | None = None, cc: DcqcnParams | None = None,
+                  dilation: float | None = None) -> dict[str, HostConfig | SwitchConfig]:
     """Every node's agent config, in the plan's node order; ``mmu`` holds each switch's settings.
 
     ``cpus`` (node -> the CPU its process is pinned to) makes each interface
-    receive on its peer's CPU, the one that sends into it.
+    receive on its peer's CPU, the one that sends into it.  ``cc`` (DCQCN's
+    constants in modelled units) goes to every RNIC at its link's rate, at
+    time dilation ``dilation`` (:func:`emulator.model.dcqcn.at_link`).
     """
-    return {node.name: _agent_config(plan, node, seed * 1000 + index, mmu, subnet, monitor, cpus or {})
+    return {node.name: _agent_config(plan, node, seed * 1000 + index, mmu, subnet, monitor, cpus or {}, cc, dilation)
             for index, node in enumerate(plan.nodes.values(), start=1)}
 
 
 def _agent_config(plan: FabricPlan, node: NodePlan, seed: int, mmu_configs: dict[str, MmuConfig],
-                  subnet: Subnet | None, monitor: bool, cpus: dict[str, int]) -> HostConfig | SwitchConfig:
+                  subnet: Subnet | None, monitor: bool, cpus: dict[str, int], cc: DcqcnParams | None,
+                  dilation: float | None) -> HostConfig | SwitchConfig:
     directory = runstate.run_dir(plan.run)
     common = dict(name=node.name, netns=node.netns, control=runstate.control_socket(plan.run, node.name),
                   stats_file=os.path.join(directory, f"{node.name}.stats.json"), seed=seed,
@@ -62,7 +67,9 @@ def _agent_config(plan: FabricPlan, node: NodePlan, seed: int, mmu_configs: dict
         return HostConfig(**common, ifname=port.ifname, rate_bps=port.params.bw_bps, mtu=port.params.mtu,
                           mac=port.mac, peer_mac=port.peer_mac, ip=node.ip,
                           verbs=runstate.verbs_socket(plan.run, node.name),
-                          ib=_host_ib(plan, node, mmu_configs, subnet), rx_cpu=cpus.get(port.peer_node))
+                          ib=_host_ib(plan, node, mmu_configs, subnet), rx_cpu=cpus.get(port.peer_node),
+                          cc=None if cc is None else at_link(cc, port.params.bw_bps, dilation)[0],
+                          rates_file=None if cc is None else os.path.join(directory, f"{node.name}.rates.csv"))
     return SwitchConfig(
         **common, mmu=mmu_configs[node.name],
         occupancy_file=os.path.join(directory, f"{node.name}.occupancy.csv"),

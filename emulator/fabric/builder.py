@@ -44,6 +44,7 @@ from emulator.fabric.reachability import pingall
 from emulator.fabric.stats import collect_stats
 from emulator.fabric.teardown import finish_run
 from emulator.kernel.tc import PauseGates, link_tree, netlink_batch, open_route_socket
+from emulator.model.dcqcn import DcqcnParams
 
 AGENT_READY_TIMEOUT = 20.0  # seconds for a data-plane process to start, and AGENT_BUILD_SECONDS per agent
 AGENT_BUILD_SECONDS = 0.1
@@ -68,14 +69,17 @@ class Fabric:
     one.  ``capture`` names a directory for one pcapng per link end;
     ``telemetry`` one for the final counters and occupancy time series.
     ``workers`` is how many data-plane processes serve the agents (default:
-    one per core).
+    one per core).  ``cc`` turns DCQCN on in every RNIC (RoCE fabrics only),
+    its constants in the modelled fabric's units, scaled by ``dilation`` (the
+    fabric's D when it has a modelled rate; else by the constants' own
+    reference rate over the link's, :func:`emulator.model.dcqcn.at_link`).
     """
 
     def __init__(self, topo: Topo, link: dict[str, Any] | None = None, name: str | None = None,
                  spec: str = "", fabric: str = "lossless", switch: dict[str, str] | None = None,
                  seed: int = 1, capture: str | None = None, telemetry: str | None = None,
                  log: Callable[[str], None] | None = None, monitor: bool = True,
-                 workers: int | None = None) -> None:
+                 workers: int | None = None, cc: DcqcnParams | None = None, dilation: float | None = None) -> None:
         require_root()
         if name is not None:
             runstate.check_run_name(name)
@@ -90,6 +94,10 @@ class Fabric:
         self.workers = default_workers() if workers is None else check_workers(workers)  # data-plane processes
         self.mmu_configs = {node.name: switch_mmu(node, fabric, switch or {}) for node in self.plan.switches()}
         self.subnet = assign_subnet(self.plan) if fabric == "ib" else None
+        if cc is not None and fabric == "ib":
+            raise FabricError("--cc dcqcn is RoCE's congestion control: the ib fabric has credits, not ECN; "
+                              "use --fabric lossless or lossy, or --cc none")
+        self.cc, self.dilation = cc, dilation  # DCQCN's constants (modelled units), the fabric's D if modelled
         self.capture_dir = os.path.abspath(capture) if capture else None  # `down` may run in another directory
         self.telemetry_dir = os.path.abspath(telemetry) if telemetry else None
         self.captures: Captures | None = None
@@ -211,7 +219,7 @@ class Fabric:
         groups = place(self.plan, self.workers)
         cpus = process_cpus(len(groups), os.sched_getaffinity(0))
         configs = agent_configs(self.plan, self.seed, self.mmu_configs, self.subnet, self.monitor,
-                                node_cpus(groups, cpus))
+                                node_cpus(groups, cpus), self.cc, self.dilation)
         for number, (group, cpu) in enumerate(zip(groups, cpus)):
             specs = []
             for node in group:

@@ -36,6 +36,8 @@ def with_totals(state: runstate.RunState, stats: dict[str, dict[str, Any]]) -> d
               for key in ("drops", "pfc_sent", "pfc_received", "ecn_marked", "rx_frames", "tx_frames")}
     totals["pfc_received"] += sum(sum(h["pfc_received"]) for h in hosts.values())
     totals["host_paused_ns"] = sum(sum(h["paused_ns"]) for h in hosts.values())
+    for key in ("cnps_sent", "cnps_received"):  # DCQCN's notifications, RNIC to RNIC
+        totals[key] = sum(h["rnic"][key] for h in hosts.values() if "rnic" in h)
     totals["malformed"] = (sum(s["totals"]["malformed"] for s in switches.values())
                            + sum(h["drops"]["malformed"] for h in hosts.values()))
     return {"run": state.run, "fabric": state.fabric, "totals": totals, "fidelity": fidelity(stats),

@@ -65,8 +65,9 @@ def _stop_agents(state: runstate.RunState, children: dict[str, subprocess.Popen]
 
 
 def write_telemetry(state: runstate.RunState, directory: str) -> None:
-    """The agents' final counters as stats.json (with totals), and every
-    switch's queue occupancy series merged into occupancy.csv."""
+    """The agents' final counters as stats.json (with totals), every switch's
+    queue occupancy series merged into occupancy.csv, and every RNIC's DCQCN
+    rate trace into rates.csv (when the fabric ran DCQCN)."""
     os.makedirs(directory, exist_ok=True)
     final = {}
     for name in state.agents:
@@ -77,12 +78,19 @@ def write_telemetry(state: runstate.RunState, directory: str) -> None:
             continue  # the agent died; its death was reported
     with open(os.path.join(directory, "stats.json"), "w") as f:
         json.dump(with_totals(state, final), f, indent=1)
-    with open(os.path.join(directory, "occupancy.csv"), "w") as out:
+    _merge_series(state, directory, "occupancy.csv", always=True)
+    _merge_series(state, directory, "rates.csv", always=False)
+
+
+def _merge_series(state: runstate.RunState, directory: str, name: str, always: bool) -> None:
+    """Every agent's ``<node>.<name>`` (CSV, one header each) into ``<directory>/<name>``; written ``always``,
+    or only when some agent wrote one (the rate trace exists only with congestion control)."""
+    paths = [path for node in state.agents if os.path.exists(path := os.path.join(state.directory, f"{node}.{name}"))]
+    if not paths and not always:
+        return
+    with open(os.path.join(directory, name), "w") as out:
         header_written = False
-        for name in state.agents:
-            path = os.path.join(state.directory, f"{name}.occupancy.csv")
-            if not os.path.exists(path):
-                continue
+        for path in paths:
             with open(path) as f:
                 header = f.readline()
                 if not header_written:

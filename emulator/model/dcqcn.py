@@ -34,7 +34,15 @@ from emulator.errors import FabricError, shown
 from emulator.units import format_rate, format_size, format_time, parse_rate, parse_size, parse_time
 
 CC_NAMES = ("none", "dcqcn")
-MAX_PERIOD_NS = 60 * 10**9  # a DCQCN time constant of at most a minute (after dilation: a day)
+MAX_PERIOD_NS = 86_400 * 10**9  # a DCQCN time constant of at most a day (after dilation)
+MAX_RATE_BPS = 10**13
+# Each field's range, checked on construction: the command line's values, and a config file's.
+_RANGES: dict[str, tuple[float, float]] = {
+    "cnp_interval_ns": (1, MAX_PERIOD_NS), "alpha_period_ns": (1, MAX_PERIOD_NS), "g": (1e-6, 1.0),
+    "increase_period_ns": (1, MAX_PERIOD_NS), "byte_counter": (1, 1 << 40), "fast_recovery": (0, 1000),
+    "rai_bps": (1, MAX_RATE_BPS), "rhai_bps": (1, MAX_RATE_BPS), "min_rate_bps": (1, MAX_RATE_BPS),
+    "reference_bps": (1, MAX_RATE_BPS),
+}
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,12 @@ class DcqcnParams:
     min_rate_bps: int = 1_000_000
     reference_bps: int = 40_000_000_000
 
+    def __post_init__(self) -> None:
+        for name, (low, high) in _RANGES.items():
+            value = getattr(self, name)
+            if not low <= value <= high:
+                raise ValueError(f"{name} {shown(value)}: expected {low:g} to {high:g}")
+
     def emulated(self, factor: float) -> "DcqcnParams":
         """The same constants at time dilation D = ``factor``: times x D, rates / D, sizes and counts as they are."""
         return dataclasses.replace(
@@ -75,18 +89,18 @@ class DcqcnParams:
                 f"R_HAI {format_rate(self.rhai_bps)}, min rate {format_rate(self.min_rate_bps)}")
 
 
-# --cc dcqcn,KEY=VALUE,...: the settable constants, how each is read, and its range.
-_OPTIONS: dict[str, tuple[str, Any, Any, Any]] = {
-    "cnp_interval": ("cnp_interval_ns", parse_time, 1, MAX_PERIOD_NS),
-    "alpha_period": ("alpha_period_ns", parse_time, 1, MAX_PERIOD_NS),
-    "g": ("g", float, 1e-6, 1.0),
-    "increase_period": ("increase_period_ns", parse_time, 1, MAX_PERIOD_NS),
-    "byte_counter": ("byte_counter", parse_size, 1, 1 << 40),
-    "f": ("fast_recovery", int, 0, 1000),
-    "rai": ("rai_bps", parse_rate, 1, 10**13),
-    "rhai": ("rhai_bps", parse_rate, 1, 10**13),
-    "min_rate": ("min_rate_bps", parse_rate, 1, 10**13),
-    "reference": ("reference_bps", parse_rate, 1, 10**13),
+# --cc dcqcn,KEY=VALUE,...: each settable constant, its field and how its text is read.
+_OPTIONS: dict[str, tuple[str, Any]] = {
+    "cnp_interval": ("cnp_interval_ns", parse_time),
+    "alpha_period": ("alpha_period_ns", parse_time),
+    "g": ("g", float),
+    "increase_period": ("increase_period_ns", parse_time),
+    "byte_counter": ("byte_counter", parse_size),
+    "f": ("fast_recovery", int),
+    "rai": ("rai_bps", parse_rate),
+    "rhai": ("rhai_bps", parse_rate),
+    "min_rate": ("min_rate_bps", parse_rate),
+    "reference": ("reference_bps", parse_rate),
 }
 CC_OPTIONS = tuple(_OPTIONS)
 
@@ -110,18 +124,24 @@ def parse_cc(text: Any) -> DcqcnParams | None:
             raise FabricError(f"bad dcqcn option {shown(item)}: expected key=value, e.g. rai=40mbit")
         if key not in _OPTIONS:
             raise FabricError(f"unknown dcqcn option {shown(key)}; known: {', '.join(CC_OPTIONS)}")
-        field_name, parse, low, high = _OPTIONS[key]
+        field_name, parse = _OPTIONS[key]
         try:
-            number = parse(value)
+            values[field_name] = parse(value)
         except FabricError as err:  # the units' own one line
             raise FabricError(f"dcqcn {key}: {err}") from None
         except (ValueError, OverflowError):
             raise FabricError(f"bad dcqcn {key} {shown(value)}") from None
-        if not low <= number <= high:
-            raise FabricError(f"bad dcqcn {key} {shown(value)}: expected {low:g} to {high:g} "
-                              f"({'ns' if field_name.endswith('_ns') else 'bit/s' if field_name.endswith('_bps') else 'units'})")
-        values[field_name] = number
-    return DcqcnParams(**values)
+    try:
+        return DcqcnParams(**values)
+    except ValueError as err:
+        raise FabricError(f"bad dcqcn {err}") from None
+
+
+def at_link(params: DcqcnParams, link_bps: int, factor: float | None = None) -> tuple[DcqcnParams, float]:
+    """``params`` for an emulated link of ``link_bps``, and the D used: the fabric's time dilation ``factor`` if
+    it has one (a modelled rate), else the set's reference rate over the link's (at least 1)."""
+    dilation = factor if factor is not None else max(1.0, params.reference_bps / link_bps)
+    return params.emulated(dilation), dilation
 
 
 class NotificationPoint:

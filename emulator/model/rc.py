@@ -328,11 +328,17 @@ class RcQueuePair:
             self.retries_left -= 1
             self.tx_psn = self.una
 
-    def next_packet(self, now: int) -> Packet | None:
-        """Responses and ACKs first (they unblock the peer), then requests."""
+    def next_packet(self, now: int, data: bool = True) -> Packet | None:
+        """Responses and ACKs first (they unblock the peer), then requests.
+
+        ``data`` False (a congestion control's rate limiter holds the QP back):
+        only an ACK or NAK may go, no request and no READ response.
+        """
         if self.out:
-            return self._next_response()
-        if self.state != "RTS" or self.rnr_until is not None or self.tx_psn == self.end_psn:
+            if data or isinstance(self.out[0], _Reply):
+                return self._next_response()
+            return None
+        if not data or self.state != "RTS" or self.rnr_until is not None or self.tx_psn == self.end_psn:
             return None
         if psn_diff(self.tx_psn, self.una) >= self.config.max_inflight:
             return None
@@ -355,6 +361,11 @@ class RcQueuePair:
         self.counters["packets_sent"] += 1
         self.counters["bytes_sent"] += len(packet.payload)
         return packet
+
+    def has_data(self) -> bool:
+        """Whether a READ response or a request is waiting to go (window and RNR permitting)."""
+        return any(not isinstance(item, _Reply) for item in self.out) or (
+            self.state == "RTS" and self.tx_psn != self.end_psn)
 
     def receive(self, now: int, packet: Packet) -> None:
         """One inbound packet for this QP: a request, a response or an ACK/NAK."""

@@ -42,6 +42,7 @@ from emulator.fabric.builder import PACKAGE_PARENT
 from emulator.fabric.capacity import meminfo_bytes
 from emulator.fabric.plan import DEFAULT_LINK, FabricPlan, dilated, link_params, make_plan
 from emulator.agents.memory import MAX_MR_BYTES
+from emulator.model.dcqcn import parse_cc
 from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, derive_config, parse_overrides
 from emulator.fabric.topospec import build_topo
@@ -53,13 +54,14 @@ BUILTIN = resources.files("emulator.study") / "experiments"
 MAX_FILE_BYTES = 1 << 20  # an experiment file is a page of text; refuse to read a disk image
 
 VARIANT_KEYS = ("name", "fabric", "collective", "topo", "size", "iterations", "warmup", "senders",
-                "link", "switch", "seed", "mtu", "capture", "model")
+                "link", "switch", "seed", "mtu", "capture", "model", "cc")
 SHORTHANDS = {"loss": "link", "bw": "link", "buffer": "switch", "headroom": "switch"}
-SWEEP_KEYS = ("loss", "bw", "buffer", "headroom", "size", "senders", "fabric", "collective", "topo", "model")
+SWEEP_KEYS = ("loss", "bw", "buffer", "headroom", "size", "senders", "fabric", "collective", "topo", "model", "cc")
 EXPERIMENT_KEYS = ("name", "description", "variants", "sweep")
 TOP_LEVEL_KEYS = EXPERIMENT_KEYS + VARIANT_KEYS[1:] + tuple(SHORTHANDS)
 REQUIRED = ("collective", "topo", "size")
-DEFAULTS: dict[str, Any] = {"fabric": "lossless", "iterations": 10, "warmup": 1, "seed": 1, "capture": False}
+DEFAULTS: dict[str, Any] = {"fabric": "lossless", "iterations": 10, "warmup": 1, "seed": 1, "capture": False,
+                            "cc": "none"}
 # Experiments run RoCE and IB at a 4096-byte path MTU, as most deployments do: a quarter of the frames of
 # 1024 for the same bytes, so a quarter of the agents' work per byte.  4200 is the link MTU RoCE fabrics
 # are usually given for it (4096 + 64 bytes of RoCEv2 headers, rounded up); without a `mtu` key the path
@@ -96,6 +98,7 @@ class Variant:
     params: dict[str, Any] = field(default_factory=dict)  # the swept values, as written
     model: str | None = None  # the modelled link rate as written (time dilation), or None: emulated = modelled
     dilation: float = 1.0  # D = modelled / emulated rate; link delays above are emulated (modelled x D)
+    cc: str = "none"  # the RNICs' congestion control as written: none, or dcqcn[,key=value...]
 
     def to_json(self) -> dict[str, Any]:
         """Every field, for config.json and results files."""
@@ -370,6 +373,9 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     with _key(context, "switch"):
         _check_switches(plan, fabric, switch)
     hosts = len(plan.hosts())
+    with _key(context, "cc"):
+        if parse_cc(values["cc"]) is not None and fabric == "ib":
+            raise FabricError("dcqcn is RoCE's congestion control; the ib fabric has credits, not ECN")
     capture = values["capture"]
     if not isinstance(capture, bool):
         raise FabricError(f'{context}: key "capture": expected true or false, got {shown(capture)}')
@@ -380,7 +386,7 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
         warmup=_integer(values, "warmup", bounds.WARMUP, context),
         senders=_senders(values, collective, hosts, context), link=link, switch=switch,
         seed=_integer(values, "seed", bounds.SEED, context), mtu=_path_mtu(values, plan, context), capture=capture,
-        params=dict(params), model=model, dilation=factor,
+        params=dict(params), model=model, dilation=factor, cc=values["cc"],
     )
 
 

@@ -54,7 +54,7 @@ def table(results: Results) -> str:
         lines.append("incomplete run: it was interrupted; results for the finished variants only")
     lines += _render(
         ["VARIANT", "FABRIC", "COLLECTIVE", "ITERS", "CCT p50 ms", "CCT p99 ms", "CCT max ms", "CCT mean ms",
-         "x LINK TIME", "DROPS", "RETRANS", "PFC", "ECN", "SKEW max us", "FAITHFUL"],
+         "x LINK TIME", "DROPS", "RETRANS", "PFC", "ECN", "CNP", "SKEW max us", "FAITHFUL"],
         [_variant_row(v) for v in results.variants], text_columns=3)
     unfaithful = fidelity_lines(results.variants)
     if unfaithful:
@@ -94,7 +94,7 @@ def _variant_row(variant: dict[str, Any]) -> list[str]:
             _fmt(variant.get("iterations")),
             *(_fmt(_cct(variant, stat), 2, 1e3) for stat in ("p50", "p99", "max", "mean")),
             _fmt(variant.get("cct_over_link_time"), 2),
-            *(_fmt(variant.get(key)) for key in ("drops", "retransmissions", "pfc_sent", "ecn_marked")),
+            *(_fmt(variant.get(key)) for key in ("drops", "retransmissions", "pfc_sent", "ecn_marked", "cnps")),
             _fmt(variant.get("start_skew_us"), 1), {True: "yes", False: "NO", None: MISSING}[_faithful(variant)]]
 
 

@@ -38,6 +38,8 @@ from emulator.wire.mac import ETH_LEN, mac_bytes
 from emulator.wire.transport import HAS_AETH, HAS_IMM, HAS_PAYLOAD, HAS_RETH, Opcode, Packet
 
 ROCE_PORT = 4791
+DATA_DSCP = 26  # RoCE's traffic class (priority 3 in this fabric)
+CNP_DSCP = 48  # DCQCN's CNPs (priority 6, strict)
 ETH_IPV4 = b"\x08\x00"
 IPPROTO_UDP = 17
 ECT0 = 0b10
@@ -91,7 +93,7 @@ class Framer:
     """
 
     def __init__(self, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, src_port: int,
-                 dscp: int = 26, ttl: int = 64) -> None:
+                 dscp: int = DATA_DSCP, ttl: int = 64) -> None:
         if not 0 <= dscp < 64 or not 0 < ttl < 256 or not 0 <= src_port < 65536:
             raise ValueError(f"bad Framer parameters: dscp {dscp}, ttl {ttl}, port {src_port}")
         src, dst = ipaddress.IPv4Address(src_ip).packed, ipaddress.IPv4Address(dst_ip).packed

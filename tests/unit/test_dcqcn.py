@@ -151,10 +151,11 @@ def test_parse_cc():
     ("dcqcn,x=1", "unknown dcqcn option 'x'"),
     ("dcqcn,g", "expected key=value"),
     ("dcqcn,g=abc", "bad dcqcn g 'abc'"),
-    ("dcqcn,g=2", "bad dcqcn g '2'"),
+    ("dcqcn,g=2", "bad dcqcn g 2.0: expected 1e-06 to 1"),
     ("dcqcn,rai=0", "dcqcn rai: bad rate '0'"),
     ("dcqcn,cnp_interval=2h", "dcqcn cnp_interval: bad time '2h'"),
-    ("dcqcn,cnp_interval=2000s", "bad dcqcn cnp_interval '2000s': expected 1 to 6e"),
+    ("dcqcn,cnp_interval=100000s", "bad dcqcn cnp_interval_ns 100000000000000: expected 1 to 8.64e"),
+    ("dcqcn,f=-1", "bad dcqcn fast_recovery -1"),
     (5, "bad congestion control 5"),
 ])
 def test_parse_cc_refuses_in_one_line(text, message):

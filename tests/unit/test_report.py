@@ -176,11 +176,11 @@ def test_table_rows_and_ratios(headline):
     assert lines[1] == "created 2026-12-03T08:30:00Z, git abc123, kernel 6.18.44, seeds 1"
     header = next(line for line in lines if line.startswith("VARIANT"))
     for column in ("FABRIC", "COLLECTIVE", "ITERS", "CCT p50 ms", "CCT p99 ms", "CCT max ms", "CCT mean ms",
-                   "x LINK TIME", "DROPS", "RETRANS", "PFC", "ECN", "SKEW max us", "FAITHFUL"):
+                   "x LINK TIME", "DROPS", "RETRANS", "PFC", "ECN", "CNP", "SKEW max us", "FAITHFUL"):
         assert column in header
     lossy = next(line for line in lines if line.startswith("incast-lossy "))
     assert lossy.split() == ["incast-lossy", "lossy", "incast", "3", "0.70", "2.03", "2.04", "1.70",
-                             "-", "41", "7", "12", "3", "80.0", "-"]  # results from before the monitor: no verdict
+                             "-", "41", "7", "12", "3", "-", "80.0", "-"]  # from before the monitor and DCQCN: no verdict, no CNPs
     for name in ("incast-lossless", "allreduce-lossless"):
         assert any(line.startswith(name + " ") for line in lines)
     # 2032.5 / 750 and 1704 / 710; allreduce has no lossy twin
@@ -212,7 +212,7 @@ def test_missing_optional_keys_show_a_dash(tmp_path):
     sparse = {"name": "bare", "fabric": "lossy"}
     text = report.table(report.load_results(write_directory(tmp_path / "d", [sparse], iterations=[])))
     row = next(line for line in text.splitlines() if line.startswith("bare"))
-    assert row.split() == ["bare", "lossy"] + ["-"] * 13
+    assert row.split() == ["bare", "lossy"] + ["-"] * 14
 
 
 def test_incomplete_run(tmp_path):
