@@ -29,7 +29,7 @@ from emulator.fabric.stats import collect_stats
 from emulator.fabric.teardown import finish_run
 from emulator.fabric.node import Node
 from emulator.fabric.plan import DEFAULT_LINK, dilated, link_params
-from emulator.model.dcqcn import CC_OPTIONS, at_link, parse_cc
+from emulator.model.dcqcn import CC_OPTIONS, at_link, check_fabric, parse_cc
 from emulator.model.rdma_params import PATHS_MTU
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, parse_overrides
 from emulator.fabric.topospec import build_topo, topo_parameters
@@ -71,6 +71,7 @@ def _fabric(args: argparse.Namespace) -> Fabric:
         progress(f"modelled at {args.model}: D = {factor:g}; link delay {written} (modelled) is waited "
                  f"{link['delay']} here; measured times divided by D are the modelled fabric's")
     cc = parse_cc(getattr(args, "cc", None) or "none")
+    check_fabric(cc, args.fabric)
     if cc is not None:
         scaled, cc_factor = at_link(cc, link_params({}, link).bw_bps, factor)
         given = "the modelled rate's" if factor is not None else f"the constants' reference rate {format_rate(cc.reference_bps)} over the link's"

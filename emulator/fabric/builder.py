@@ -44,7 +44,7 @@ from emulator.fabric.reachability import pingall
 from emulator.fabric.stats import collect_stats
 from emulator.fabric.teardown import finish_run
 from emulator.kernel.tc import PauseGates, link_tree, netlink_batch, open_route_socket
-from emulator.model.dcqcn import DcqcnParams
+from emulator.model.dcqcn import DcqcnParams, check_fabric
 
 AGENT_READY_TIMEOUT = 20.0  # seconds for a data-plane process to start, and AGENT_BUILD_SECONDS per agent
 AGENT_BUILD_SECONDS = 0.1
@@ -94,9 +94,7 @@ class Fabric:
         self.workers = default_workers() if workers is None else check_workers(workers)  # data-plane processes
         self.mmu_configs = {node.name: switch_mmu(node, fabric, switch or {}) for node in self.plan.switches()}
         self.subnet = assign_subnet(self.plan) if fabric == "ib" else None
-        if cc is not None and fabric == "ib":
-            raise FabricError("--cc dcqcn is RoCE's congestion control: the ib fabric has credits, not ECN; "
-                              "use --fabric lossless or lossy, or --cc none")
+        check_fabric(cc, fabric)
         self.cc, self.dilation = cc, dilation  # DCQCN's constants (modelled units), the fabric's D if modelled
         self.capture_dir = os.path.abspath(capture) if capture else None  # `down` may run in another directory
         self.telemetry_dir = os.path.abspath(telemetry) if telemetry else None

@@ -36,7 +36,7 @@ def with_totals(state: runstate.RunState, stats: dict[str, dict[str, Any]]) -> d
               for key in ("drops", "pfc_sent", "pfc_received", "ecn_marked", "rx_frames", "tx_frames")}
     totals["pfc_received"] += sum(sum(h["pfc_received"]) for h in hosts.values())
     totals["host_paused_ns"] = sum(sum(h["paused_ns"]) for h in hosts.values())
-    for key in ("cnps_sent", "cnps_received"):  # DCQCN's notifications, RNIC to RNIC
+    for key in ("cnps_sent", "cnps_received", "paced_waits"):  # DCQCN: notifications, and QPs held to their rate
         totals[key] = sum(h["rnic"][key] for h in hosts.values() if "rnic" in h)
     totals["malformed"] = (sum(s["totals"]["malformed"] for s in switches.values())
                            + sum(h["drops"]["malformed"] for h in hosts.values()))

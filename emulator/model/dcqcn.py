@@ -137,6 +137,13 @@ def parse_cc(text: Any) -> DcqcnParams | None:
         raise FabricError(f"bad dcqcn {err}") from None
 
 
+def check_fabric(params: DcqcnParams | None, fabric: str) -> None:
+    """DCQCN reacts to ECN marks on RoCE: refuse it on the ib fabric (credits, no ECN) in one line."""
+    if params is not None and fabric == "ib":
+        raise FabricError("dcqcn is RoCE's congestion control; the ib fabric has credits, not ECN: "
+                          "use fabric lossless or lossy, or cc none")
+
+
 def at_link(params: DcqcnParams, link_bps: int, factor: float | None = None) -> tuple[DcqcnParams, float]:
     """``params`` for an emulated link of ``link_bps``, and the D used: the fabric's time dilation ``factor`` if
     it has one (a modelled rate), else the set's reference rate over the link's (at least 1)."""

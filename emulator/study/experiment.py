@@ -42,7 +42,7 @@ from emulator.fabric.builder import PACKAGE_PARENT
 from emulator.fabric.capacity import meminfo_bytes
 from emulator.fabric.plan import DEFAULT_LINK, FabricPlan, dilated, link_params, make_plan
 from emulator.agents.memory import MAX_MR_BYTES
-from emulator.model.dcqcn import parse_cc
+from emulator.model.dcqcn import check_fabric, parse_cc
 from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, derive_config, parse_overrides
 from emulator.fabric.topospec import build_topo
@@ -374,8 +374,7 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
         _check_switches(plan, fabric, switch)
     hosts = len(plan.hosts())
     with _key(context, "cc"):
-        if parse_cc(values["cc"]) is not None and fabric == "ib":
-            raise FabricError("dcqcn is RoCE's congestion control; the ib fabric has credits, not ECN")
+        check_fabric(parse_cc(values["cc"]), fabric)
     capture = values["capture"]
     if not isinstance(capture, bool):
         raise FabricError(f'{context}: key "capture": expected true or false, got {shown(capture)}')

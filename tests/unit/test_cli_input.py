@@ -91,6 +91,9 @@ def assert_one_line_error(code, out, err, *fragments):
     (["pingall", "--topo", ""], ["empty topology spec"]),
     (["up", "--topo", "ring,2"], ["n must be at least 3"]),
     (["up", "--topo", "leafspine,2,colour=3"], ["unknown keyword 'colour'"]),
+    (["up", "--topo", "star", "--cc", "cubic"], ["unknown congestion control 'cubic'", "none, dcqcn"]),
+    (["up", "--topo", "star", "--cc", "dcqcn,rai=fast"], ["dcqcn rai: bad rate 'fast'"]),
+    (["up", "--topo", "star", "--cc", "dcqcn", "--fabric", "ib"], ["dcqcn is RoCE's congestion control"]),
 ])
 @pytest.mark.parametrize("root", [False, True], ids=["nonroot", "root"])
 def test_bad_input_is_one_line_before_any_root_check(capsys, monkeypatch, argv, fragments, root):

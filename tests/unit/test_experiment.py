@@ -228,9 +228,20 @@ def test_unknown_variant_key_message_in_full(tmp_path):
     ('switch = { pmax = 2 }', 'variant "a": key "switch.pmax": bad --switch pmax=\'2\': must be 0 to 1'),
     ('switch = { lossless = [3] }\nfabric = "lossy"', 'variant "a": key "switch": --switch lossless=... contradicts'),
     ('loss = 0.1\nlink = { loss = 0.2 }', 'variant "a": key "loss" is also set as link.loss; set it once'),
+    ('cc = "cubic"', 'variant "a": key "cc": unknown congestion control \'cubic\'; known: none, dcqcn'),
+    ('cc = 1', 'variant "a": key "cc": bad congestion control 1'),
+    ('cc = "dcqcn,g=0"', 'variant "a": key "cc": bad dcqcn g 0.0: expected 1e-06 to 1'),
+    ('cc = "dcqcn"\nfabric = "ib"', 'variant "a": key "cc": dcqcn is RoCE\'s congestion control'),
 ])
 def test_variant_mistakes(tmp_path, extra, expected):
     assert expected in load_error(tmp_path, MINIMAL + extra + "\n")
+
+
+def test_cc_is_kept_as_written_and_swept(tmp_path):
+    exp = load_text(tmp_path, MINIMAL + '[sweep]\ncc = ["none", "dcqcn,rai=5mbit"]\n')
+    assert [v.cc for v in exp.variants] == ["none", "dcqcn,rai=5mbit"]
+    assert [v.name for v in exp.variants] == ["a-ccnone", "a-ccdcqcn-rai-5mbit"]
+    assert by_name(load_text(tmp_path, MINIMAL))["a"].cc == "none"
 
 
 def test_senders_only_for_incast(tmp_path):

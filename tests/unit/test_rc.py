@@ -1346,3 +1346,23 @@ def test_ecn_ce_marks_are_counted():
     assert len(marked) == 10
     assert b.counters["ecn_ce_received"] == len(marked)
     assert a.counters["ecn_ce_received"] == 0
+
+
+def test_a_rate_limited_qp_sends_acks_but_no_data():
+    """next_packet(data=False), as the RNIC asks while DCQCN holds a QP: an ACK or NAK goes, a request or READ
+    response waits; has_data says whether one is waiting."""
+    net = pair()
+    a, b = net.a, net.b
+    assert not a.qp.has_data()
+    a.qp.post_send(write_wr(1, a, b, 0, 0, 10))
+    a.qp.post_send(read_wr(2, a, b, 0x3000, 0x100, 100))
+    assert a.qp.has_data() and a.qp.next_packet(0, data=False) is None
+    write, read = a.qp.next_packet(0), a.qp.next_packet(0)
+    assert (write.opcode, read.opcode) == (Opcode.WRITE_ONLY, Opcode.READ_REQUEST) and not a.qp.has_data()
+    b.qp.receive(1, write)
+    b.qp.receive(2, read)
+    assert b.qp.has_data()  # the READ response
+    ack = b.qp.next_packet(3, data=False)
+    assert ack.opcode == Opcode.ACK and ack.psn == write.psn
+    assert b.qp.next_packet(3, data=False) is None and b.qp.has_data()
+    assert b.qp.next_packet(4).opcode == Opcode.READ_RESPONSE_ONLY and not b.qp.has_data()
