@@ -65,7 +65,9 @@ MAX_PER_CLIENT = 1024  # QPs, CQs and memory regions of one context
 MAX_QP_WR = 32768  # work requests a send or receive queue holds (mlx5 reports 32768 too)
 MAX_OUTBOX = 65536  # replies and completion messages an application may leave unread
 MAX_START_AHEAD_NS = 3600 * 10**9  # a timed post starts within an hour
-MAX_RATE_ROWS = 1 << 20  # rows of the DCQCN rate trace kept (about 60 MiB at most); later changes are counted
+# Rows of the DCQCN rate trace one RNIC keeps (about 0.7 MiB); later changes are only counted.  A hundred
+# hosts' traces stay within what `report` reads of one CSV (results.MAX_CSV_ROWS).
+MAX_RATE_ROWS = 10_000
 RATE_HEADER = "time_ns,host,qpn,remote,rate_bps,target_bps,alpha,event\n"
 SEND_WR_COLUMNS = (("wr_id", 0, U64), ("opcode", min(WrOpcode), max(WrOpcode)), ("addr", 0, U64),
                    ("length", 0, U32), ("lkey", 0, U32), ("remote_addr", 0, U64), ("rkey", 0, U32),

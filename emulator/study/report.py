@@ -28,7 +28,7 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, TextIO
 
 from emulator.errors import FabricError, printable
-from emulator.study.results import IterationRow, Results, Sample, load_results
+from emulator.study.results import IterationRow, RateRow, Results, Sample, load_results
 from emulator.study.safefiles import Outputs
 from emulator.units import parse_rate
 
@@ -345,6 +345,9 @@ def make_plots(results: Results) -> list[str]:
             busiest = busiest_port(rows)
             if busiest:
                 save(f"queue_{variant['name']}.png", _queue(variant["name"], rows, *busiest))
+            rates = results.rates(variant["name"])
+            if rates:
+                save(f"rates_{variant['name']}.png", _rates(variant["name"], rates))
         save("straggler.png", _straggler(results.variants))
         save("envelope.png", _envelope(results.variants))
     return written
@@ -422,6 +425,37 @@ def _queue(variant: str, rows: list[Sample], switch: str, port: str) -> Figure:
            f"PFC XOFF asserted (by {switch}, any port)")
     _shade(ax, visible_intervals(egress_paused_intervals(rows, switch, port), span_ms), "tab:purple", "egress paused")
     ax.set_ylim(0, ax.get_ylim()[1] * 1.3)  # room above the queue for the legend
+    _legend(ax, "upper right")
+    return fig
+
+
+MAX_RATE_LINES = 16  # QPs drawn in a rate plot (the ones cut most often); the rest are named in the title
+
+
+def rate_series(rows: list[RateRow]) -> dict[tuple[str, int], tuple[list[float], list[float], int]]:
+    """Per QP (host, QPN), most CNPs first: times (ms from the trace's first row), rates (Mbit/s), CNPs."""
+    if not rows:
+        return {}
+    first = min(row.time_ns for row in rows)
+    series: dict[tuple[str, int], tuple[list[float], list[float], int]] = {}
+    for row in sorted(rows, key=lambda r: r.time_ns):
+        ms, mbps, cnps = series.get((row.host, row.qpn), ([], [], 0))
+        ms.append((row.time_ns - first) / 1e6)
+        mbps.append(row.rate_bps / 1e6)
+        series[(row.host, row.qpn)] = (ms, mbps, cnps + (row.event == "cnp"))
+    return dict(sorted(series.items(), key=lambda item: -item[1][2]))
+
+
+def _rates(variant: str, rows: list[RateRow]) -> Figure:
+    series = rate_series(rows)
+    shown_qps = list(series)[:MAX_RATE_LINES]
+    more = f" ({len(series) - len(shown_qps)} more QPs not drawn)" if len(series) > len(shown_qps) else ""
+    fig, ax = _figure(f"{variant}: DCQCN current rate per QP{more}", "time (ms from the first rate change)",
+                      "current rate (Mbit/s)")
+    for key in shown_qps:
+        ms, mbps, cnps = series[key]
+        ax.step(ms, mbps, where="post", label=f"{key[0]} QP {key[1]} ({cnps} CNPs)")
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.3)
     _legend(ax, "upper right")
     return fig
 

@@ -68,6 +68,16 @@ class Sample(NamedTuple):
     xoff: bool
 
 
+class RateRow(NamedTuple):
+    """One row of a DCQCN rate trace: a QP's current rate after an event."""
+
+    time_ns: int
+    host: str
+    qpn: int
+    rate_bps: int
+    event: str
+
+
 class IterationRow(NamedTuple):
     """The columns of iterations.csv that the report uses."""
 
@@ -138,6 +148,11 @@ OCCUPANCY_COLUMNS = (_integer_column("time_ns"), _name_column("switch"), _name_c
                      Column("egress_paused", _flag, "0 or 1"), Column("xoff", _flag, "0 or 1"))
 
 
+RATE_EVENTS = {"cnp": "cnp", "timer": "timer", "bytes": "bytes"}
+RATE_COLUMNS = (_integer_column("time_ns"), _name_column("host"), _integer_column("qpn", (1 << 24) - 1),
+                _integer_column("rate_bps"), Column("event", RATE_EVENTS.__getitem__, "cnp, timer or bytes"))
+
+
 @dataclass(frozen=True)
 class Results:
     """A loaded results directory; occupancy is read per variant on demand because it can be large."""
@@ -161,6 +176,12 @@ class Results:
         if not NAME.fullmatch(variant):
             raise ValueError(f"not a variant name: {variant!r}")  # names are checked at loading
         return _read_csv(self.directory, f"telemetry/{variant}/occupancy.csv", OCCUPANCY_COLUMNS, Sample)
+
+    def rates(self, variant: str) -> list[RateRow] | None:
+        """The variant's DCQCN rate trace, or None when it ran without DCQCN (or without telemetry)."""
+        if not NAME.fullmatch(variant):
+            raise ValueError(f"not a variant name: {variant!r}")
+        return _read_csv(self.directory, f"telemetry/{variant}/rates.csv", RATE_COLUMNS, RateRow)
 
 
 def load_results(directory: str) -> Results:

@@ -8,6 +8,7 @@ a fabric.
 import io
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,12 @@ from emulator.errors import FabricError
 from emulator.study.report import Sample
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# A DCQCN rate trace as the RNICs write it: h2's QP cut twice and raised once, h3's cut once.
+RATES = ("time_ns,host,qpn,remote,rate_bps,target_bps,alpha,event\n"
+         "2000000,h2,17,10.0.0.1,10000000,20000000,1.000000,cnp\n"
+         "1000000,h3,17,10.0.0.1,10000000,20000000,1.000000,cnp\n"
+         "3000000,h2,17,10.0.0.1,5000000,10000000,1.000000,cnp\n"
+         "4000000,h2,17,10.0.0.1,7500000,10000000,0.996094,timer\n")
 
 
 def variant(name, fabric, collective="incast", p50=700.0, p99=750.0, mean=710.0, **extra):
@@ -293,6 +300,17 @@ def test_make_plots(headline):
     for path in written:
         assert_png(path)
     assert sorted(os.listdir(os.path.join(headline, "plots"))) == sorted(map(os.path.basename, written))
+
+
+def test_a_dcqcn_variant_gets_a_rate_plot(headline):
+    (Path(headline) / "telemetry" / "incast-lossless" / "rates.csv").write_text(RATES)
+    loaded = report.load_results(headline)
+    assert report.rate_series(loaded.rates("incast-lossless")) == {  # most CNPs first; ms from the first row
+        ("h2", 17): ([1.0, 2.0, 3.0], [10.0, 5.0, 7.5], 2), ("h3", 17): ([0.0], [10.0], 1)}
+    assert loaded.rates("incast-lossy") is None
+    written = report.make_plots(loaded)
+    assert os.path.join(headline, "plots", "rates_incast-lossless.png") in written
+    assert_png(os.path.join(headline, "plots", "rates_incast-lossless.png"))
 
 
 def test_plots_cannot_be_a_file(headline):

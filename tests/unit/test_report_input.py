@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from emulator.study import report, results
 from emulator.errors import FabricError
-from test_report import OCCUPANCY, PNG_SIGNATURE, straggler, variant, write_directory
+from test_report import OCCUPANCY, PNG_SIGNATURE, RATES, straggler, variant, write_directory
 from untrusted_dirs import assert_one_line_error, changed, run_cli, snapshot
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -46,6 +46,8 @@ def build(root: str, small: bool = False) -> str:
                             occupancy={"incast-lossless": OCCUPANCY})
         with open(os.path.join(d, "telemetry", "incast-lossless", "stats.json"), "w") as f:
             json.dump({"switches": {"s1": {"ports": {}}}, "hosts": {}, "totals": {"drops": 0}}, f)
+        with open(os.path.join(d, "telemetry", "incast-lossless", "rates.csv"), "w") as f:
+            f.write(RATES)
     with open(os.path.join(root, "outside.txt"), "w") as f:
         f.write(OUTSIDE_TEXT)
     os.mkdir(os.path.join(root, "elsewhere"))
@@ -189,6 +191,11 @@ def test_report_on_a_json_number_out_of_range(sandbox, number):
     ("telemetry/incast-lossless/occupancy.csv", "1,s1,eth1,3,0,0,2,0",
      "bad value '2' in column egress_paused (expected 0 or 1)"),
     ("telemetry/incast-lossless/occupancy.csv", "1,s1,$x$,3,0,0,0,0", "bad value '$x$' in column port"),
+    ("telemetry/incast-lossless/rates.csv", "5,h2,17,10.0.0.1,1000,2000,0.5,slowstart",
+     "bad value 'slowstart' in column event (expected cnp, timer or bytes)"),
+    ("telemetry/incast-lossless/rates.csv", "5,h2,16777216,10.0.0.1,1000,2000,0.5,cnp",
+     "bad value '16777216' in column qpn (expected an integer from 0 to 16777215)"),
+    ("telemetry/incast-lossless/rates.csv", "5,h/2,17,10.0.0.1,1000,2000,0.5,cnp", "bad value 'h/2' in column host"),
 ])
 def test_bad_csv_value(sandbox, csv_name, row, fragment):
     """Through the loading layer: the command would render two plots before it reads the telemetry."""
@@ -198,6 +205,7 @@ def test_bad_csv_value(sandbox, csv_name, row, fragment):
     with pytest.raises(FabricError) as err:
         loaded = results.load_results(os.path.join(sandbox, "d"))
         loaded.occupancy("incast-lossless")
+        loaded.rates("incast-lossless")
     assert "\n" not in str(err.value)
     assert f"d/{csv_name} line {line_number}: {fragment}" in str(err.value)
 
@@ -334,7 +342,8 @@ def test_visible_intervals_close_gaps_below_a_pixel():
 # nothing, and the plots directory prepared as a trap.
 
 JSON_FILES = ("results.json", "config.json", "telemetry/incast-lossless/stats.json")
-CSV_FILES = ("iterations.csv", "flows.csv", "telemetry/incast-lossless/occupancy.csv")
+CSV_FILES = ("iterations.csv", "flows.csv", "telemetry/incast-lossless/occupancy.csv",
+             "telemetry/incast-lossless/rates.csv")
 FILES = JSON_FILES + CSV_FILES
 KEYS = ("name", "variants", "experiment", "cct_us", "p50", "mean", "fabric", "prediction", "p", "params",
         "description", "predicted_gbn_us", "baseline_mean_us", "complete", "seeds")
@@ -485,6 +494,7 @@ def read_everything(d: str) -> list[str]:
             report.port_series(rows, *busiest)
             report.visible_intervals(report.xoff_intervals(rows, busiest[0]), (last - first) / 1e6)
             report.visible_intervals(report.egress_paused_intervals(rows, *busiest), (last - first) / 1e6)
+        report.rate_series(loaded.rates(v["name"]) or [])
     return lines
 
 
