@@ -392,7 +392,8 @@ class SwitchAgent(AgentBase):
         mmu = self.mmu
         ports: dict[str, Any] = {}
         totals = {"drops": 0, "pfc_sent": 0, "pfc_received": 0, "ecn_marked": 0, "rx_frames": 0, "tx_frames": 0,
-                  "malformed": 0}
+                  "malformed": 0, "pfcwd_drops": 0, "pfcwd_storms": 0,
+                  "pfcwd_restorations": mmu.watchdog.restorations if mmu.watchdog is not None else 0}
         for port in self.ports:
             i = port.index
             kernel_drops = port.read_kernel_drops()
@@ -403,7 +404,8 @@ class SwitchAgent(AgentBase):
                     "rx_frames": port.rx_frames[p], "rx_bytes": port.rx_bytes[p],
                     "tx_frames": c.tx_frames, "tx_bytes": c.tx_bytes,
                     "drops": {"threshold": c.drops_threshold, "headroom": c.drops_headroom,
-                              "injected": port.link.injected_drops[p]},
+                              "injected": port.link.injected_drops[p], "pfcwd": c.pfcwd_drops},
+                    "pfcwd_storms": c.pfcwd_storms,
                     "pfc_sent": {"xoff": c.pfc_xoff_sent, "xon": c.pfc_xon_sent},
                     "pfc_received": port.pfc_received[p],
                     "paused_ns": mmu.pause[i].paused_time(p, now),
@@ -417,6 +419,8 @@ class SwitchAgent(AgentBase):
                 totals["ecn_marked"] += c.ecn_marked
                 totals["rx_frames"] += port.rx_frames[p]
                 totals["tx_frames"] += c.tx_frames
+                totals["pfcwd_drops"] += c.pfcwd_drops
+                totals["pfcwd_storms"] += c.pfcwd_storms
             # Frames lost at this port; not_for_us and unsupported are what a router ignores, not losses.
             dropped = (sum(sum(entry["drops"].values()) for entry in priorities) + kernel_drops + port.tx_errors
                        + sum(port.drops[k] for k in ("malformed", "no_route", "ttl", "mtu")))

@@ -33,7 +33,8 @@ def with_totals(state: runstate.RunState, stats: dict[str, dict[str, Any]]) -> d
     switches = {n: s for n, s in stats.items() if state.nodes[n]["kind"] == "switch"}
     hosts = {n: s for n, s in stats.items() if state.nodes[n]["kind"] == "host"}
     totals = {key: sum(s["totals"][key] for s in switches.values())
-              for key in ("drops", "pfc_sent", "pfc_received", "ecn_marked", "rx_frames", "tx_frames")}
+              for key in ("drops", "pfc_sent", "pfc_received", "ecn_marked", "rx_frames", "tx_frames",
+                          "pfcwd_storms", "pfcwd_restorations", "pfcwd_drops")}
     totals["pfc_received"] += sum(sum(h["pfc_received"]) for h in hosts.values())
     totals["host_paused_ns"] = sum(sum(h["paused_ns"]) for h in hosts.values())
     for key in ("cnps_sent", "cnps_received", "paced_waits"):  # DCQCN: notifications, and QPs held to their rate

@@ -20,6 +20,13 @@ first, highest first; the rest share by deficit weighted round robin.  A
 priority paused by a received PFC is skipped.  ECT frames are marked CE at
 enqueue (the model rewrites the two ECN bits and the IPv4 checksum) with RED's ramp on the egress queue: none below ``kmin`` bytes,
 ``pmax`` at ``kmax``, all above.
+
+With ``pfcwd`` set, a PFC watchdog (:mod:`emulator.model.pfcwd`) watches
+every lossless egress queue: paused with frames and sending none for the
+detection time, it is stormed, and its action flushes it and drops its
+arrivals (``drop``), or lets it send (``forward``), ignoring its PFC until
+the restoration time passes without a pause frame for it; or only counts
+(``alert``).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from emulator.model.pause import PauseState
+from emulator.model.pfcwd import Watchdog, WatchdogConfig
 from emulator.wire.pfc import PRIORITIES, pause_ns
 from emulator.model.forwarding import is_ect, mark_ce
 
@@ -53,6 +61,7 @@ class MmuConfig:
     kmax: int
     pmax: float
     vl_buffer: int = 0  # --fabric ib: receive buffer per VL per port (the IB plane's, not the MMU's)
+    pfcwd: WatchdogConfig | None = None  # the PFC watchdog of the lossless queues, or none
 
     def shared_pool(self, ports: int) -> int:
         """Bytes left for sharing after every reserve and headroom."""
@@ -72,6 +81,8 @@ class Counters:
     tx_bytes: int = 0
     ecn_marked: int = 0
     egress_peak: int = 0
+    pfcwd_drops: int = 0  # egress: frames the PFC watchdog flushed or refused during a storm
+    pfcwd_storms: int = 0
 
 
 class _Queue:
@@ -117,7 +128,8 @@ class Mmu:
         self._random = random.Random(seed)
         self._refresh_ns = [pause_ns(config.quanta, rate) // 2 for rate in port_rates]
         self._deadline: int | None = None
-        self._deadline_stale = False  # set when a pause or XOFF timer changes
+        self._deadline_stale = False  # set when a pause, XOFF or watchdog timer changes
+        self.watchdog = Watchdog(config.pfcwd) if config.pfcwd is not None else None
 
     # --- admission ---------------------------------------------------------------
 
@@ -137,6 +149,10 @@ class Mmu:
         """
         cfg = self.config
         size = len(frame)
+        watchdog = self.watchdog
+        if watchdog is not None and watchdog.dropping((egress, priority)):
+            self.counters[egress][priority].pfcwd_drops += 1
+            return False
         ing = self.ingress[ingress]
         used = ing.used[priority]
         before = max(0, used - ing.headroom[priority] - cfg.reserve)
@@ -176,6 +192,9 @@ class Mmu:
             out.egress_peak = queue.bytes
         if marked:
             out.ecn_marked += 1
+        if watchdog is not None and self.pause[egress].until[priority] is not None and priority in cfg.lossless \
+                and watchdog.stalled(now, (egress, priority)):
+            self._deadline_stale = True
         return True
 
     def _mark(self, queued: int) -> bool:
@@ -250,10 +269,7 @@ class Mmu:
     def pop(self, egress: int, priority: int) -> None:
         """The head frame of (``egress``, ``priority``) went to the wire."""
         queue = self.queues[egress][priority]
-        frame, ingress = queue.frames.popleft()
-        size = len(frame)
-        queue.bytes -= size
-        self.backlog[egress] -= 1
+        size = self._remove_head(egress, priority, queue)
         if priority not in self.config.strict:
             queue.deficit -= size
             if not queue.frames or queue.deficit < len(queue.frames[0][0]):
@@ -263,6 +279,15 @@ class Mmu:
         out = self.counters[egress][priority]
         out.tx_frames += 1
         out.tx_bytes += size
+        if self.watchdog is not None and self.watchdog.progressed((egress, priority)):
+            self._deadline_stale = True
+
+    def _remove_head(self, egress: int, priority: int, queue: _Queue) -> int:
+        """Take the head frame of a queue out of the buffer (sent or flushed); its size."""
+        frame, ingress = queue.frames.popleft()
+        size = len(frame)
+        queue.bytes -= size
+        self.backlog[egress] -= 1
         ing = self.ingress[ingress]
         before = max(0, ing.used[priority] - ing.headroom[priority] - self.config.reserve)
         from_headroom = min(ing.headroom[priority], size)
@@ -272,11 +297,30 @@ class Mmu:
         self.shared_used += after - before
         if ing.xoff[priority]:
             self._maybe_xon(ingress, priority)
+        return size
 
     # --- PFC reception and timers ------------------------------------------------------
 
     def pfc_received(self, now: int, port: int, quanta: dict[int, int]) -> list[int]:
-        """A PFC frame arrived on ``port``; returns priorities it resumed."""
+        """A PFC frame arrived on ``port``; returns priorities it resumed.
+
+        With a watchdog, a stormed queue's priority is left out (its PFC is
+        ignored, and restarts its restoration time); a pause of a queue that
+        holds frames starts its detection time, a resume ends it.
+        """
+        watchdog = self.watchdog
+        if watchdog is not None:
+            quanta = dict(quanta)  # the caller's stays as received
+            for priority, value in list(quanta.items()):
+                key = (port, priority)
+                if value:
+                    watchdog.pause_received(now, key)
+                if watchdog.stormed(key):
+                    del quanta[priority]
+                elif value and self.queues[port][priority].frames and priority in self.config.lossless:
+                    watchdog.stalled(now, key)
+                elif not value:
+                    watchdog.progressed(key)
         _, resumed = self.pause[port].on_pfc(now, quanta)
         self._deadline_stale = True
         return resumed
@@ -290,6 +334,8 @@ class Mmu:
         if self._deadline_stale:
             times = [t for state in self.pause if (t := state.next_expiry()) is not None]
             times += [t for ing in self.ingress for t in ing.refresh_at if t is not None]
+            if self.watchdog is not None and (t := self.watchdog.next_deadline()) is not None:
+                times.append(t)
             self._deadline = min(times) if times else None
             self._deadline_stale = False
         return self._deadline
@@ -297,13 +343,43 @@ class Mmu:
     def on_timer(self, now: int) -> list[int]:
         """Expire pauses and refresh XOFFs due by ``now``; ports to drain."""
         self._deadline_stale = True
-        ready = [port for port, state in enumerate(self.pause) if state.expire(now)]
+        ready = []
+        for port, state in enumerate(self.pause):
+            resumed = state.expire(now)
+            if resumed:
+                ready.append(port)
+                if self.watchdog is not None:
+                    for priority in resumed:
+                        self.watchdog.progressed((port, priority))
+        if self.watchdog is not None:
+            ready += self._watchdog_timer(now)
         for port, ing in enumerate(self.ingress):
             for priority, due in enumerate(ing.refresh_at):
                 if due is not None and due <= now:
                     ing.refresh_at[priority] = now + self._refresh_ns[port]
                     self.counters[port][priority].pfc_xoff_sent += 1
                     self._pfc_out.append((port, {priority: self.config.quanta}))
+        return ready
+
+    def _watchdog_timer(self, now: int) -> list[int]:
+        """Act on the storms detected by ``now``: flush (drop) or release (drop, forward) the queue; ports to drain."""
+        assert self.watchdog is not None
+        detected, _restored = self.watchdog.on_timer(now)
+        ready = []
+        action = self.watchdog.config.action
+        for port, priority in detected:
+            counters = self.counters[port][priority]
+            counters.pfcwd_storms += 1
+            if action == "alert":
+                continue
+            if action == "drop":
+                queue = self.queues[port][priority]
+                while queue.frames:
+                    self._remove_head(port, priority, queue)
+                    counters.pfcwd_drops += 1
+                queue.deficit = 0
+            self.pause[port].release(now, priority)
+            ready.append(port)
         return ready
 
     # --- telemetry -----------------------------------------------------------------------------

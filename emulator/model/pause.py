@@ -59,6 +59,11 @@ class PauseState:
                 resumed.append(priority)
         return resumed
 
+    def release(self, now: int, priority: int) -> None:
+        """End ``priority``'s pause at ``now`` without a frame (a PFC watchdog takes PFC away from it)."""
+        if self.until[priority] is not None:
+            self._resume(priority, now)
+
     def paused_time(self, priority: int, now: int) -> int:
         running = now - self.since[priority] if self.until[priority] is not None else 0
         return self.paused_ns[priority] + running

@@ -18,7 +18,10 @@ one-way delay d of its links and the frame size F = MTU + 14:
 * PFC quanta 65535 (the maximum; refreshed at half, cleared by XON);
 * ECN (all priorities, ECT frames only): kmin = 10 F, kmax = 40 F,
   pmax = 0.2 on each egress queue;
-* strict priority for 6 (CNP) and 7, DWRR with equal weights for 0..5.
+* strict priority for 6 (CNP) and 7, DWRR with equal weights for 0..5;
+* no PFC watchdog (``pfcwd=on`` gives SONiC's defaults: detection 200 ms,
+  restoration 400 ms, action drop; ``pfcwd=DETECTION[:RESTORATION[:ACTION]]``
+  sets them, :mod:`emulator.model.pfcwd`).
 
 ``--fabric lossless`` makes priority 3 lossless (RoCE's DSCP 26) and the
 rest lossy; ``--fabric lossy`` has no lossless priority, so no PFC.
@@ -37,6 +40,7 @@ from emulator import bounds
 from emulator.errors import FabricError, shown
 from emulator.wire.pfc import MAX_QUANTA, PRIORITIES
 from emulator.model.mmu import MmuConfig
+from emulator.model.pfcwd import parse_pfcwd
 from emulator.units import format_size, parse_size
 
 FABRICS = ("lossless", "lossy", "ib")
@@ -53,7 +57,7 @@ MAX_SWITCH_BYTES = 1 << 30  # any --switch size: the agent may hold that much in
 _PRIORITY = re.compile(r"\d{1,3}")
 SWITCH_OPTIONS = (
     "buffer", "reserve", "headroom", "alpha", "threshold", "xon_delta", "quanta",
-    "lossless", "strict", "ecn", "kmin", "kmax", "pmax", "vl_buffer",
+    "lossless", "strict", "ecn", "kmin", "kmax", "pmax", "vl_buffer", "pfcwd",
 )
 
 
@@ -84,6 +88,8 @@ def derive_config(fabric: str, rate_bps: int, delay_ns: int, mtu: int, ports: in
     if not frame + 64 <= settings["vl_buffer"] <= MAX_VL_BUFFER:
         raise FabricError(f"--switch vl_buffer={settings['vl_buffer']}: a VL must hold one packet of the link MTU "
                           f"({frame + 64} bytes) and at most {MAX_VL_BUFFER} bytes (2048 credits of 64 bytes)")
+    if settings.get("pfcwd") is not None and fabric != "lossless":
+        raise FabricError(f"--switch pfcwd=... watches PFC's lossless queues: --fabric {fabric} has none")
     if settings["kmax"] <= settings["kmin"]:
         raise FabricError(f"--switch kmax ({settings['kmax']}) must be above kmin ({settings['kmin']})")
     settings.setdefault(
@@ -141,6 +147,8 @@ def parse_overrides(overrides: dict[str, str]) -> dict[str, Any]:
             changes[key] = bounds.whole(f"bad --switch {key} =", text, (1, MAX_QUANTA))
         elif key in ("lossless", "strict"):
             changes[key] = _priorities(text, key)
+        elif key == "pfcwd":
+            changes[key] = parse_pfcwd(text)
         elif text in ("on", "off"):
             changes[key] = text == "on"
         else:

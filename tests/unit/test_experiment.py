@@ -49,7 +49,7 @@ def by_name(exp) -> dict[str, Variant]:
 # --- the built-ins ---------------------------------------------------------
 
 def test_builtin_names():
-    assert builtin_names() == ["fidelity", "headline", "incast-scaling", "smoke", "straggler"]
+    assert builtin_names() == ["dcqcn", "fidelity", "headline", "incast-scaling", "smoke", "straggler"]
 
 
 def test_headline():
