@@ -23,6 +23,7 @@ from typing import Any, Callable, NoReturn, Sequence
 from emulator import bounds
 from emulator.fabric import runstate
 from emulator.errors import FabricError, listed
+from emulator.fabric.agent_control import query_agent
 from emulator.fabric.builder import Fabric
 from emulator.fabric.privileges import require_root
 from emulator.fabric.stats import collect_stats
@@ -206,6 +207,24 @@ def cmd_clean(args: argparse.Namespace) -> int:
     for line in removed.refused:
         progress(line)
     return 1 if removed.refused else 0
+
+
+def cmd_fault(args: argparse.Namespace) -> int:
+    """Inject a fault into a running fabric's node: ``stall`` (a host NIC pause storm) or ``resume``."""
+    require_root()
+    state = _pick_run(args.run)
+    node = state.nodes.get(args.node)
+    if node is None or node["kind"] != "host":
+        hosts = sorted((n for n, v in state.nodes.items() if v["kind"] == "host"), key=_natural)
+        raise FabricError(f"no host {args.node!r} in run {state.run} (hosts: {listed(hosts)})")
+    try:
+        reply = query_agent(runstate.control_socket(state.run, args.node), args.fault)
+    except (OSError, ValueError) as err:
+        raise FabricError(f"the agent of {args.node} did not answer: {err}") from None
+    if "error" in reply:
+        raise FabricError(f"{args.node}: {reply['error']}")
+    progress(f"{args.node}: {'stalled: it takes no frame and pauses its switch port' if reply.get('stalled') else 'receiving again'}")
+    return 0
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -407,6 +426,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("clean", help="remove everything any run left behind")
     p.set_defaults(func=cmd_clean)
+
+    p = sub.add_parser("fault", help="inject a fault into a running fabric: fault HOST stall|resume")
+    p.add_argument("--run", help="which run (default: the only one)")
+    p.add_argument("node", metavar="HOST")
+    p.add_argument("fault", choices=("stall", "resume"),
+                   help="stall: the host's NIC stops receiving and pauses its switch port without end; resume: ends it")
+    p.set_defaults(func=cmd_fault)
 
     p = sub.add_parser("stats", help="switch counters of a running fabric")
     p.add_argument("--run", help="which run (default: the only one)")

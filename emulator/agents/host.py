@@ -9,6 +9,12 @@ priority and opens it again at XON or when the quanta run out (a timerfd,
 not a poll timeout: quanta are microseconds).  Because the gate is in the
 kernel, every application on the host, iperf3 or a kernel UDP socket, is
 held back and never dropped, the RNIC's own frames included.
+
+A fault can be injected through the control socket: ``stall`` makes the
+NIC's receive pipeline hang (the RNIC takes no frame from the wire) and the
+NIC pause its switch port on the lossless priority without end (XOFF,
+refreshed at half its pause time): SIGCOMM 2016's NIC pause storm.
+``resume`` sends XON and takes frames again.
 """
 
 from __future__ import annotations
@@ -23,11 +29,14 @@ from emulator.agents.loop import Loop
 from emulator.agents.config import HostConfig
 from emulator.model.fidelity import Durations, EgressWire, verdict
 from emulator.model.pause import PauseState
-from emulator.wire.pfc import ETHERTYPE_MAC_CONTROL, PRIORITIES, decode_pfc
+from emulator.model.switch_params import DEFAULT_LOSSLESS
+from emulator.wire.mac import mac_bytes
+from emulator.wire.pfc import ETHERTYPE_MAC_CONTROL, MAX_QUANTA, PRIORITIES, decode_pfc, encode_pfc, pause_ns
 from emulator.agents.rnic import Rnic
 from emulator.kernel.packet_socket import unbound_packet_socket
 from emulator.kernel.rps import keep_flows_in_order
-from emulator.kernel.tc import PauseGates
+from emulator.kernel.netns import entered
+from emulator.kernel.tc import PauseGates, leaf_class
 
 EARLY_WAKE_NS = 1_000_000  # a timed post wakes the agent this much before its start (see _start_timed_posts)
 
@@ -50,6 +59,12 @@ class HostAgent(AgentBase):
         self.sock.setblocking(False)
         self.watch(self.sock.fileno(), select.EPOLLIN, self._on_frame)
         self.rnic = Rnic(config, self.watch, self.modify, self.unwatch)
+        self.mac = mac_bytes(config.mac)
+        self.pfc_sock = None  # the stall fault's PFC sender, opened at its first use (in priority 7's class)
+        self.ifname, self.netns = ifname, config.netns
+        self.storm_refresh: int | None = None  # while stalled: when the next XOFF goes
+        self.storm_refresh_ns = pause_ns(MAX_QUANTA, config.rate_bps) // 2
+        self.storm_pfc_sent = 0
         self.unordered = keep_flows_in_order([ifname], whole_link=config.ib is not None, rx_cpus=[config.rx_cpu])
 
     def _on_frame(self, _fd: int, _mask: int, now: int) -> None:
@@ -81,6 +96,8 @@ class HostAgent(AgentBase):
         deadlines = []
         if (expiry := self.state.next_expiry()) is not None:
             deadlines.append((expiry, "link"))
+        if self.storm_refresh is not None:
+            deadlines.append((self.storm_refresh, "link"))
         if (rnic := self.rnic.next_deadline()) is not None and rnic[1] != "start":
             deadlines.append(rnic)
         if (start := self.rnic.next_start()) is not None:
@@ -89,6 +106,9 @@ class HostAgent(AgentBase):
         self.arm(deadline, now)
 
     def on_timer(self, now: int) -> None:
+        if self.storm_refresh is not None and self.storm_refresh <= now:
+            self._storm_pfc(MAX_QUANTA)
+            self.storm_refresh = now + self.storm_refresh_ns
         resumed = self.state.expire(now)
         for priority in resumed:
             self.gates.resume(priority)
@@ -119,9 +139,36 @@ class HostAgent(AgentBase):
         if released:
             os.sched_yield()
 
+    def command(self, request: list[str]) -> dict[str, Any]:
+        """``stall``: the NIC stops receiving and pauses its switch port without end; ``resume`` ends that."""
+        if request == ["stall"]:
+            if self.storm_refresh is None:
+                self.rnic.stall(True)
+                self._storm_pfc(MAX_QUANTA)
+                self.storm_refresh = self.now() + self.storm_refresh_ns
+                self.arm(self.storm_refresh, self.now())
+            return {"stalled": True}
+        if request == ["resume"]:
+            if self.storm_refresh is not None:
+                self.storm_refresh = None
+                self._storm_pfc(0)
+                self.rnic.stall(False)
+            return {"stalled": False}
+        return super().command(request)
+
+    def _storm_pfc(self, quanta: int) -> None:
+        if self.pfc_sock is None:
+            with entered(self.netns):  # the process serves other nodes too: open it in this one's namespace
+                self.pfc_sock = unbound_packet_socket()
+            self.pfc_sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, leaf_class(PRIORITIES - 1))
+            self.pfc_sock.bind((self.ifname, 0))
+        self.pfc_sock.send(encode_pfc(self.mac, dict.fromkeys(DEFAULT_LOSSLESS, quanta)))
+        self.storm_pfc_sent += 1
+
     def stats(self) -> dict[str, Any]:
         now = self.now()
         return {
+            "fault": {"stalled": self.storm_refresh is not None, "pfc_sent": self.storm_pfc_sent},
             "host": self.name,
             "scheduling": self.scheduling,
             "cpu": self.cpu,
@@ -151,3 +198,5 @@ class HostAgent(AgentBase):
     def close(self) -> None:
         self.rnic.close()
         self.gates.close()
+        if self.pfc_sock is not None:
+            self.pfc_sock.close()

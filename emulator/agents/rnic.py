@@ -144,6 +144,8 @@ class Rnic:
         self.rate_rows: list[str] = []
         self.rate_rows_dropped = 0
         self._paced: set[int] = set()  # QPs with data held back by their rate limiter
+        self.receiving = True  # False: the receive pipeline is stalled (a fault), frames stay in the kernel
+        self._writable_wanted = False
         self.link_waiting = False
         self._control: deque[bytes] = deque()
         self.closed_qp_counters: dict[str, int] = {}
@@ -169,6 +171,16 @@ class Rnic:
         watch(self.server.fileno(), select.EPOLLIN, self._on_accept)
 
     # --- the wire ------------------------------------------------------------------
+
+    def _arm(self, writable: bool) -> None:
+        """Watch the data socket for frames (unless stalled) and, when ``writable``, for room to send."""
+        self._writable_wanted = writable
+        self._modify(self.sock.fileno(), (select.EPOLLIN if self.receiving else 0) | (select.EPOLLOUT if writable else 0))
+
+    def stall(self, stalled: bool) -> None:
+        """Stop (or restart) taking frames from the wire: a NIC whose receive pipeline hangs."""
+        self.receiving = not stalled
+        self._arm(self._writable_wanted)
 
     def _on_socket(self, _fd: int, mask: int, now: int) -> None:
         if mask & select.EPOLLIN:
@@ -208,7 +220,7 @@ class Rnic:
             entry.qp.receive(now, packet)
 
     def _on_writable(self, now: int) -> None:
-        self._modify(self.sock.fileno(), select.EPOLLIN)
+        self._arm(writable=False)
         if self._blocked is not None and not self.link_waiting:  # admitted already: it goes first
             frame, self._blocked = self._blocked, None
             if not self._send(frame, now, admitted=True):
@@ -223,7 +235,7 @@ class Rnic:
                 self.sock.send(self._control[0])
             except BlockingIOError:
                 self.backlogged = True
-                self._modify(self.sock.fileno(), select.EPOLLIN | select.EPOLLOUT)
+                self._arm(writable=True)
                 return False
             self._departed(now, len(self._control.popleft()))
         return True
@@ -269,7 +281,7 @@ class Rnic:
             self._blocked = frame
             self.backlogged = True
             self.counters["send_blocked"] += 1
-            self._modify(self.sock.fileno(), select.EPOLLIN | select.EPOLLOUT)
+            self._arm(writable=True)
             return False
         self.counters["frames_sent"] += 1
         self.counters["bytes_sent"] += len(frame)
