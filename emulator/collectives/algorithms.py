@@ -11,6 +11,10 @@ data ends where the collective says.
 Collectives (N ranks, ``size`` bytes as nccl-tests counts them):
 
 - ``incast``: ``senders`` ranks (1..S) each write ``size`` bytes into rank 0.
+- ``victim``: the incast of ``senders`` ranks (1..S, default N-2) into rank
+  0, and rank 1 also writes ``size`` bytes into the last rank, which is
+  idle: the victim flow, which shares its sender's NIC and link with the
+  incast but goes to a receiver nobody else loads (head-of-line blocking).
 - ``alltoall``: every rank sends ``size / N`` bytes to every other rank.
 - ``allgather``: ring, N-1 steps; each rank contributes ``size / N``.
 - ``allreduce``: ring reduce-scatter (N-1 steps, float32 sums) then ring
@@ -23,7 +27,8 @@ from dataclasses import dataclass, field
 
 from emulator.errors import FabricError
 
-COLLECTIVES = ("incast", "alltoall", "allreduce", "allgather")
+COLLECTIVES = ("incast", "alltoall", "allreduce", "allgather", "victim")
+SENDER_COLLECTIVES = ("incast", "victim")  # the collectives that take ``senders``
 ELEMENT = 4  # float32: all-reduce chunks are whole elements
 
 
@@ -63,7 +68,7 @@ class RankPlan:
 
 def chunk_bytes(collective: str, size: int, ranks: int) -> int:
     """Bytes each step moves per rank."""
-    if collective == "incast":
+    if collective in SENDER_COLLECTIVES:
         return size
     chunk = size // ranks
     if collective == "allreduce":
@@ -83,6 +88,8 @@ def plan(collective: str, ranks: int, size: int, senders: int | None = None) -> 
     chunk = chunk_bytes(collective, size, ranks)
     if collective == "incast":
         return _incast(ranks, chunk, ranks - 1 if senders is None else senders)
+    if collective == "victim":
+        return _victim(ranks, chunk, ranks - 2 if senders is None else senders)
     if collective == "alltoall":
         return _alltoall(ranks, chunk)
     return _ring(ranks, chunk, reduce=collective == "allreduce")
@@ -96,6 +103,22 @@ def _incast(ranks: int, size: int, senders: int) -> list[RankPlan]:
         steps = [Step((Send(0, 0, size, "data", (r - 1) * size),), ())] if r <= senders else []
         plans.append(RankPlan(r, size, 0, steps))
     return plans
+
+
+def _victim(ranks: int, size: int, senders: int) -> list[RankPlan]:
+    if ranks < 3 or not 1 <= senders <= ranks - 2:
+        raise FabricError(f"victim with {senders} senders: choose 1 to {ranks - 2} on {ranks} hosts "
+                          "(at least 3: a receiver, a sender and the victim flow's idle receiver)")
+    plans = _incast(ranks, size, senders)
+    victim = ranks - 1
+    plans[1].steps = [Step(plans[1].steps[0].sends + (Send(victim, 0, size, "data", 0),), ())]
+    plans[victim] = RankPlan(victim, size, 0, [Step((), (1,))])
+    return plans
+
+
+def victim_flow(ranks: int) -> tuple[int, int]:
+    """The victim collective's victim flow: (source rank, destination rank)."""
+    return 1, ranks - 1
 
 
 def _alltoall(ranks: int, chunk: int) -> list[RankPlan]:

@@ -36,7 +36,7 @@ from importlib import resources
 from typing import Any, Iterator
 
 from emulator import bounds
-from emulator.collectives.algorithms import COLLECTIVES, chunk_bytes
+from emulator.collectives.algorithms import COLLECTIVES, SENDER_COLLECTIVES, chunk_bytes
 from emulator.errors import FabricError, one_line, printable, shown
 from emulator.fabric.builder import PACKAGE_PARENT
 from emulator.fabric.capacity import meminfo_bytes
@@ -486,15 +486,18 @@ def _size(value: Any, collective: str, hosts: int, context: str) -> int:
 
 
 def _senders(values: dict[str, Any], collective: str, hosts: int, context: str) -> int | None:
-    """Incast only; by default every host but the receiver sends."""
+    """Incast and victim only; by default every host but the receiver (and the victim's idle one) sends."""
+    others = 1 if collective == "incast" else 2  # the receiver, and the victim flow's receiver
     if "senders" not in values:
-        return hosts - 1 if collective == "incast" else None
-    if collective != "incast":
-        raise FabricError(f'{context}: key "senders": only incast has senders, this variant runs {collective}')
+        return hosts - others if collective in SENDER_COLLECTIVES else None
+    if collective not in SENDER_COLLECTIVES:
+        raise FabricError(f'{context}: key "senders": only incast and victim have senders, this variant runs '
+                          f'{collective}')
     senders = _integer(values, "senders", (1, bounds.MAX_NODES), context)
-    if senders > hosts - 1:
-        raise FabricError(f'{context}: key "senders": {senders} senders and a receiver need {senders + 1} hosts, '
-                          f'{shown(values["topo"])} has {hosts} (choose 1 to {hosts - 1})')
+    if senders > hosts - others:
+        raise FabricError(f'{context}: key "senders": {senders} senders and {"a receiver" if others == 1 else "two receivers"} '
+                          f'need {senders + others} hosts, {shown(values["topo"])} has {hosts} '
+                          f'(choose 1 to {hosts - others})')
     return senders
 
 

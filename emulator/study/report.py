@@ -62,6 +62,9 @@ def table(results: Results) -> str:
     ratios = ratio_lines(results.variants)
     if ratios:
         lines += ["", *ratios]
+    victims = victim_lines(results.variants)
+    if victims:
+        lines += ["", *victims]
     predictions = prediction_lines(results.variants)
     if predictions:
         lines += ["", *predictions]
@@ -146,6 +149,20 @@ def ratio_lines(variants: list[dict[str, Any]]) -> list[str]:
                                  f"{num / den:.2f}x ({other['name']} / {lossless['name']})" +
                                  (f": the machine's ratio, not the fabrics' ({' and '.join(unfaithful)} NOT "
                                   "faithful)" if unfaithful else ""))
+    return lines
+
+
+def victim_lines(variants: list[dict[str, Any]]) -> list[str]:
+    """The victim flow of each victim variant: its goodput and its share of its link."""
+    lines = []
+    for variant in variants:
+        victim = variant.get("victim")
+        if not isinstance(victim, dict) or not isinstance(victim.get("goodput_mbps"), dict):
+            continue
+        goodput, share = victim["goodput_mbps"], _number(victim.get("link_share"))
+        lines.append(f"victim {_listed(victim.get('src', MISSING))}->{_listed(victim.get('dst', MISSING))} in "
+                     f"{_listed(variant.get('name', MISSING))}: goodput mean {_fmt(goodput.get('mean'), 2)} Mbit/s, "
+                     f"min {_fmt(goodput.get('min'), 2)} ({_fmt(None if share is None else share * 100, 0)}% of its link)")
     return lines
 
 

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from emulator.fabric.capacity import check_capacity
-from emulator.collectives.algorithms import bus_factor, plan
+from emulator.collectives.algorithms import SENDER_COLLECTIVES, bus_factor, plan, victim_flow
 from emulator.collectives.coordinator import CollectiveRun, IterationResult, run_collective
 from emulator.errors import FabricError
 from emulator.study.experiment import Experiment, Variant, host_count, results_directory, run_config
@@ -160,7 +160,7 @@ def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, 
     ranks = len(run.hosts)
     mean_s = statistics.fmean(ccts) / 1e6
     bound_us = link_time_us(variant)
-    algbw = variant.size / mean_s * 8 / 1e9 if variant.collective != "incast" else \
+    algbw = variant.size / mean_s * 8 / 1e9 if variant.collective not in SENDER_COLLECTIVES else \
         variant.size * (variant.senders or ranks - 1) / mean_s * 8 / 1e9
     causes = {"retransmission": 0, "pause": 0, "queueing": 0}
     for it in run.iterations:
@@ -185,6 +185,7 @@ def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, 
         "model": None if variant.model is None else modelled(variant, ccts, bound_us),
         "fidelity": fidelity if fidelity is None else with_bound_check(fidelity, statistics.fmean(ccts), bound_us,
                                                                          counters, run),
+        "victim": victim_summary(variant, run) if variant.collective == "victim" else None,
     }
 
 
@@ -195,6 +196,18 @@ def modelled(variant: Variant, ccts: list[float], bound_us: float) -> dict[str, 
             "cct_us": {stat: round(modelled_us(value, factor), 4) for stat, value in (
                 ("p50", percentile(ccts, 50)), ("p99", percentile(ccts, 99)), ("max", max(ccts)),
                 ("mean", statistics.fmean(ccts)), ("min", min(ccts)))}}
+
+
+def victim_summary(variant: Variant, run: CollectiveRun) -> dict[str, Any]:
+    """The victim flow's goodput per measured iteration (its bytes over its completion time), and as a share
+    of its link's rate."""
+    src, dst = (run.hosts[rank] for rank in victim_flow(len(run.hosts)))
+    goodput = [f.bytes * 8 / f.fct_us for it in run.iterations for f in it.flows if (f.src, f.dst) == (src, dst)]
+    rate_mbps = link_params({}, variant.link).bw_bps / 1e6
+    mean = statistics.fmean(goodput)
+    return {"src": src, "dst": dst, "goodput_mbps": {"mean": round(mean, 4), "p50": round(percentile(goodput, 50), 4),
+                                                     "min": round(min(goodput), 4)},
+            "link_share": round(mean / rate_mbps, 4)}
 
 
 def link_time_us(variant: Variant) -> float:

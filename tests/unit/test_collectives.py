@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from emulator.collectives.algorithms import bus_factor, chunk_bytes, plan
+from emulator.collectives.algorithms import bus_factor, chunk_bytes, plan, victim_flow
 from emulator.collectives.coordinator import summarize
 from emulator.errors import FabricError
 from emulator.study.stats import percentile
@@ -77,6 +77,19 @@ def test_incast_lands_each_sender_in_its_slot():
     assert len(receiver) == 3000
     assert [int(receiver[i * 1000]) for i in range(3)] == [2, 3, 4]
     assert plans[0].receive_count == 3 and not plans[5].steps
+
+
+def test_victim_is_an_incast_and_one_more_flow_to_an_idle_host():
+    plans, data = execute("victim", 8, 1000)  # senders default to ranks 1..6; rank 7 receives only the victim flow
+    assert [int(data[0][i * 1000]) for i in range(6)] == [2, 3, 4, 5, 6, 7]
+    assert len(data[7]) == 1000 and np.all(data[7] == 2)  # rank 1's bytes
+    assert [s.dst for s in plans[1].steps[0].sends] == [0, 7]
+    assert plans[7].receive_count == 1 and plans[0].receive_count == 6
+    assert victim_flow(8) == (1, 7)
+    with pytest.raises(FabricError, match="choose 1 to 6 on 8 hosts"):
+        plan("victim", 8, 1000, senders=7)
+    with pytest.raises(FabricError, match="choose 1 to 0 on 2 hosts"):
+        plan("victim", 2, 1000)
 
 
 def test_bad_parameters_are_one_line():

@@ -49,7 +49,7 @@ def by_name(exp) -> dict[str, Variant]:
 # --- the built-ins ---------------------------------------------------------
 
 def test_builtin_names():
-    assert builtin_names() == ["dcqcn", "fidelity", "headline", "incast-scaling", "smoke", "straggler"]
+    assert builtin_names() == ["dcqcn", "fidelity", "headline", "incast-scaling", "smoke", "straggler", "victim"]
 
 
 def test_headline():
@@ -246,7 +246,14 @@ def test_cc_is_kept_as_written_and_swept(tmp_path):
 
 def test_senders_only_for_incast(tmp_path):
     message = load_error(tmp_path, MINIMAL.replace('"incast"', '"allreduce"') + "senders = 2\n")
-    assert 'variant "a": key "senders": only incast has senders, this variant runs allreduce' in message
+    assert 'variant "a": key "senders": only incast and victim have senders, this variant runs allreduce' in message
+
+
+def test_victim_senders_leave_a_receiver_and_the_victims_idle_host(tmp_path):
+    victim = MINIMAL.replace('"incast"', '"victim"')
+    assert by_name(load_text(tmp_path, victim))["a"].senders == 2  # star,4: receiver, two senders, the idle host
+    message = load_error(tmp_path, victim + "senders = 3\n")
+    assert 'key "senders": 3 senders and two receivers need 5 hosts, \'star,4\' has 4 (choose 1 to 2)' in message
 
 
 def test_switch_settings_are_checked_on_the_topology(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from emulator.collectives.coordinator import CollectiveRun, IterationResult
+from emulator.collectives.coordinator import CollectiveRun, Flow, IterationResult
 from emulator.model.rdma_params import message_wire_bytes
 from emulator.study.experiment import load_experiment
 from emulator.study.runner import BOUND_SLACK, link_time_us, summarize_variant, with_bound_check
@@ -62,3 +62,14 @@ def test_near_the_bound_or_with_a_cause_in_the_fabric_the_agents_verdict_stands(
                                       ({**QUIET, "cnps_received": 4}, 0), ({**QUIET, "paced_waits": 9}, 0)):
         run = run_of([3000.0], retransmissions)
         assert with_bound_check(FAITHFUL, 3000.0, 1000.0, counters, run)["faithful"]
+
+
+def test_a_victim_variant_reports_its_victim_flows_goodput():
+    variant = next(v for v in load_experiment("victim").variants if v.name == "victim-pfc")
+    run = run_of([800_000.0, 900_000.0])
+    for it, fct in zip(run.iterations, (419_430.4, 838_860.8)):  # 256 KiB in 0.42 s: 5 Mbit/s; in 0.84 s: 2.5
+        it.flows = [Flow("h2", "h1", 256 << 10, 800_000.0, 0, 0), Flow("h2", "h8", 256 << 10, fct, 0, 0)]
+    entry = summarize_variant(variant, run, QUIET, FAITHFUL)
+    assert entry["victim"] == {"src": "h2", "dst": "h8", "goodput_mbps": {"mean": 3.75, "p50": 3.75, "min": 2.5},
+                               "link_share": 0.1875}
+    assert summarize_variant(variants()["incast-lossless"], run, QUIET, FAITHFUL)["victim"] is None

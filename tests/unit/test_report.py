@@ -302,6 +302,15 @@ def test_make_plots(headline):
     assert sorted(os.listdir(os.path.join(headline, "plots"))) == sorted(map(os.path.basename, written))
 
 
+def test_victim_lines():
+    victim = {**variant("victim-pfc", "lossless"), "victim": {"src": "h2", "dst": "h8", "link_share": 0.1234,
+                                                             "goodput_mbps": {"mean": 2.468, "p50": 2.5, "min": 1.9}}}
+    assert report.victim_lines([victim, variant("incast-lossless", "lossless")]) == [
+        "victim h2->h8 in victim-pfc: goodput mean 2.47 Mbit/s, min 1.90 (12% of its link)"]
+    hostile = {**victim, "victim": {"goodput_mbps": {"mean": "x\n"}, "link_share": None}}
+    assert report.victim_lines([hostile]) == ["victim -->- in victim-pfc: goodput mean - Mbit/s, min - (-% of its link)"]
+
+
 def test_a_dcqcn_variant_gets_a_rate_plot(headline):
     (Path(headline) / "telemetry" / "incast-lossless" / "rates.csv").write_text(RATES)
     loaded = report.load_results(headline)
