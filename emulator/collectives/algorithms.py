@@ -15,6 +15,10 @@ Collectives (N ranks, ``size`` bytes as nccl-tests counts them):
   0, and rank 1 also writes ``size`` bytes into the last rank, which is
   idle: the victim flow, which shares its sender's NIC and link with the
   incast but goes to a receiver nobody else loads (head-of-line blocking).
+- ``shift``: every rank r writes ``size`` bytes to rank (r + 2) mod N, all
+  at once (N >= 3).  On ``ring,N`` (one host per switch) every flow takes
+  the two inter-switch links the same way round: the lossless paths form a
+  cycle of buffer dependencies, and PFC can deadlock.
 - ``alltoall``: every rank sends ``size / N`` bytes to every other rank.
 - ``allgather``: ring, N-1 steps; each rank contributes ``size / N``.
 - ``allreduce``: ring reduce-scatter (N-1 steps, float32 sums) then ring
@@ -27,7 +31,8 @@ from dataclasses import dataclass, field
 
 from emulator.errors import FabricError
 
-COLLECTIVES = ("incast", "alltoall", "allreduce", "allgather", "victim")
+COLLECTIVES = ("incast", "alltoall", "allreduce", "allgather", "victim", "shift")
+SHIFT = 2  # shift: rank r writes to rank r + SHIFT
 SENDER_COLLECTIVES = ("incast", "victim")  # the collectives that take ``senders``
 ELEMENT = 4  # float32: all-reduce chunks are whole elements
 
@@ -68,7 +73,7 @@ class RankPlan:
 
 def chunk_bytes(collective: str, size: int, ranks: int) -> int:
     """Bytes each step moves per rank."""
-    if collective in SENDER_COLLECTIVES:
+    if collective in SENDER_COLLECTIVES or collective == "shift":
         return size
     chunk = size // ranks
     if collective == "allreduce":
@@ -92,6 +97,8 @@ def plan(collective: str, ranks: int, size: int, senders: int | None = None) -> 
         return _victim(ranks, chunk, ranks - 2 if senders is None else senders)
     if collective == "alltoall":
         return _alltoall(ranks, chunk)
+    if collective == "shift":
+        return _shift(ranks, chunk)
     return _ring(ranks, chunk, reduce=collective == "allreduce")
 
 
@@ -114,6 +121,14 @@ def _victim(ranks: int, size: int, senders: int) -> list[RankPlan]:
     plans[1].steps = [Step(plans[1].steps[0].sends + (Send(victim, 0, size, "data", 0),), ())]
     plans[victim] = RankPlan(victim, size, 0, [Step((), (1,))])
     return plans
+
+
+def _shift(ranks: int, size: int) -> list[RankPlan]:
+    if ranks <= SHIFT:
+        raise FabricError(f"shift needs at least {SHIFT + 1} hosts (each writes to the one {SHIFT} further on), "
+                          f"the topology has {ranks}")
+    return [RankPlan(r, size, 0, [Step((Send((r + SHIFT) % ranks, 0, size, "data", 0),), ((r - SHIFT) % ranks,))])
+            for r in range(ranks)]
 
 
 def victim_flow(ranks: int) -> tuple[int, int]:

@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -69,8 +70,16 @@ class CollectiveRun:
 
 def run_collective(net: "Fabric", collective: str, size: int, iterations: int, warmup: int = 0,
                    senders: int | None = None, mtu: int = 1024,
-                   progress: Callable[[int, int, IterationResult], None] | None = None) -> CollectiveRun:
-    """Run ``warmup + iterations`` iterations of ``collective`` over every host of ``net``."""
+                   progress: Callable[[int, int, IterationResult], None] | None = None,
+                   abort: threading.Event | None = None, ready: Callable[[], None] | None = None) -> CollectiveRun:
+    """Run ``warmup + iterations`` iterations of ``collective`` over every host of ``net``.
+
+    ``ready`` is called once the ranks are connected, before the first
+    iteration (their start-up, a burst of CPU, is then over).
+
+    Setting ``abort`` (a deadlocked fabric: nothing more will come) kills the
+    ranks; the wait for their reports then ends in a FabricError.
+    """
     hosts = [node.name for node in net.hosts]
     plans = plan(collective, len(hosts), size, senders)  # bad parameters fail before any process starts
     path = os.path.join(net.directory, "collective.sock")
@@ -78,12 +87,16 @@ def run_collective(net: "Fabric", collective: str, size: int, iterations: int, w
     listener.bind(path)
     listener.listen(len(hosts))
     listener.settimeout(30)
-    procs = []
+    procs: list[subprocess.Popen] = []
+    finished = threading.Event()
     try:
         for host in hosts:
             with open(os.path.join(net.directory, f"rank-{host}.log"), "w") as log:
                 procs.append(net[host].popen([sys.executable, "-m", "emulator.collectives.rank", path, net.run_name,
                                               host], stdin=subprocess.DEVNULL, stdout=log, stderr=log))
+        if abort is not None:
+            threading.Thread(target=_kill_on_abort, args=(abort, finished, procs), name="rank-abort",
+                             daemon=True).start()
         links = _accept(listener, len(hosts), procs, hosts)
         setup = {"collective": collective, "ranks": len(hosts), "size": size, "senders": senders, "mtu": mtu,
                  "iterations": warmup + iterations}
@@ -95,6 +108,8 @@ def run_collective(net: "Fabric", collective: str, size: int, iterations: int, w
         for rank, host in enumerate(hosts):
             peers = {str(peer): infos[peer] for peer in plans[rank].peers}
             links[host].send({"peers": peers})
+        if ready is not None:
+            ready()
         measured, warm = [], []
         previous = {host: {} for host in hosts}
         for i in range(warmup + iterations):
@@ -106,6 +121,7 @@ def run_collective(net: "Fabric", collective: str, size: int, iterations: int, w
             links[host].receive("its goodbye")
         return CollectiveRun(hosts, measured, warm)
     finally:
+        finished.set()
         listener.close()
         for proc in procs:
             if proc.poll() is None:
@@ -113,6 +129,14 @@ def run_collective(net: "Fabric", collective: str, size: int, iterations: int, w
             proc.wait()
         if os.path.exists(path):
             os.unlink(path)
+
+
+def _kill_on_abort(abort: threading.Event, finished: threading.Event, procs: list[subprocess.Popen]) -> None:
+    while not finished.is_set():
+        if abort.wait(0.1):
+            for proc in procs:
+                proc.kill()
+            return
 
 
 def _accept(listener: socket.socket, count: int, procs: list[subprocess.Popen], hosts: list[str]) -> dict[str, JsonLines]:

@@ -48,13 +48,13 @@ from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, derive_config,
 from emulator.fabric.topospec import build_topo
 from emulator.study import calibration
 from emulator.study.safefiles import read_bounded
-from emulator.units import format_size, parse_size
+from emulator.units import format_size, format_time, parse_size, parse_time
 
 BUILTIN = resources.files("emulator.study") / "experiments"
 MAX_FILE_BYTES = 1 << 20  # an experiment file is a page of text; refuse to read a disk image
 
 VARIANT_KEYS = ("name", "fabric", "collective", "topo", "size", "iterations", "warmup", "senders",
-                "link", "switch", "seed", "mtu", "capture", "model", "cc")
+                "link", "switch", "seed", "mtu", "capture", "model", "cc", "deadlock")
 SHORTHANDS = {"loss": "link", "bw": "link", "buffer": "switch", "headroom": "switch"}
 SWEEP_KEYS = ("loss", "bw", "buffer", "headroom", "size", "senders", "fabric", "collective", "topo", "model", "cc")
 EXPERIMENT_KEYS = ("name", "description", "variants", "sweep")
@@ -67,6 +67,7 @@ DEFAULTS: dict[str, Any] = {"fabric": "lossless", "iterations": 10, "warmup": 1,
 # are usually given for it (4096 + 64 bytes of RoCEv2 headers, rounded up); without a `mtu` key the path
 # MTU is the largest that fits the links.
 EXPERIMENT_LINK_MTU = 4200
+MIN_DEADLOCK_NS, MAX_DEADLOCK_NS = 500_000_000, 600 * 10**9  # the goodput watch samples every 100 ms
 
 _EXPERIMENT_NAME = re.compile(r"[a-z0-9-]+")
 # Variant names become directory names: no '/', no leading '.' or '-'.
@@ -99,6 +100,7 @@ class Variant:
     model: str | None = None  # the modelled link rate as written (time dilation), or None: emulated = modelled
     dilation: float = 1.0  # D = modelled / emulated rate; link delays above are emulated (modelled x D)
     cc: str = "none"  # the RNICs' congestion control as written: none, or dcqcn[,key=value...]
+    deadlock_ns: int | None = None  # watch goodput: a stall this long is a deadlock (None: not watched)
 
     def to_json(self) -> dict[str, Any]:
         """Every field, for config.json and results files."""
@@ -386,7 +388,22 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
         senders=_senders(values, collective, hosts, context), link=link, switch=switch,
         seed=_integer(values, "seed", bounds.SEED, context), mtu=_path_mtu(values, plan, context), capture=capture,
         params=dict(params), model=model, dilation=factor, cc=values["cc"],
+        deadlock_ns=_deadlock(values, context),
     )
+
+
+def _deadlock(values: dict[str, Any], context: str) -> int | None:
+    """``deadlock = "5s"``: goodput at zero that long is a deadlock (the run gives up some seconds later)."""
+    if "deadlock" not in values:
+        return None
+    with _key(context, "deadlock"):
+        value = values["deadlock"]
+        if not isinstance(value, str):
+            raise FabricError(f"expected a time such as \"5s\", got {shown(value)}")
+        ns = parse_time(value)
+        if not MIN_DEADLOCK_NS <= ns <= MAX_DEADLOCK_NS:
+            raise FabricError(f"{format_time(ns)}: choose {format_time(MIN_DEADLOCK_NS)} to {format_time(MAX_DEADLOCK_NS)}")
+    return ns
 
 
 def _dilated(values: dict[str, Any], link: dict[str, str], context: str) -> tuple[dict[str, str], str | None, float]:

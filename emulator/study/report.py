@@ -65,6 +65,9 @@ def table(results: Results) -> str:
     victims = victim_lines(results.variants)
     if victims:
         lines += ["", *victims]
+    deadlocks = deadlock_lines(results.variants)
+    if deadlocks:
+        lines += ["", *deadlocks]
     predictions = prediction_lines(results.variants)
     if predictions:
         lines += ["", *predictions]
@@ -149,6 +152,29 @@ def ratio_lines(variants: list[dict[str, Any]]) -> list[str]:
                                  f"{num / den:.2f}x ({other['name']} / {lossless['name']})" +
                                  (f": the machine's ratio, not the fabrics' ({' and '.join(unfaithful)} NOT "
                                   "faithful)" if unfaithful else ""))
+    return lines
+
+
+def deadlock_lines(variants: list[dict[str, Any]]) -> list[str]:
+    """Each variant whose goodput was watched: deadlocked or not, and how long its longest ended stall was."""
+    lines = []
+    for variant in variants:
+        deadlocked = variant.get("deadlocked")
+        if not isinstance(deadlocked, bool):
+            continue
+        name = _listed(variant.get("name", MISSING))
+        longest, recovered = _number(variant.get("longest_stall_ms")), _number(variant.get("recovered_after_ms"))
+        watchdog = variant.get("pfcwd") if isinstance(variant.get("pfcwd"), dict) else {}
+        storms = f"; PFC watchdog: {_fmt(watchdog.get('pfcwd_storms'))} storms, {_fmt(watchdog.get('pfcwd_drops'))} " \
+                 "frames dropped" if watchdog.get("pfcwd_storms") else ""
+        if deadlocked and recovered is None:
+            state = f"DEADLOCKED: no goodput for {_fmt(longest, 0)} ms, never recovered"
+        elif deadlocked:
+            state = f"deadlocked, recovered after {_fmt(recovered, 0)} ms"
+        else:
+            state = f"no deadlock; longest stall {_fmt(longest, 0)} ms" + (
+                f", recovered after {_fmt(recovered, 0)} ms" if recovered is not None else "")
+        lines.append(f"{name}: {state}{storms}")
     return lines
 
 

@@ -10,12 +10,14 @@ the plots from the directory alone, as ``fabric-emu report`` does later.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
 import os
 import shutil
 import statistics
+import threading
 from collections import deque
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -25,9 +27,11 @@ from emulator.collectives.algorithms import SENDER_COLLECTIVES, bus_factor, plan
 from emulator.collectives.coordinator import CollectiveRun, IterationResult, run_collective
 from emulator.errors import FabricError
 from emulator.study.experiment import Experiment, Variant, host_count, results_directory, run_config
+from emulator.fabric.agent_control import query_agent
 from emulator.fabric.builder import Fabric
 from emulator.fabric.plan import hop_distances, link_params, make_plan
 from emulator.model.dcqcn import parse_cc
+from emulator.study.stall import GoodputWatch, StallTracker
 from emulator.model.rc import RcConfig, default_timeout_ns
 from emulator.model.dilation import modelled_us
 from emulator.model.rdma_params import ROCE_OVERHEAD, message_wire_bytes
@@ -135,12 +139,55 @@ def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
                 f"start skew {record.start_skew_us:.0f} us, last {record.last_src}->{record.last_dst} "
                 f"({record.cause})")
 
-        run = run_collective(net, variant.collective, variant.size, variant.iterations, variant.warmup,
-                             variant.senders, variant.mtu, progress)
+        def ready() -> None:  # no warm-up: the measured iterations begin now, after the ranks' start-up
+            if not variant.warmup:
+                baseline.append(_counters(net))
+                net.reset_fidelity()
+
+        tracker = abort = None
+        if variant.deadlock_ns is not None:
+            tracker = StallTracker(variant.deadlock_ns, variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS)
+            abort = threading.Event()
+        with GoodputWatch(tracker, lambda: _delivered(net), abort) if tracker and abort else contextlib.nullcontext():
+            try:
+                run = run_collective(net, variant.collective, variant.size, variant.iterations, variant.warmup,
+                                     variant.senders, variant.mtu, progress, abort, ready)
+            except FabricError:
+                if abort is None or not abort.is_set():
+                    raise
+                log(f"  {variant.name}: no frame reached any host for "
+                    f"{(variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS) / 1e9:g} s: deadlocked; the ranks were stopped")
+                run = CollectiveRun([node.name for node in net.hosts], [], [])
         stats = net.stats()
     after = {key: stats["totals"][key] for key in COUNTERS}
     fabric_delta = {key: after[key] - baseline[0][key] for key in COUNTERS}
-    return summarize_variant(variant, run, fabric_delta, stats["fidelity"]), run
+    if not run.iterations:
+        summary = stopped_summary(variant, run, fabric_delta, stats["fidelity"])
+    else:
+        summary = summarize_variant(variant, run, fabric_delta, stats["fidelity"])
+    if tracker is not None:
+        summary.update(tracker.verdict())
+        summary["pfcwd"] = {key: stats["totals"][key] for key in ("pfcwd_storms", "pfcwd_restorations", "pfcwd_drops")}
+    return summary, run
+
+
+def _delivered(net: Fabric) -> int:
+    """RDMA frames every host's RNIC has received so far (the goodput watch's measure of progress)."""
+    return sum(query_agent(net.control_path(host.name), "stats")["rnic"]["frames_received"] for host in net.hosts)
+
+
+def stopped_summary(variant: Variant, run: CollectiveRun, counters: dict[str, int],
+                    fidelity: dict[str, Any]) -> dict[str, Any]:
+    """The results.json entry of a variant whose collective never finished (a deadlock): no CCT, the counters."""
+    return {
+        "name": variant.name, "fabric": variant.fabric, "collective": variant.collective, "topo": variant.topo,
+        "hosts": len(run.hosts), "size": variant.size, "senders": variant.senders, "iterations": 0,
+        "warmup": variant.warmup, "params": variant.params, "link": variant.link, "switch": variant.switch,
+        "mtu": variant.mtu, "cct_us": None, "drops": counters["drops"], "retransmissions": None,
+        "pfc_sent": counters["pfc_sent"], "ecn_marked": counters["ecn_marked"], "cc": variant.cc,
+        "cnps": counters["cnps_received"], "paced_waits": counters["paced_waits"],
+        "paused_ms": round(counters["host_paused_ns"] / 1e6, 3), "fidelity": fidelity,
+    }
 
 
 def _counters(net: Fabric) -> dict[str, int]:
@@ -230,6 +277,7 @@ def link_time_us(variant: Variant) -> float:
     return max(sent + received) * 8 / rate * 1e6
 
 
+GIVE_UP_AFTER_DEADLOCK_NS = 5 * 10**9  # a deadlock is watched this much longer: does it stay?
 BOUND_SLACK = 1.10  # a mean CCT above 1.10x the link-time bound needs a cause in the fabric
 
 

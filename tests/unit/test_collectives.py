@@ -92,6 +92,14 @@ def test_victim_is_an_incast_and_one_more_flow_to_an_idle_host():
         plan("victim", 2, 1000)
 
 
+def test_shift_writes_to_the_rank_two_further_on():
+    plans, data = execute("shift", 5, 100)
+    assert [int(d[0]) for d in data] == [4, 5, 1, 2, 3]  # rank r holds rank r - 2's bytes (value r - 2 + 1)
+    assert all(len(p.steps) == 1 and p.receive_count == 1 for p in plans)
+    with pytest.raises(FabricError, match="shift needs at least 3 hosts"):
+        plan("shift", 2, 100)
+
+
 def test_bad_parameters_are_one_line():
     with pytest.raises(FabricError, match="choose 1 to 7"):
         plan("incast", 8, 1024, senders=8)

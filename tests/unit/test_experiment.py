@@ -49,7 +49,7 @@ def by_name(exp) -> dict[str, Variant]:
 # --- the built-ins ---------------------------------------------------------
 
 def test_builtin_names():
-    assert builtin_names() == ["dcqcn", "fidelity", "headline", "incast-scaling", "smoke", "straggler", "victim"]
+    assert builtin_names() == ["dcqcn", "deadlock", "fidelity", "headline", "incast-scaling", "smoke", "straggler", "victim"]
 
 
 def test_headline():
@@ -228,6 +228,9 @@ def test_unknown_variant_key_message_in_full(tmp_path):
     ('switch = { pmax = 2 }', 'variant "a": key "switch.pmax": bad --switch pmax=\'2\': must be 0 to 1'),
     ('switch = { lossless = [3] }\nfabric = "lossy"', 'variant "a": key "switch": --switch lossless=... contradicts'),
     ('loss = 0.1\nlink = { loss = 0.2 }', 'variant "a": key "loss" is also set as link.loss; set it once'),
+    ('deadlock = 5', 'variant "a": key "deadlock": expected a time such as "5s", got 5'),
+    ('deadlock = "100ms"', 'variant "a": key "deadlock": 100 ms: choose 500 ms to'),
+    ('deadlock = "soon"', 'variant "a": key "deadlock": bad time \'soon\''),
     ('cc = "cubic"', 'variant "a": key "cc": unknown congestion control \'cubic\'; known: none, dcqcn'),
     ('cc = 1', 'variant "a": key "cc": bad congestion control 1'),
     ('cc = "dcqcn,g=0"', 'variant "a": key "cc": bad dcqcn g 0.0: expected 1e-06 to 1'),

@@ -302,6 +302,18 @@ def test_make_plots(headline):
     assert sorted(os.listdir(os.path.join(headline, "plots"))) == sorted(map(os.path.basename, written))
 
 
+def test_deadlock_lines():
+    stuck = {**variant("pfc", "lossless"), "deadlocked": True, "recovered_after_ms": None, "longest_stall_ms": 10009.2,
+             "pfcwd": {"pfcwd_storms": 0, "pfcwd_drops": 0}}
+    broken = {**variant("pfcwd", "lossless"), "deadlocked": False, "recovered_after_ms": 1538.4,
+              "longest_stall_ms": 1435.7, "pfcwd": {"pfcwd_storms": 12, "pfcwd_drops": 2281}}
+    assert report.deadlock_lines([stuck, broken, variant("incast-lossless", "lossless")]) == [
+        "pfc: DEADLOCKED: no goodput for 10009 ms, never recovered",
+        "pfcwd: no deadlock; longest stall 1436 ms, recovered after 1538 ms; PFC watchdog: 12 storms, 2281 frames dropped"]
+    assert report.deadlock_lines([{**stuck, "longest_stall_ms": "x", "pfcwd": 5}]) == [
+        "pfc: DEADLOCKED: no goodput for - ms, never recovered"]
+
+
 def test_victim_lines():
     victim = {**variant("victim-pfc", "lossless"), "victim": {"src": "h2", "dst": "h8", "link_share": 0.1234,
                                                              "goodput_mbps": {"mean": 2.468, "p50": 2.5, "min": 1.9}}}
