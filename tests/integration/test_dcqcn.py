@@ -78,10 +78,13 @@ def test_dcqcn_incast_sends_cnps_and_pauses_less(tmp_path):
         assert trace[0]["event"] == "cnp" and rates[0] < LINE_BPS
         recovered += any(rate > rates[lowest] for rate in rates[lowest:])
     assert recovered == len(by_qp) == 7, by_qp.keys()
-    # The CCT is off its link-time bound by DCQCN's own doing: the senders held to their rates explain it.
-    judge_only_if_faithful(pfc["fidelity"], "the PFC-only incast")
-    judge_only_if_faithful(dcqcn["fidelity"], "the DCQCN incast")
-    assert "collective" not in dcqcn["fidelity"]["unfaithful"]
+    # The DCQCN incast is off its link-time bound by DCQCN's own doing (senders held to their rates): that must
+    # not read as the machine's lag.  Judged only where the agents kept up.
+    judge_only_if_faithful({**dcqcn["fidelity"], "unfaithful": {k: v for k, v in dcqcn["fidelity"]["unfaithful"].items()
+                                                                if k != "collective"},
+                            "faithful": all(k == "collective" for k in dcqcn["fidelity"]["unfaithful"])},
+                           "the DCQCN incast")
+    assert dcqcn["fidelity"]["faithful"], dcqcn["fidelity"]["unfaithful"]
 
 
 def _tshark(path: str, field: str, display_filter: str) -> list[str]:
