@@ -19,6 +19,10 @@ Collectives (N ranks, ``size`` bytes as nccl-tests counts them):
   at once (N >= 3).  On ``ring,N`` (one host per switch) every flow takes
   the two inter-switch links the same way round: the lossless paths form a
   cycle of buffer dependencies, and PFC can deadlock.
+- ``multijob``: two jobs at once.  The even ranks run a ring all-reduce of
+  ``size`` (the measured job: an iteration's CCT is its), the odd ranks an
+  incast: ``senders`` of them (default all but the last, 0 for the
+  all-reduce alone) each write ``size`` bytes into the last odd rank.
 - ``alltoall``: every rank sends ``size / N`` bytes to every other rank.
 - ``allgather``: ring, N-1 steps; each rank contributes ``size / N``.
 - ``allreduce``: ring reduce-scatter (N-1 steps, float32 sums) then ring
@@ -31,9 +35,9 @@ from dataclasses import dataclass, field
 
 from emulator.errors import FabricError
 
-COLLECTIVES = ("incast", "alltoall", "allreduce", "allgather", "victim", "shift")
+COLLECTIVES = ("incast", "alltoall", "allreduce", "allgather", "victim", "shift", "multijob")
 SHIFT = 2  # shift: rank r writes to rank r + SHIFT
-SENDER_COLLECTIVES = ("incast", "victim")  # the collectives that take ``senders``
+SENDER_COLLECTIVES = ("incast", "victim", "multijob")  # the collectives that take ``senders``
 ELEMENT = 4  # float32: all-reduce chunks are whole elements
 
 
@@ -61,6 +65,8 @@ class RankPlan:
     data_bytes: int
     staging_bytes: int
     steps: list[Step] = field(default_factory=list)
+    measured: bool = True  # its arrivals make the iteration's CCT (multijob: the all-reduce's ranks only)
+    reduce_group: tuple[int, ...] = ()  # the ranks whose inputs it sums (all-reduce), none if it reduces nothing
 
     @property
     def peers(self) -> set[int]:
@@ -73,8 +79,10 @@ class RankPlan:
 
 def chunk_bytes(collective: str, size: int, ranks: int) -> int:
     """Bytes each step moves per rank."""
-    if collective in SENDER_COLLECTIVES or collective == "shift":
+    if collective in ("incast", "victim", "shift"):
         return size
+    if collective == "multijob":  # the all-reduce of the even ranks
+        collective, ranks = "allreduce", len(range(0, ranks, 2))
     chunk = size // ranks
     if collective == "allreduce":
         chunk -= chunk % ELEMENT
@@ -99,6 +107,8 @@ def plan(collective: str, ranks: int, size: int, senders: int | None = None) -> 
         return _alltoall(ranks, chunk)
     if collective == "shift":
         return _shift(ranks, chunk)
+    if collective == "multijob":
+        return _multijob(ranks, size, chunk, senders)
     return _ring(ranks, chunk, reduce=collective == "allreduce")
 
 
@@ -131,6 +141,32 @@ def _shift(ranks: int, size: int) -> list[RankPlan]:
             for r in range(ranks)]
 
 
+def _multijob(ranks: int, size: int, chunk: int, senders: int | None) -> list[RankPlan]:
+    job, neighbours = list(range(0, ranks, 2)), list(range(1, ranks, 2))
+    if len(job) < 2 or len(neighbours) < 1:
+        raise FabricError(f"multijob needs at least 3 hosts (an all-reduce of two and an incast receiver), "
+                          f"the topology has {ranks}")
+    senders = len(neighbours) - 1 if senders is None else senders
+    if not 0 <= senders <= len(neighbours) - 1:
+        raise FabricError(f"multijob with {senders} incast senders: choose 0 to {len(neighbours) - 1} on {ranks} hosts")
+    plans: list[RankPlan] = []
+    for index, rank_plan in enumerate(_ring(len(job), chunk, reduce=True)):  # ring positions to even ranks
+        steps = [Step(tuple(Send(job[s.dst], s.offset, s.length, s.region, s.dst_offset) for s in step.sends),
+                      tuple(job[r] for r in step.receives), step.reduce) for step in rank_plan.steps]
+        plans.append(RankPlan(job[index], rank_plan.data_bytes, rank_plan.staging_bytes, steps,
+                              reduce_group=tuple(job)))
+    receiver, sending = neighbours[-1], neighbours[:senders]
+    for rank in neighbours:
+        if rank == receiver:
+            steps = [Step((), tuple(sending))] if sending else []
+            plans.append(RankPlan(rank, max(senders, 1) * size, 0, steps, measured=False))
+        else:
+            at = sending.index(rank) if rank in sending else None
+            steps = [Step((Send(receiver, 0, size, "data", at * size),), ())] if at is not None else []
+            plans.append(RankPlan(rank, size, 0, steps, measured=False))
+    return sorted(plans, key=lambda p: p.rank)
+
+
 def victim_flow(ranks: int) -> tuple[int, int]:
     """The victim collective's victim flow: (source rank, destination rank)."""
     return 1, ranks - 1
@@ -160,7 +196,8 @@ def _ring(ranks: int, chunk: int, reduce: bool) -> list[RankPlan]:
         for k in range(ranks - 1):
             offset = ((first - k) % ranks) * chunk
             steps.append(Step((Send(nxt, offset, chunk, "data", offset),), (prev,)))
-        plans.append(RankPlan(r, ranks * chunk, (ranks - 1) * chunk if reduce else 0, steps))
+        plans.append(RankPlan(r, ranks * chunk, (ranks - 1) * chunk if reduce else 0, steps,
+                              reduce_group=tuple(range(ranks)) if reduce else ()))
     return plans
 
 

@@ -196,9 +196,12 @@ def summarize(i: int, start: int, hosts: list[str], plans: list, reports: dict[s
             last_arrival[key] = max(last_arrival.get(key, 0), stamp)
     if not last_arrival:
         raise FabricError(f"iteration {i}: no data arrived anywhere")
+    measured = {key: stamp for key, stamp in last_arrival.items() if plans[key[1]].measured}
+    if not measured:
+        raise FabricError(f"iteration {i}: no data arrived at the measured job's ranks")
     flows = [Flow(hosts[s], hosts[d], sizes.get((s, d), 0), (stamp - start) / 1e3, *delta.get((s, d), (0, 0)))
              for (s, d), stamp in sorted(last_arrival.items())]
-    (last_src, last_dst), last_stamp = max(last_arrival.items(), key=lambda item: item[1])
+    (last_src, last_dst), last_stamp = max(measured.items(), key=lambda item: item[1])
     retrans, timeouts = delta.get((last_src, last_dst), (0, 0))
     if retrans or timeouts:
         cause = "retransmission"
@@ -213,5 +216,6 @@ def summarize(i: int, start: int, hosts: list[str], plans: list, reports: dict[s
         iteration=i, start_ns=start, cct_us=(last_stamp - start) / 1e3, start_skew_us=skew / 1e3,
         start_late_us=max(late, 0) / 1e3,
         last_src=hosts[last_src], last_dst=hosts[last_dst], cause=cause,
-        retransmissions=sum(r for r, _ in delta.values()), paused_us=sum(paused.values()) / 1e3,
+        retransmissions=sum(r for (_, dst), (r, _) in delta.items() if plans[dst].measured),
+        paused_us=sum(paused.values()) / 1e3,
         verified=all(r["verified"] for r in reports.values()), flows=flows)

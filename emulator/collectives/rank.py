@@ -53,7 +53,7 @@ class Rank:
         self.staging = MR(self.pd, self.plan.staging_bytes) if self.plan.staging_bytes else None
         self.qps = {peer: QP(self.pd, self.cq, self.cq) for peer in sorted(self.plan.peers)}
         self.remote: dict[int, dict[str, Any]] = {}
-        self.reduce = setup["collective"] == "allreduce"
+        self.reduce = bool(self.plan.reduce_group)
 
     def local_info(self) -> dict[str, Any]:
         regions = {"data": [self.data.addr, self.data.rkey]}
@@ -79,7 +79,7 @@ class Rank:
         if not self.reduce:
             return True
         values = np.frombuffer(self.data.buf, dtype=np.float32)
-        expected = (iteration + 1) * self.ranks * (self.ranks + 1) / 2
+        expected = (iteration + 1) * sum(rank + 1 for rank in self.plan.reduce_group)
         return bool(np.all(values == expected))
 
     def post_receives(self) -> None:

@@ -503,7 +503,13 @@ def _size(value: Any, collective: str, hosts: int, context: str) -> int:
 
 
 def _senders(values: dict[str, Any], collective: str, hosts: int, context: str) -> int | None:
-    """Incast and victim only; by default every host but the receiver (and the victim's idle one) sends."""
+    """Incast, victim and multijob only; by default every host but the receiver (and the victim's idle one)
+    sends; multijob's incast is among the odd ranks, and 0 senders leaves its all-reduce alone."""
+    if collective == "multijob":
+        most = len(range(1, hosts, 2)) - 1
+        if "senders" not in values:
+            return most
+        return _integer(values, "senders", (0, most), context)
     others = 1 if collective == "incast" else 2  # the receiver, and the victim flow's receiver
     if "senders" not in values:
         return hosts - others if collective in SENDER_COLLECTIVES else None

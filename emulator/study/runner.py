@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from emulator.fabric.capacity import check_capacity
-from emulator.collectives.algorithms import SENDER_COLLECTIVES, bus_factor, plan, victim_flow
+from emulator.collectives.algorithms import bus_factor, plan, victim_flow
 from emulator.collectives.coordinator import CollectiveRun, IterationResult, run_collective
 from emulator.errors import FabricError
 from emulator.study.experiment import Experiment, Variant, host_count, results_directory, run_config
@@ -207,7 +207,7 @@ def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, 
     ranks = len(run.hosts)
     mean_s = statistics.fmean(ccts) / 1e6
     bound_us = link_time_us(variant)
-    algbw = variant.size / mean_s * 8 / 1e9 if variant.collective not in SENDER_COLLECTIVES else \
+    algbw = variant.size / mean_s * 8 / 1e9 if variant.collective not in ("incast", "victim") else \
         variant.size * (variant.senders or ranks - 1) / mean_s * 8 / 1e9
     causes = {"retransmission": 0, "pause": 0, "queueing": 0}
     for it in run.iterations:
@@ -268,7 +268,10 @@ def link_time_us(variant: Variant) -> float:
     native_ib = variant.fabric == "ib"
     ranks = host_count(variant.topo)
     sent, received = [0] * ranks, [0] * ranks
-    for rank_plan in plan(variant.collective, ranks, variant.size, variant.senders):
+    plans = plan(variant.collective, ranks, variant.size, variant.senders)
+    for rank_plan in plans:
+        if not rank_plan.measured:  # a neighbour job's traffic is no part of the measured job's bound
+            continue
         for step in rank_plan.steps:
             for send in step.sends:
                 size = message_wire_bytes(send.length, variant.mtu, native_ib)

@@ -23,7 +23,7 @@ def execute(collective: str, ranks: int, size: int, senders: int | None = None):
     data = [np.zeros(p.data_bytes, dtype=np.uint8) for p in plans]
     staging = [np.zeros(p.staging_bytes, dtype=np.uint8) for p in plans]
     for r, p in enumerate(plans):  # inputs: rank r's float32 value r + 1, or bytes r + 1
-        if collective == "allreduce":
+        if p.reduce_group:
             data[r].view(np.float32)[:] = r + 1
         else:
             data[r][:] = r + 1
@@ -98,6 +98,22 @@ def test_shift_writes_to_the_rank_two_further_on():
     assert all(len(p.steps) == 1 and p.receive_count == 1 for p in plans)
     with pytest.raises(FabricError, match="shift needs at least 3 hosts"):
         plan("shift", 2, 100)
+
+
+def test_multijob_is_an_allreduce_of_the_even_ranks_beside_an_incast_of_the_odd_ones():
+    plans, data = execute("multijob", 8, 4 * 4096)
+    for r in (0, 2, 4, 6):  # the all-reduce: every element sums the job's inputs 1 + 3 + 5 + 7
+        assert plans[r].measured and plans[r].reduce_group == (0, 2, 4, 6)
+        assert np.all(data[r].view(np.float32) == 16)
+    assert [p.rank for p in plans] == list(range(8))
+    assert not any(plans[r].measured for r in (1, 3, 5, 7))
+    assert [int(data[7][i * 16384]) for i in range(3)] == [2, 4, 6]  # ranks 1, 3, 5 wrote 16 KiB each into 7
+    alone, _ = execute("multijob", 8, 4 * 4096, senders=0)
+    assert not any(alone[r].steps for r in (1, 3, 5, 7))
+    with pytest.raises(FabricError, match="choose 0 to 3 on 8 hosts"):
+        plan("multijob", 8, 4096, senders=4)
+    with pytest.raises(FabricError, match="multijob needs at least 3 hosts"):
+        plan("multijob", 2, 4096)
 
 
 def test_bad_parameters_are_one_line():
