@@ -43,7 +43,7 @@ from emulator.units import format_rate
 ITERATION_FIELDS = ["variant", "iteration", "start_ns", "cct_us", "start_skew_us", "last_src", "last_dst", "cause",
                     "retransmissions", "paused_us"]
 FLOW_FIELDS = ["variant", "iteration", "src", "dst", "bytes", "fct_us", "retransmissions", "timeouts"]
-COUNTERS = ("drops", "pfc_sent", "ecn_marked", "host_paused_ns", "cnps_received", "paced_waits")
+COUNTERS = ("drops", "pfc_sent", "ecn_marked", "host_paused_ns", "cnps_received", "paced_waits", "ib_credit_stalls")
 
 
 def run_experiment(experiment: Experiment, out_root: str, log: Callable[[str], None]) -> str:
@@ -224,6 +224,7 @@ def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, 
         "timeouts": sum(f.timeouts for it in run.iterations for f in it.flows),
         "pfc_sent": counters["pfc_sent"], "ecn_marked": counters["ecn_marked"],
         "cc": variant.cc, "cnps": counters["cnps_received"], "paced_waits": counters["paced_waits"],
+        "ib_credit_stalls": counters["ib_credit_stalls"],
         "paused_ms": round(counters["host_paused_ns"] / 1e6, 3),
         "start_skew_us": round(max(skews), 1), "start_skew_p99_us": round(percentile(skews, 99), 1),
         "start_late_max_us": round(max(it.start_late_us for it in run.iterations), 1),
@@ -291,18 +292,19 @@ def with_bound_check(fidelity: dict[str, Any], mean_us: float, bound_us: float, 
     The agents' own measures can miss a CPU that paced every sender alike
     (nothing waited long enough anywhere to show); a collective above
     BOUND_SLACK times its bound with no drop, no retransmission, no pause,
-    no CNP and no sender held to its rate by congestion control (CNPs of
-    earlier iterations hold a QP's rate down in later ones) has no fabric
-    cause left, so the machine is the cause and the figures are not the
-    fabric's.
+    no IB credit stall, no CNP and no sender held to its rate by congestion
+    control (CNPs of earlier iterations hold a QP's rate down in later ones)
+    has no fabric cause left, so the machine is the cause and the figures
+    are not the fabric's.
     """
     ratio = mean_us / bound_us
     explained = (counters["drops"] or counters["pfc_sent"] or counters["cnps_received"] or counters["paced_waits"]
-                 or any(it.retransmissions for it in run.iterations))
+                 or counters["ib_credit_stalls"] or any(it.retransmissions for it in run.iterations))
     if ratio <= BOUND_SLACK or explained:
         return fidelity
     reason = (f"mean CCT {ratio:.2f}x the link-time bound ({bound_us / 1e3:.1f} ms) with no drop, "
-              "retransmission, pause or congestion control to explain it: the agents, not the links, paced the collective")
+              "retransmission, pause, credit stall or congestion control to explain it: the agents, not the links, paced the "
+              "collective")
     return {**fidelity, "faithful": False, "unfaithful": {**fidelity["unfaithful"], "collective": [reason]}}
 
 
