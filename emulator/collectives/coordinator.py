@@ -119,6 +119,8 @@ def run_collective(net: "Fabric", collective: str, size: int, iterations: int, w
                 progress(i, warmup + iterations, record)
         for host in hosts:
             links[host].receive("its goodbye")
+        for host in hosts:
+            links[host].send({"end": True})
         return CollectiveRun(hosts, measured, warm)
     finally:
         finished.set()

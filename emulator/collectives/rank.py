@@ -184,6 +184,9 @@ def main() -> None:
             start = coordinator.receive("the start")
             coordinator.send(rank.run_iteration(iteration, start["start_ns"]))
         coordinator.send({"done": True})
+        # Stay until every rank is done: a rank with nothing to do (a neighbour job's idle host) that left
+        # at once would have its RNIC tear down its QPs while the others' last iteration runs.
+        coordinator.receive("the end")
     except (FabricError, OSError, ValueError) as err:
         coordinator.send({"error": str(err)})
         sys.exit(1)
