@@ -71,11 +71,14 @@ class CollectiveRun:
 def run_collective(net: "Fabric", collective: str, size: int, iterations: int, warmup: int = 0,
                    senders: int | None = None, mtu: int = 1024,
                    progress: Callable[[int, int, IterationResult], None] | None = None,
-                   abort: threading.Event | None = None, ready: Callable[[], None] | None = None) -> CollectiveRun:
+                   abort: threading.Event | None = None, ready: Callable[[], None] | None = None,
+                   started: Callable[[int, int], None] | None = None) -> CollectiveRun:
     """Run ``warmup + iterations`` iterations of ``collective`` over every host of ``net``.
 
     ``ready`` is called once the ranks are connected, before the first
-    iteration (their start-up, a burst of CPU, is then over).
+    iteration (their start-up, a burst of CPU, is then over); ``started``
+    with each iteration's number and start instant T (CLOCK_MONOTONIC ns)
+    once the ranks have it.
 
     Setting ``abort`` (a deadlocked fabric: nothing more will come) kills the
     ranks; the wait for their reports then ends in a FabricError.
@@ -113,7 +116,7 @@ def run_collective(net: "Fabric", collective: str, size: int, iterations: int, w
         measured, warm = [], []
         previous = {host: {} for host in hosts}
         for i in range(warmup + iterations):
-            record = _iteration(net, links, hosts, plans, i, previous)
+            record = _iteration(net, links, hosts, plans, i, previous, started)
             (warm if i < warmup else measured).append(record)
             if progress is not None:
                 progress(i, warmup + iterations, record)
@@ -164,13 +167,16 @@ def _paused_ns(net: "Fabric", hosts: list[str]) -> dict[str, int]:
 
 
 def _iteration(net: "Fabric", links: dict[str, JsonLines], hosts: list[str], plans: list, i: int,
-               previous: dict[str, dict[str, list[int]]]) -> IterationResult:
+               previous: dict[str, dict[str, list[int]]],
+               started: Callable[[int, int], None] | None = None) -> IterationResult:
     for host in hosts:
         links[host].receive(f"ready for iteration {i}")
     paused_before = _paused_ns(net, hosts)
     start = time.monotonic_ns() + START_MARGIN_NS
     for host in hosts:
         links[host].send({"start_ns": start})
+    if started is not None:
+        started(i, start)
     reports = {host: links[host].receive(f"iteration {i}") for host in hosts}
     paused_after = _paused_ns(net, hosts)
     return summarize(i, start, hosts, plans, reports, previous,

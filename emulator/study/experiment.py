@@ -54,7 +54,7 @@ BUILTIN = resources.files("emulator.study") / "experiments"
 MAX_FILE_BYTES = 1 << 20  # an experiment file is a page of text; refuse to read a disk image
 
 VARIANT_KEYS = ("name", "fabric", "collective", "topo", "size", "iterations", "warmup", "senders",
-                "link", "switch", "seed", "mtu", "capture", "model", "cc", "deadlock")
+                "link", "switch", "seed", "mtu", "capture", "model", "cc", "deadlock", "faults")
 SHORTHANDS = {"loss": "link", "bw": "link", "buffer": "switch", "headroom": "switch"}
 SWEEP_KEYS = ("loss", "bw", "buffer", "headroom", "size", "senders", "fabric", "collective", "topo", "model", "cc")
 EXPERIMENT_KEYS = ("name", "description", "variants", "sweep")
@@ -79,6 +79,22 @@ _CHECK_RUN = "check"  # run name of the throw-away plan that validates a variant
 _GIT_TIMEOUT_S = 10
 
 
+FAULT_KINDS = ("stall",)
+MAX_FAULTS = 16
+MAX_FAULT_NS = 600 * 10**9
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault injected into every measured iteration: ``kind`` on ``host`` from ``at_ns`` after the iteration's
+    start, for ``duration_ns`` (None: until the fabric is torn down)."""
+
+    at_ns: int
+    host: str
+    kind: str
+    duration_ns: int | None = None
+
+
 @dataclass(frozen=True)
 class Variant:
     """One fabric and one collective, fully resolved: what one run executes."""
@@ -101,10 +117,11 @@ class Variant:
     dilation: float = 1.0  # D = modelled / emulated rate; link delays above are emulated (modelled x D)
     cc: str = "none"  # the RNICs' congestion control as written: none, or dcqcn[,key=value...]
     deadlock_ns: int | None = None  # watch goodput: a stall this long is a deadlock (None: not watched)
+    faults: tuple[Fault, ...] = ()  # injected into every measured iteration
 
     def to_json(self) -> dict[str, Any]:
-        """Every field, for config.json and results files."""
-        return asdict(self)
+        """Every field, for config.json and results files (lists, as JSON has them)."""
+        return {**asdict(self), "faults": [asdict(fault) for fault in self.faults]}
 
 
 @dataclass(frozen=True)
@@ -388,8 +405,48 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
         senders=_senders(values, collective, hosts, context), link=link, switch=switch,
         seed=_integer(values, "seed", bounds.SEED, context), mtu=_path_mtu(values, plan, context), capture=capture,
         params=dict(params), model=model, dilation=factor, cc=values["cc"],
-        deadlock_ns=_deadlock(values, context),
+        deadlock_ns=_deadlock(values, context), faults=_faults(values, plan, context),
     )
+
+
+def _faults(values: dict[str, Any], plan: FabricPlan, context: str) -> tuple[Fault, ...]:
+    """``faults = [{ at = "100ms", host = "h8", fault = "stall", for = "1s" }, ...]``: each checked."""
+    if "faults" not in values:
+        return ()
+    with _key(context, "faults"):
+        items = values["faults"]
+        if not isinstance(items, list) or len(items) > MAX_FAULTS:
+            raise FabricError(f"expected a list of at most {MAX_FAULTS} tables such as "
+                              '{ at = "100ms", host = "h1", fault = "stall", for = "1s" }')
+        hosts = {node.name for node in plan.hosts()}
+        faults = []
+        for number, item in enumerate(items, start=1):
+            if not isinstance(item, dict):
+                raise FabricError(f"fault {number}: expected a table, got {shown(item)}")
+            unknown = sorted(set(item) - {"at", "host", "fault", "for"})
+            if unknown:
+                raise FabricError(f"fault {number}: unknown key {_q(unknown[0])} (known: at, host, fault, for)")
+            missing = [key for key in ("at", "host", "fault") if key not in item]
+            if missing:
+                raise FabricError(f"fault {number}: missing key {_q(missing[0])}")
+            if item["fault"] not in FAULT_KINDS:
+                raise FabricError(f"fault {number}: {shown(item['fault'])} is not one of {', '.join(FAULT_KINDS)}")
+            if item["host"] not in hosts:
+                raise FabricError(f"fault {number}: {shown(item['host'])} is no host of {shown(values['topo'])}")
+            times = []
+            for key in ("at", "for"):
+                if key not in item:
+                    times.append(None)
+                    continue
+                if not isinstance(item[key], str):
+                    raise FabricError(f"fault {number}: {key}: expected a time such as \"1s\", got {shown(item[key])}")
+                ns = parse_time(item[key])
+                if ns > MAX_FAULT_NS or (key == "for" and ns == 0):
+                    raise FabricError(f"fault {number}: {key} {format_time(ns)}: choose "
+                                      f"{'0' if key == 'at' else '1 ns'} to {format_time(MAX_FAULT_NS)}")
+                times.append(ns)
+            faults.append(Fault(times[0], item["host"], item["fault"], times[1]))
+    return tuple(faults)
 
 
 def _deadlock(values: dict[str, Any], context: str) -> int | None:

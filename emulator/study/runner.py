@@ -18,6 +18,7 @@ import os
 import shutil
 import statistics
 import threading
+import time
 from collections import deque
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -26,7 +27,7 @@ from emulator.fabric.capacity import check_capacity
 from emulator.collectives.algorithms import bus_factor, plan, victim_flow
 from emulator.collectives.coordinator import CollectiveRun, IterationResult, run_collective
 from emulator.errors import FabricError
-from emulator.study.experiment import Experiment, Variant, host_count, results_directory, run_config
+from emulator.study.experiment import Experiment, Fault, Variant, host_count, results_directory, run_config
 from emulator.fabric.agent_control import query_agent
 from emulator.fabric.builder import Fabric
 from emulator.fabric.plan import hop_distances, link_params, make_plan
@@ -144,14 +145,21 @@ def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
                 baseline.append(_counters(net))
                 net.reset_fidelity()
 
+        faults = FaultSchedule(net, variant.faults, log)
+
+        def started(i: int, start_ns: int) -> None:
+            if i >= variant.warmup:
+                faults.iteration(start_ns)
+
         tracker = abort = None
         if variant.deadlock_ns is not None:
             tracker = StallTracker(variant.deadlock_ns, variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS)
             abort = threading.Event()
-        with GoodputWatch(tracker, lambda: _delivered(net), abort) if tracker and abort else contextlib.nullcontext():
+        with faults, GoodputWatch(tracker, lambda: _delivered(net), abort) if tracker and abort \
+                else contextlib.nullcontext():
             try:
                 run = run_collective(net, variant.collective, variant.size, variant.iterations, variant.warmup,
-                                     variant.senders, variant.mtu, progress, abort, ready)
+                                     variant.senders, variant.mtu, progress, abort, ready, started)
             except FabricError:
                 if abort is None or not abort.is_set():
                     raise
@@ -167,8 +175,62 @@ def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
         summary = summarize_variant(variant, run, fabric_delta, stats["fidelity"])
     if tracker is not None:
         summary.update(tracker.verdict())
+    if tracker is not None or variant.faults:
         summary["pfcwd"] = {key: stats["totals"][key] for key in ("pfcwd_storms", "pfcwd_restorations", "pfcwd_drops")}
+        summary["pfcwd"]["stormed_ports"] = sorted(
+            f"{switch}:{ifname}" for switch, counters in stats["switches"].items()
+            for ifname, port in counters["ports"].items() if any(q["pfcwd_storms"] for q in port["priorities"]))
+    if variant.faults:
+        summary["faults"] = faults.injected
+        summary["paused_ms_by_host"] = {host: round(sum(h["paused_ns"]) / 1e6, 3)
+                                        for host, h in sorted(stats["hosts"].items())}
     return summary, run
+
+
+class FaultSchedule:
+    """The variant's faults, injected at their offsets into every measured iteration (timers), undone at the end."""
+
+    def __init__(self, net: Fabric, faults: tuple[Fault, ...], log: Callable[[str], None]) -> None:
+        self.net, self.faults, self.log = net, faults, log
+        self.timers: list[threading.Timer] = []
+        self.injected = 0  # fault requests the agents accepted
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> "FaultSchedule":
+        return self
+
+    def iteration(self, start_ns: int) -> None:
+        for fault in self.faults:
+            self._at(start_ns + fault.at_ns, fault.host, fault.kind)
+            if fault.duration_ns is not None:
+                self._at(start_ns + fault.at_ns + fault.duration_ns, fault.host, "resume")
+
+    def _at(self, when_ns: int, host: str, request: str) -> None:
+        timer = threading.Timer(max(0.0, (when_ns - time.monotonic_ns()) / 1e9), self._send, (host, request))
+        timer.daemon = True
+        with self._lock:
+            self.timers.append(timer)
+        timer.start()
+
+    def _send(self, host: str, request: str) -> None:
+        try:
+            reply = query_agent(self.net.control_path(host), request)
+        except (OSError, ValueError) as err:
+            self.log(f"  fault {request} on {host} not delivered: {err}")
+            return
+        if "error" in reply:
+            self.log(f"  fault {request} on {host} refused: {reply['error']}")
+        elif request != "resume":
+            with self._lock:
+                self.injected += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            timers, self.timers = self.timers, []
+        for timer in timers:
+            timer.cancel()
+        for host in sorted({fault.host for fault in self.faults}):
+            self._send(host, "resume")
 
 
 def _delivered(net: Fabric) -> int:

@@ -13,7 +13,7 @@ import pytest
 
 from emulator.study import experiment
 from emulator.errors import FabricError
-from emulator.study.experiment import (Variant, builtin_names, host_count, load_experiment, results_directory,
+from emulator.study.experiment import (Fault, Variant, builtin_names, host_count, load_experiment, results_directory,
                                  run_config)
 
 MINIMAL = """
@@ -49,7 +49,7 @@ def by_name(exp) -> dict[str, Variant]:
 # --- the built-ins ---------------------------------------------------------
 
 def test_builtin_names():
-    assert builtin_names() == ["dcqcn", "deadlock", "fidelity", "headline", "incast-scaling", "multi-job", "smoke", "straggler", "victim"]
+    assert builtin_names() == ["dcqcn", "deadlock", "fidelity", "headline", "incast-scaling", "multi-job", "pause-storm", "smoke", "straggler", "victim"]
 
 
 def test_headline():
@@ -231,6 +231,15 @@ def test_unknown_variant_key_message_in_full(tmp_path):
     ('deadlock = 5', 'variant "a": key "deadlock": expected a time such as "5s", got 5'),
     ('deadlock = "100ms"', 'variant "a": key "deadlock": 100 ms: choose 500 ms to'),
     ('deadlock = "soon"', 'variant "a": key "deadlock": bad time \'soon\''),
+    ('faults = "h1"', 'variant "a": key "faults": expected a list of at most 16 tables'),
+    ('faults = [5]', 'variant "a": key "faults": fault 1: expected a table, got 5'),
+    ('faults = [{ at = "1s", host = "h1" }]', 'variant "a": key "faults": fault 1: missing key "fault"'),
+    ('faults = [{ at = "1s", host = "h1", fault = "stall", when = 1 }]', 'fault 1: unknown key "when" (known: at'),
+    ('faults = [{ at = "1s", host = "h1", fault = "reboot" }]', "fault 1: 'reboot' is not one of stall"),
+    ('faults = [{ at = "1s", host = "h9", fault = "stall" }]', "fault 1: 'h9' is no host of 'star,4'"),
+    ('faults = [{ at = 1, host = "h1", fault = "stall" }]', 'fault 1: at: expected a time such as "1s", got 1'),
+    ('faults = [{ at = "1s", host = "h1", fault = "stall", for = "0s" }]', 'fault 1: for 0 ns: choose 1 ns to'),
+    ('faults = [{ at = "1h", host = "h1", fault = "stall" }]', "bad time '1h'"),
     ('cc = "cubic"', 'variant "a": key "cc": unknown congestion control \'cubic\'; known: none, dcqcn'),
     ('cc = 1', 'variant "a": key "cc": bad congestion control 1'),
     ('cc = "dcqcn,g=0"', 'variant "a": key "cc": bad dcqcn g 0.0: expected 1e-06 to 1'),
@@ -238,6 +247,14 @@ def test_unknown_variant_key_message_in_full(tmp_path):
 ])
 def test_variant_mistakes(tmp_path, extra, expected):
     assert expected in load_error(tmp_path, MINIMAL + extra + "\n")
+
+
+def test_faults_are_kept_in_order(tmp_path):
+    text = MINIMAL + 'faults = [{ at = "100ms", host = "h4", fault = "stall", for = "1s" }, { at = "0s", host = "h1", fault = "stall" }]\n'
+    variant = by_name(load_text(tmp_path, text))["a"]
+    assert variant.faults == (Fault(100_000_000, "h4", "stall", 1_000_000_000), Fault(0, "h1", "stall", None))
+    assert variant.to_json()["faults"][0] == {"at_ns": 100_000_000, "host": "h4", "kind": "stall",
+                                              "duration_ns": 1_000_000_000}
 
 
 def test_cc_is_kept_as_written_and_swept(tmp_path):
@@ -314,7 +331,7 @@ def test_missing_file_names_it_and_the_builtins(tmp_path):
         load_experiment(missing)
     message = str(info.value)
     assert message.startswith(f"{missing}: no such experiment file") and "\n" not in message
-    assert "(built-in: dcqcn, deadlock, fidelity, headline, incast-scaling, multi-job, smoke, straggler, victim)" in message
+    assert "(built-in: dcqcn, deadlock, fidelity, headline, incast-scaling, multi-job, pause-storm, smoke, straggler, victim)" in message
 
 
 def test_a_directory_is_not_an_experiment(tmp_path):
