@@ -68,6 +68,9 @@ def table(results: Results) -> str:
     deadlocks = deadlock_lines(results.variants)
     if deadlocks:
         lines += ["", *deadlocks]
+    faults = fault_lines(results.variants)
+    if faults:
+        lines += ["", *faults]
     predictions = prediction_lines(results.variants)
     if predictions:
         lines += ["", *predictions]
@@ -175,6 +178,22 @@ def deadlock_lines(variants: list[dict[str, Any]]) -> list[str]:
             state = f"no deadlock; longest stall {_fmt(longest, 0)} ms" + (
                 f", recovered after {_fmt(recovered, 0)} ms" if recovered is not None else "")
         lines.append(f"{name}: {state}{storms}")
+    return lines
+
+
+def fault_lines(variants: list[dict[str, Any]]) -> list[str]:
+    """Each variant with injected faults: where the PFC watchdog found storms, and each host's paused time."""
+    lines = []
+    for variant in variants:
+        paused = variant.get("paused_ms_by_host")
+        if not isinstance(paused, dict):
+            continue
+        watchdog = variant.get("pfcwd") if isinstance(variant.get("pfcwd"), dict) else {}
+        ports = watchdog.get("stormed_ports")
+        stormed = f"watchdog storms at {_listed(ports)}" if isinstance(ports, list) and ports else "no watchdog storm"
+        hosts = ", ".join(f"{_listed(host)} {_fmt(ms, 0)}" for host, ms in paused.items())
+        lines.append(f"{_listed(variant.get('name', MISSING))}: {_fmt(variant.get('faults'))} faults injected; "
+                     f"{stormed}; hosts paused (ms, whole run): {hosts}")
     return lines
 
 

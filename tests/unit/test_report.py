@@ -314,6 +314,16 @@ def test_deadlock_lines():
         "pfc: DEADLOCKED: no goodput for - ms, never recovered"]
 
 
+def test_fault_lines():
+    storm = {**variant("storm-pfcwd", "lossless"), "faults": 5, "paused_ms_by_host": {"h1": 0.0, "h2": 5005.575},
+             "pfcwd": {"pfcwd_storms": 5, "stormed_ports": ["s2:s2-eth4"]}}
+    assert report.fault_lines([storm, variant("calm", "lossless")]) == [
+        "storm-pfcwd: 5 faults injected; watchdog storms at s2:s2-eth4; hosts paused (ms, whole run): h1 0, h2 5006"]
+    hostile = {**storm, "paused_ms_by_host": {"h\n1": "x"}, "pfcwd": {"stormed_ports": "s1"}, "faults": None}
+    assert report.fault_lines([hostile]) == [
+        "storm-pfcwd: - faults injected; no watchdog storm; hosts paused (ms, whole run): h\\n1 -"]
+
+
 def test_victim_lines():
     victim = {**variant("victim-pfc", "lossless"), "victim": {"src": "h2", "dst": "h8", "link_share": 0.1234,
                                                              "goodput_mbps": {"mean": 2.468, "p50": 2.5, "min": 1.9}}}
