@@ -1,0 +1,93 @@
+"""PFC's pathologies as experiments, shortened: a victim flow behind an incast, and a pause storm that the
+PFC watchdog contains (experiment-file faults, the multijob and victim collectives on real fabrics)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from faithful import judge_only_if_faithful
+
+VICTIM = """
+name = "v"
+description = "victim flow, PFC against DCQCN"
+topo = "star,5"
+link = { bw = "20mbit" }
+switch = { buffer = "1MiB", headroom = "72KiB" }
+collective = "victim"
+size = "256KiB"
+iterations = 2
+warmup = 1
+
+[[variants]]
+name = "pfc"
+fabric = "lossless"
+
+[[variants]]
+name = "dcqcn"
+fabric = "lossless"
+cc = "dcqcn"
+"""
+
+STORM = """
+name = "s"
+description = "pause storm, with and without the watchdog"
+topo = "leafspine,2,1,hosts=4"
+link = { bw = "20mbit" }
+switch = { buffer = "1MiB", headroom = "72KiB" }
+collective = "multijob"
+size = "512KiB"
+iterations = 1
+warmup = 1
+faults = [{ at = "50ms", host = "h8", fault = "stall", for = "600ms" }]
+
+[[variants]]
+name = "storm"
+fabric = "lossless"
+
+[[variants]]
+name = "pfcwd"
+fabric = "lossless"
+switch = { pfcwd = "150ms:300ms:drop" }
+"""
+
+
+def _run(tmp_path, name: str, text: str) -> dict:
+    (tmp_path / f"{name}.toml").write_text(text)
+    done = subprocess.run([sys.executable, "-m", "emulator", "run", str(tmp_path / f"{name}.toml"), "--out",
+                           str(tmp_path / "results")], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    [stamp] = os.listdir(tmp_path / "results" / name)
+    results = json.load(open(tmp_path / "results" / name / stamp / "results.json"))
+    return {v["name"]: v for v in results["variants"]}
+
+
+def test_a_victim_flow_behind_an_incast(tmp_path):
+    variants = _run(tmp_path, "v", VICTIM)
+    pfc, dcqcn = variants["pfc"], variants["dcqcn"]
+    for v in (pfc, dcqcn):
+        assert v["verified"] and v["drops"] == 0
+        assert (v["victim"]["src"], v["victim"]["dst"]) == ("h2", "h5")  # star,5: h1 receives, h2..h4 send
+    assert pfc["pfc_sent"] > 0
+    judge_only_if_faithful(pfc["fidelity"], "the victim's goodput with PFC")
+    judge_only_if_faithful(dcqcn["fidelity"], "the victim's goodput with DCQCN")
+    # PFC pauses h2's NIC for the incast and its flow to the idle h5 with it; DCQCN slows only the QP to h1.
+    assert pfc["victim"]["link_share"] < 0.5 < dcqcn["victim"]["link_share"], (pfc["victim"], dcqcn["victim"])
+
+
+def test_a_pause_storm_spreads_unless_the_watchdog_contains_it(tmp_path):
+    variants = _run(tmp_path, "s", STORM)
+    storm, pfcwd = variants["storm"], variants["pfcwd"]
+    for v in (storm, pfcwd):
+        assert v["faults"] == 1 and v["verified"]
+    # Without the watchdog: nothing dropped, the pauses reached the other leaf's hosts (h2, h4 on s1).
+    assert storm["drops"] == 0 and storm["pfcwd"]["pfcwd_storms"] == 0 and storm["pfcwd"]["stormed_ports"] == []
+    assert storm["paused_ms_by_host"]["h2"] > 0 and storm["paused_ms_by_host"]["h4"] > 0
+    # With it: storms only at the stalled host's port (s2's port to h8); what it dropped were frames to h8.
+    assert pfcwd["pfcwd"]["stormed_ports"] == ["s2:s2-eth4"], pfcwd["pfcwd"]
+    assert pfcwd["pfcwd"]["pfcwd_drops"] > 0 and pfcwd["drops"] == pfcwd["pfcwd"]["pfcwd_drops"]
+    judge_only_if_faithful(storm["fidelity"], "the all-reduce's CCT in the storm")
+    judge_only_if_faithful(pfcwd["fidelity"], "the all-reduce's CCT with the watchdog")
+    assert pfcwd["cct_us"]["mean"] < storm["cct_us"]["mean"]
