@@ -217,13 +217,24 @@ def cmd_fault(args: argparse.Namespace) -> int:
     if node is None or node["kind"] != "host":
         hosts = sorted((n for n, v in state.nodes.items() if v["kind"] == "host"), key=_natural)
         raise FabricError(f"no host {args.node!r} in run {state.run} (hosts: {listed(hosts)})")
+    request = args.fault
+    if args.fault == "slow":
+        if args.fraction is None:
+            raise FabricError("fault slow needs the fraction of the link rate the NIC keeps up with, e.g. 0.25")
+        request = f"slow {args.fraction}"
+    elif args.fraction is not None:
+        raise FabricError(f"fault {args.fault} takes no fraction")
     try:
-        reply = query_agent(runstate.control_socket(state.run, args.node), args.fault)
+        reply = query_agent(runstate.control_socket(state.run, args.node), request)
     except (OSError, ValueError) as err:
         raise FabricError(f"the agent of {args.node} did not answer: {err}") from None
     if "error" in reply:
         raise FabricError(f"{args.node}: {reply['error']}")
-    progress(f"{args.node}: {'stalled: it takes no frame and pauses its switch port' if reply.get('stalled') else 'receiving again'}")
+    if "slow" in reply:
+        progress(f"{args.node}: takes frames at {reply['slow']:g} of its link rate, pausing its switch port when "
+                 "its buffer fills")
+    else:
+        progress(f"{args.node}: {'stalled: it takes no frame and pauses its switch port' if reply.get('stalled') else 'receiving again'}")
     return 0
 
 
@@ -430,8 +441,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fault", help="inject a fault into a running fabric: fault HOST stall|resume")
     p.add_argument("--run", help="which run (default: the only one)")
     p.add_argument("node", metavar="HOST")
-    p.add_argument("fault", choices=("stall", "resume"),
-                   help="stall: the host's NIC stops receiving and pauses its switch port without end; resume: ends it")
+    p.add_argument("fault", choices=("stall", "slow", "resume"),
+                   help="stall: the host's NIC stops receiving and pauses its switch port without end; slow "
+                        "FRACTION: it takes frames at that share of its link rate, pausing its port when its buffer "
+                        "fills; resume: ends either")
+    p.add_argument("fraction", nargs="?", type=_real("fraction", (1e-6, 0.999999)), default=None,
+                   help="slow only: the share of the link rate, above 0 and below 1")
     p.set_defaults(func=cmd_fault)
 
     p = sub.add_parser("stats", help="switch counters of a running fabric")

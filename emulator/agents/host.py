@@ -14,7 +14,11 @@ A fault can be injected through the control socket: ``stall`` makes the
 NIC's receive pipeline hang (the RNIC takes no frame from the wire) and the
 NIC pause its switch port on the lossless priority without end (XOFF,
 refreshed at half its pause time): SIGCOMM 2016's NIC pause storm.
-``resume`` sends XON and takes frames again.
+``slow FRACTION`` makes the RNIC take frames at that fraction of its link
+rate through a NIC buffer of RX_BUFFER bytes that pauses the switch port
+(XOFF) when it fills to its headroom and lets it go (XON) once drained
+(:mod:`emulator.model.rx_pipeline`): the slow receiver.  ``resume`` ends
+either: XON, and every held frame taken at once.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from emulator.agents.loop import Loop
 from emulator.agents.config import HostConfig
 from emulator.model.fidelity import Durations, EgressWire, verdict
 from emulator.model.pause import PauseState
-from emulator.model.switch_params import DEFAULT_LOSSLESS
+from emulator.model.rx_pipeline import RxPipeline
+from emulator.model.switch_params import DEFAULT_LOSSLESS, default_headroom
 from emulator.wire.mac import mac_bytes
 from emulator.wire.pfc import ETHERTYPE_MAC_CONTROL, MAX_QUANTA, PRIORITIES, decode_pfc, encode_pfc, pause_ns
 from emulator.agents.rnic import Rnic
@@ -39,6 +44,7 @@ from emulator.kernel.netns import entered
 from emulator.kernel.tc import PauseGates, leaf_class
 
 EARLY_WAKE_NS = 1_000_000  # a timed post wakes the agent this much before its start (see _start_timed_posts)
+RX_BUFFER = 256 << 10  # the slow receiver's NIC buffer (a ConnectX-class NIC has a few hundred KiB per port)
 
 
 class HostAgent(AgentBase):
@@ -62,9 +68,12 @@ class HostAgent(AgentBase):
         self.mac = mac_bytes(config.mac)
         self.pfc_sock = None  # the stall fault's PFC sender, opened at its first use (in priority 7's class)
         self.ifname, self.netns = ifname, config.netns
-        self.storm_refresh: int | None = None  # while stalled: when the next XOFF goes
+        self.storm_refresh: int | None = None  # while the NIC pauses its port: when the next XOFF goes
         self.storm_refresh_ns = pause_ns(MAX_QUANTA, config.rate_bps) // 2
         self.storm_pfc_sent = 0
+        self.pausing: set[str] = set()  # why the NIC pauses its switch port: "stall", "slow"
+        self.rate_bps, self.mtu = config.rate_bps, config.mtu
+        self.rnic.pause_request = lambda on: self._nic_pause("slow", on)
         self.unordered = keep_flows_in_order([ifname], whole_link=config.ib is not None, rx_cpus=[config.rx_cpu])
 
     def _on_frame(self, _fd: int, _mask: int, now: int) -> None:
@@ -140,21 +149,48 @@ class HostAgent(AgentBase):
             os.sched_yield()
 
     def command(self, request: list[str]) -> dict[str, Any]:
-        """``stall``: the NIC stops receiving and pauses its switch port without end; ``resume`` ends that."""
+        """``stall``: the NIC stops receiving and pauses its switch port without end; ``slow FRACTION``: it
+        takes frames at that fraction of its link rate, pausing its port when its buffer fills; ``resume``
+        ends either."""
+        now = self.now()
         if request == ["stall"]:
-            if self.storm_refresh is None:
+            if "stall" not in self.pausing:
                 self.rnic.stall(True)
-                self._storm_pfc(MAX_QUANTA)
-                self.storm_refresh = self.now() + self.storm_refresh_ns
-                self.arm(self.storm_refresh, self.now())
+                self._nic_pause("stall", True)
             return {"stalled": True}
+        if request[:1] == ["slow"] and len(request) == 2:
+            fraction = _fraction(request[1])
+            frame = self.mtu + 14
+            xoff = RX_BUFFER - default_headroom(self.rate_bps, 0, self.mtu)
+            self.rnic.set_slow(now, RxPipeline(max(1, round(self.rate_bps * fraction)), RX_BUFFER, xoff,
+                                               max(0, xoff - 2 * frame)))
+            return {"slow": fraction}
         if request == ["resume"]:
-            if self.storm_refresh is not None:
-                self.storm_refresh = None
-                self._storm_pfc(0)
+            self.rnic.set_slow(now, None)
+            if "stall" in self.pausing:
                 self.rnic.stall(False)
+                self._nic_pause("stall", False)
             return {"stalled": False}
         return super().command(request)
+
+    def _nic_pause(self, reason: str, on: bool) -> None:
+        """The NIC pauses its switch port while any reason holds: XOFF now and refreshed, XON when none is left."""
+        before = bool(self.pausing)
+        (self.pausing.add if on else self.pausing.discard)(reason)
+        if self.pausing and not before:
+            self._storm_pfc(MAX_QUANTA)
+            self.storm_refresh = self.now() + self.storm_refresh_ns
+            self.arm(self.storm_refresh, self.now())
+        elif before and not self.pausing:
+            self.storm_refresh = None
+            self._storm_pfc(0)
+
+    def _slow_stats(self) -> dict[str, Any] | None:
+        slow = self.rnic.slow
+        if slow is None:
+            return None
+        return {"rate_bps": slow.rate_bps, "held_bytes": slow.bytes, "peak_bytes": slow.peak, "dropped": slow.dropped,
+                "pausing": slow.paused}
 
     def _storm_pfc(self, quanta: int) -> None:
         if self.pfc_sock is None:
@@ -168,7 +204,8 @@ class HostAgent(AgentBase):
     def stats(self) -> dict[str, Any]:
         now = self.now()
         return {
-            "fault": {"stalled": self.storm_refresh is not None, "pfc_sent": self.storm_pfc_sent},
+            "fault": {"stalled": "stall" in self.pausing, "pfc_sent": self.storm_pfc_sent,
+                      "slow": self._slow_stats()},
             "host": self.name,
             "scheduling": self.scheduling,
             "cpu": self.cpu,
@@ -200,3 +237,14 @@ class HostAgent(AgentBase):
         self.gates.close()
         if self.pfc_sock is not None:
             self.pfc_sock.close()
+
+
+def _fraction(text: str) -> float:
+    """A slow receiver's share of its link rate: above 0, below 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"slow {text!r}: expected a fraction of the link rate, e.g. 0.25") from None
+    if not 0 < value < 1:
+        raise ValueError(f"slow {text!r}: the fraction is above 0 and below 1")
+    return value

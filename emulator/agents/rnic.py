@@ -50,6 +50,7 @@ from emulator.agents.rnic_links import make_link
 from emulator.kernel.packet_socket import kernel_drops, open_packet_socket
 from emulator.model.dcqcn import NotificationPoint, ReactionPoint
 from emulator.model.fidelity import EgressWire
+from emulator.model.rx_pipeline import RxPipeline
 from emulator.model.rc import (
     Completion, RcConfig, RcQueuePair, RecvWR, SendWR, WcOpcode, WrOpcode, default_timeout_ns,
 )
@@ -134,7 +135,7 @@ class Rnic:
         self.counters = {"frames_sent": 0, "frames_received": 0, "bytes_sent": 0, "icrc_errors": 0,
                          "unknown_qp": 0, "send_blocked": 0, "credit_waits": 0, "rx_kernel_drops": 0,
                          "bad_requests": 0, "clients_refused": 0, "clients_dropped": 0,
-                         "cnps_sent": 0, "cnps_received": 0, "paced_waits": 0}
+                         "cnps_sent": 0, "cnps_received": 0, "paced_waits": 0, "rx_buffer_drops": 0}
         # DCQCN (RoCE only: the IB fabric's flow control is its credits): the notification point for the
         # QPs' CE-marked arrivals, a reaction point per QP, the rate trace.
         self.cc = config.cc if config.ib is None else None
@@ -146,6 +147,8 @@ class Rnic:
         self._paced: set[int] = set()  # QPs with data held back by their rate limiter
         self.receiving = True  # False: the receive pipeline is stalled (a fault), frames stay in the kernel
         self._writable_wanted = False
+        self.slow: RxPipeline | None = None  # the slow-receiver fault: frames wait in a NIC buffer drained slowly
+        self.pause_request: Callable[[bool], None] | None = None  # the host's PFC: assert (True) or release
         self.link_waiting = False
         self._control: deque[bytes] = deque()
         self.closed_qp_counters: dict[str, int] = {}
@@ -196,28 +199,59 @@ class Rnic:
                 size = self.sock.recv_into(rx)
             except BlockingIOError:
                 return
-            accepted = self.link.accept(now, view[:size])
-            if accepted is None:
-                continue
-            packet, source, intact = accepted
-            self.counters["frames_received"] += 1
-            if not intact:
-                self.counters["icrc_errors"] += 1
-                continue
-            entry = self.qps.get(packet.dest_qp)
-            if entry is None or entry.qp is None or source != entry.remote_ip:
-                self.counters["unknown_qp"] += 1
-                continue
-            if packet.opcode == Opcode.CNP:
-                self.counters["cnps_received"] += 1
-                if entry.rp is not None:
-                    entry.rp.on_cnp(now)
-                    self._trace(now, entry, "cnp")
-                continue
-            if packet.ecn_ce and self.np is not None and self.np.on_ce(now, entry.qpn):
-                self._control.append(entry.cnp_framer.encode(Packet(Opcode.CNP, entry.qp.remote_qpn, 0)))
-                self.counters["cnps_sent"] += 1
-            entry.qp.receive(now, packet)
+            if self.slow is None:
+                self._process(now, view[:size])
+            else:  # the slow receiver: the frame waits its turn in the NIC's buffer (a copy: rx is reused)
+                self._request_pause(self.slow.arrive(now, bytes(view[:size]), size))
+
+    def set_slow(self, now: int, pipeline: RxPipeline | None) -> None:
+        """Start (or end, with None) the slow-receiver fault; ending it takes every held frame at once.  A NIC
+        already slow stays as it is (the frames it holds keep their turn)."""
+        if pipeline is None and self.slow is not None:
+            self.counters["rx_buffer_drops"] += self.slow.dropped
+            held, paused, self.slow = self.slow.drain(), self.slow.paused, None
+            for frame in held:
+                self._process(now, memoryview(frame))
+            if paused:
+                self._request_pause(False)
+        elif pipeline is not None and self.slow is None:
+            self.slow = pipeline
+
+    def _take_slow(self, now: int) -> None:
+        if self.slow is not None:
+            frames, change = self.slow.take(now)
+            for frame in frames:
+                self._process(now, memoryview(frame))
+            self._request_pause(change)
+
+    def _request_pause(self, change: bool | None) -> None:
+        if change is not None and self.pause_request is not None:
+            self.pause_request(change)
+
+    def _process(self, now: int, frame: memoryview) -> None:
+        """One frame from the wire: to its QP, or dropped and counted."""
+        accepted = self.link.accept(now, frame)
+        if accepted is None:
+            return
+        packet, source, intact = accepted
+        self.counters["frames_received"] += 1
+        if not intact:
+            self.counters["icrc_errors"] += 1
+            return
+        entry = self.qps.get(packet.dest_qp)
+        if entry is None or entry.qp is None or source != entry.remote_ip:
+            self.counters["unknown_qp"] += 1
+            return
+        if packet.opcode == Opcode.CNP:
+            self.counters["cnps_received"] += 1
+            if entry.rp is not None:
+                entry.rp.on_cnp(now)
+                self._trace(now, entry, "cnp")
+            return
+        if packet.ecn_ce and self.np is not None and self.np.on_ce(now, entry.qpn):
+            self._control.append(entry.cnp_framer.encode(Packet(Opcode.CNP, entry.qp.remote_qpn, 0)))
+            self.counters["cnps_sent"] += 1
+        entry.qp.receive(now, packet)
 
     def _on_writable(self, now: int) -> None:
         self._arm(writable=False)
@@ -328,6 +362,8 @@ class Rnic:
             deadlines.append((link, "link"))
         for qpn in self._paced:
             deadlines.append((self.qps[qpn].rp.ready_at, "link"))
+        if self.slow is not None and (taken := self.slow.next_deadline()) is not None:
+            deadlines.append((taken, "link"))
         if self.cc is not None:
             deadlines += [(d, "link") for e in self.qps.values() if e.rp is not None and (d := e.rp.next_deadline())]
         return min(deadlines) if deadlines else None
@@ -354,6 +390,7 @@ class Rnic:
 
     def on_timer(self, now: int) -> None:
         self.release(now)
+        self._take_slow(now)
         self._paced = {qpn for qpn in self._paced if self.qps[qpn].rp.ready_at > now}  # the rest go in transmit
         for entry in list(self.qps.values()):
             if entry.qp is not None and (deadline := entry.qp.next_deadline()) is not None and deadline <= now:

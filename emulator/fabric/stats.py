@@ -37,6 +37,8 @@ def with_totals(state: runstate.RunState, stats: dict[str, dict[str, Any]]) -> d
                           "pfcwd_storms", "pfcwd_restorations", "pfcwd_drops")}
     totals["pfc_received"] += sum(sum(h["pfc_received"]) for h in hosts.values())
     totals["host_paused_ns"] = sum(sum(h["paused_ns"]) for h in hosts.values())
+    # PFC frames the hosts' NICs sent (the stall and slow-receiver faults): their pauses explain a slow collective
+    totals["host_pfc_sent"] = sum(h["fault"]["pfc_sent"] for h in hosts.values() if "fault" in h)
     # IB: times a VL had a packet and no credit for it, at switches and RNICs (the IB fabric's back-pressure)
     totals["ib_credit_stalls"] = sum(s["totals"].get("ib_credit_stalls", 0) for s in switches.values()) + sum(
         entry["stalls"] for h in hosts.values() if "rnic" in h for entry in h["rnic"]["link"].get("credits", ()))

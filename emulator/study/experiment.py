@@ -79,7 +79,7 @@ _CHECK_RUN = "check"  # run name of the throw-away plan that validates a variant
 _GIT_TIMEOUT_S = 10
 
 
-FAULT_KINDS = ("stall",)
+FAULT_KINDS = ("stall", "slow")
 MAX_FAULTS = 16
 MAX_FAULT_NS = 600 * 10**9
 
@@ -93,6 +93,12 @@ class Fault:
     host: str
     kind: str
     duration_ns: int | None = None
+    fraction: float | None = None  # slow: the share of its link rate the NIC keeps up with
+
+    @property
+    def request(self) -> str:
+        """What the host agent is asked (its control socket)."""
+        return self.kind if self.fraction is None else f"{self.kind} {self.fraction}"
 
 
 @dataclass(frozen=True)
@@ -423,9 +429,10 @@ def _faults(values: dict[str, Any], plan: FabricPlan, context: str) -> tuple[Fau
         for number, item in enumerate(items, start=1):
             if not isinstance(item, dict):
                 raise FabricError(f"fault {number}: expected a table, got {shown(item)}")
-            unknown = sorted(set(item) - {"at", "host", "fault", "for"})
+            unknown = sorted(set(item) - {"at", "host", "fault", "for", "fraction"})
             if unknown:
-                raise FabricError(f"fault {number}: unknown key {_q(unknown[0])} (known: at, host, fault, for)")
+                raise FabricError(f"fault {number}: unknown key {_q(unknown[0])} (known: at, host, fault, for, "
+                                  "fraction)")
             missing = [key for key in ("at", "host", "fault") if key not in item]
             if missing:
                 raise FabricError(f"fault {number}: missing key {_q(missing[0])}")
@@ -445,7 +452,15 @@ def _faults(values: dict[str, Any], plan: FabricPlan, context: str) -> tuple[Fau
                     raise FabricError(f"fault {number}: {key} {format_time(ns)}: choose "
                                       f"{'0' if key == 'at' else '1 ns'} to {format_time(MAX_FAULT_NS)}")
                 times.append(ns)
-            faults.append(Fault(times[0], item["host"], item["fault"], times[1]))
+            fraction = item.get("fraction")
+            if (fraction is not None) != (item["fault"] == "slow"):
+                raise FabricError(f"fault {number}: " + ("slow needs a fraction of the link rate, e.g. fraction = 0.25"
+                                                         if fraction is None else "only slow takes a fraction"))
+            if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
+                                         or not 0 < fraction < 1):
+                raise FabricError(f"fault {number}: fraction {shown(fraction)}: above 0 and below 1")
+            faults.append(Fault(times[0], item["host"], item["fault"], times[1],
+                                None if fraction is None else float(fraction)))
     return tuple(faults)
 
 

@@ -44,7 +44,8 @@ from emulator.units import format_rate
 ITERATION_FIELDS = ["variant", "iteration", "start_ns", "cct_us", "start_skew_us", "last_src", "last_dst", "cause",
                     "retransmissions", "paused_us"]
 FLOW_FIELDS = ["variant", "iteration", "src", "dst", "bytes", "fct_us", "retransmissions", "timeouts"]
-COUNTERS = ("drops", "pfc_sent", "ecn_marked", "host_paused_ns", "cnps_received", "paced_waits", "ib_credit_stalls")
+COUNTERS = ("drops", "pfc_sent", "ecn_marked", "host_paused_ns", "cnps_received", "paced_waits", "ib_credit_stalls",
+            "host_pfc_sent")
 
 
 def run_experiment(experiment: Experiment, out_root: str, log: Callable[[str], None]) -> str:
@@ -201,7 +202,7 @@ class FaultSchedule:
 
     def iteration(self, start_ns: int) -> None:
         for fault in self.faults:
-            self._at(start_ns + fault.at_ns, fault.host, fault.kind)
+            self._at(start_ns + fault.at_ns, fault.host, fault.request)
             if fault.duration_ns is not None:
                 self._at(start_ns + fault.at_ns + fault.duration_ns, fault.host, "resume")
 
@@ -353,14 +354,15 @@ def with_bound_check(fidelity: dict[str, Any], mean_us: float, bound_us: float, 
 
     The agents' own measures can miss a CPU that paced every sender alike
     (nothing waited long enough anywhere to show); a collective above
-    BOUND_SLACK times its bound with no drop, no retransmission, no pause,
-    no IB credit stall, no CNP and no sender held to its rate by congestion
+    BOUND_SLACK times its bound with no drop, no retransmission, no pause
+    (from a switch or a faulty host's NIC), no IB credit stall, no CNP and no sender held to its rate by congestion
     control (CNPs of earlier iterations hold a QP's rate down in later ones)
     has no fabric cause left, so the machine is the cause and the figures
     are not the fabric's.
     """
     ratio = mean_us / bound_us
-    explained = (counters["drops"] or counters["pfc_sent"] or counters["cnps_received"] or counters["paced_waits"]
+    explained = (counters["drops"] or counters["pfc_sent"] or counters["host_pfc_sent"] or counters["cnps_received"]
+                 or counters["paced_waits"]
                  or counters["ib_credit_stalls"] or any(it.retransmissions for it in run.iterations))
     if ratio <= BOUND_SLACK or explained:
         return fidelity

@@ -91,3 +91,40 @@ def test_a_pause_storm_spreads_unless_the_watchdog_contains_it(tmp_path):
     judge_only_if_faithful(storm["fidelity"], "the all-reduce's CCT in the storm")
     judge_only_if_faithful(pfcwd["fidelity"], "the all-reduce's CCT with the watchdog")
     assert pfcwd["cct_us"]["mean"] < storm["cct_us"]["mean"]
+
+
+SLOW = """
+name = "r"
+description = "slow receiver"
+topo = "star,4"
+link = { bw = "20mbit" }
+collective = "incast"
+size = "256KiB"
+iterations = 2
+warmup = 1
+faults = [{ at = "0s", host = "h1", fault = "slow", fraction = 0.25 }]
+
+[[variants]]
+name = "calm"
+fabric = "lossless"
+faults = []
+
+[[variants]]
+name = "slow"
+fabric = "lossless"
+"""
+
+
+def test_a_slow_receiver_pauses_its_switch_port_and_loses_nothing(tmp_path):
+    variants = _run(tmp_path, "r", SLOW)
+    calm, slow = variants["calm"], variants["slow"]
+    assert slow["faults"] == 2 and slow["verified"] and calm["verified"]
+    assert slow["drops"] == calm["drops"] == 0
+    stats = json.load(open(next((tmp_path / "results" / "r").iterdir()) / "telemetry" / "slow" / "stats.json"))
+    h1 = stats["hosts"]["h1"]
+    assert h1["fault"]["pfc_sent"] > 0 and h1["rnic"]["rx_buffer_drops"] == 0  # it paused s1 and lost nothing
+    assert sum(port["priorities"][3]["pfc_received"] for port in stats["switches"]["s1"]["ports"].values()) > 0
+    judge_only_if_faithful(calm["fidelity"], "the calm incast's CCT")
+    judge_only_if_faithful(slow["fidelity"], "the slow receiver's incast CCT")
+    # A quarter of the link rate: about four times the calm incast, and no faster.
+    assert 3.5 < slow["cct_us"]["p50"] / calm["cct_us"]["p50"] < 5.5, (slow["cct_us"], calm["cct_us"])
