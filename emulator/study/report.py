@@ -56,24 +56,11 @@ def table(results: Results) -> str:
         ["VARIANT", "FABRIC", "COLLECTIVE", "ITERS", "CCT p50 ms", "CCT p99 ms", "CCT max ms", "CCT mean ms",
          "x LINK TIME", "DROPS", "RETRANS", "PFC", "ECN", "CNP", "SKEW max us", "FAITHFUL"],
         [_variant_row(v) for v in results.variants], text_columns=3)
-    unfaithful = fidelity_lines(results.variants)
-    if unfaithful:
-        lines += ["", *unfaithful]
-    ratios = ratio_lines(results.variants)
-    if ratios:
-        lines += ["", *ratios]
-    victims = victim_lines(results.variants)
-    if victims:
-        lines += ["", *victims]
-    deadlocks = deadlock_lines(results.variants)
-    if deadlocks:
-        lines += ["", *deadlocks]
-    faults = fault_lines(results.variants)
-    if faults:
-        lines += ["", *faults]
-    predictions = prediction_lines(results.variants)
-    if predictions:
-        lines += ["", *predictions]
+    sections = (fidelity_lines, ratio_lines, victim_lines, deadlock_lines, fault_lines, prediction_lines)
+    for section in sections:  # each a paragraph of its own, where it has anything to say
+        section_lines = section(results.variants)
+        if section_lines:
+            lines += ["", *section_lines]
     modelled = modelled_lines(results.variants)
     if modelled:
         lines += ["", "in the modelled fabric's time (emulated times divided by D = modelled / emulated rate):",

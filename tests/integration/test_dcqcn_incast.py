@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
-import sys
 
 from emulator.fabric.capture import malformed_count
 from emulator.study.pcapfile import read_frames
 from emulator.wire.roce import CNP_DSCP, decode
 from emulator.wire.transport import Opcode
+from experiment_run import run_experiment
 from faithful import judge_only_if_faithful
 
 INCAST = """
@@ -38,13 +37,7 @@ LINE_BPS = 20_000_000
 
 
 def test_dcqcn_incast_sends_cnps_and_pauses_less(tmp_path):
-    (tmp_path / "cc.toml").write_text(INCAST)
-    done = subprocess.run([sys.executable, "-m", "emulator", "run", str(tmp_path / "cc.toml"), "--out",
-                           str(tmp_path / "results")], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    [stamp] = os.listdir(tmp_path / "results" / "cc")
-    directory = tmp_path / "results" / "cc" / stamp
-    variants = {v["name"]: v for v in json.load(open(directory / "results.json"))["variants"]}
+    directory, variants, _ = run_experiment(tmp_path, "cc", INCAST)
     pfc, dcqcn = variants["pfc"], variants["dcqcn"]
     assert (pfc["cc"], dcqcn["cc"]) == ("none", "dcqcn")
     assert pfc["drops"] == dcqcn["drops"] == 0 and pfc["retransmissions"] == dcqcn["retransmissions"] == 0

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 from emulator.model.rc import default_timeout_ns
+from experiment_run import run_experiment
 from faithful import judge_only_if_faithful
 
 RING = """
@@ -35,14 +31,9 @@ SAMPLE_MS = 100
 
 
 def test_pfc_deadlocks_and_the_watchdog_recovers(tmp_path):
-    (tmp_path / "ring.toml").write_text(RING)
-    done = subprocess.run([sys.executable, "-m", "emulator", "run", str(tmp_path / "ring.toml"), "--out",
-                           str(tmp_path / "results")], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    assert "pfc: no frame reached any host for 10 s: deadlocked" in done.stderr
-    [stamp] = os.listdir(tmp_path / "results" / "ring")
-    results = json.load(open(tmp_path / "results" / "ring" / stamp / "results.json"))
-    pfc, pfcwd = results["variants"]
+    _, variants, stderr = run_experiment(tmp_path, "ring", RING)
+    assert "pfc: no frame reached any host for 10 s: deadlocked" in stderr
+    pfc, pfcwd = variants["pfc"], variants["pfcwd"]
     assert pfc["deadlocked"] is True and pfc["recovered_after_ms"] is None and pfc["longest_stall_ms"] >= 5000
     assert pfc["iterations"] == 0 and pfc["cct_us"] is None and pfc["drops"] == 0 and pfc["pfc_sent"] > 0
     assert pfc["pfcwd"]["pfcwd_storms"] == 0

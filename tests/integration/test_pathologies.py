@@ -4,10 +4,8 @@ PFC watchdog contains (experiment-file faults, the multijob and victim collectiv
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
+from experiment_run import run_experiment
 from faithful import judge_only_if_faithful
 
 VICTIM = """
@@ -55,13 +53,7 @@ switch = { pfcwd = "150ms:300ms:drop" }
 
 
 def _run(tmp_path, name: str, text: str) -> dict:
-    (tmp_path / f"{name}.toml").write_text(text)
-    done = subprocess.run([sys.executable, "-m", "emulator", "run", str(tmp_path / f"{name}.toml"), "--out",
-                           str(tmp_path / "results")], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    [stamp] = os.listdir(tmp_path / "results" / name)
-    results = json.load(open(tmp_path / "results" / name / stamp / "results.json"))
-    return {v["name"]: v for v in results["variants"]}
+    return run_experiment(tmp_path, name, text)[1]
 
 
 def test_a_victim_flow_behind_an_incast(tmp_path):
@@ -116,11 +108,11 @@ fabric = "lossless"
 
 
 def test_a_slow_receiver_pauses_its_switch_port_and_loses_nothing(tmp_path):
-    variants = _run(tmp_path, "r", SLOW)
+    directory, variants, _ = run_experiment(tmp_path, "r", SLOW)
     calm, slow = variants["calm"], variants["slow"]
     assert slow["faults"] == 2 and slow["verified"] and calm["verified"]
     assert slow["drops"] == calm["drops"] == 0
-    stats = json.load(open(next((tmp_path / "results" / "r").iterdir()) / "telemetry" / "slow" / "stats.json"))
+    stats = json.load(open(directory / "telemetry" / "slow" / "stats.json"))
     h1 = stats["hosts"]["h1"]
     assert h1["fault"]["pfc_sent"] > 0 and h1["rnic"]["rx_buffer_drops"] == 0  # it paused s1 and lost nothing
     assert sum(port["priorities"][3]["pfc_received"] for port in stats["switches"]["s1"]["ports"].values()) > 0
