@@ -446,6 +446,7 @@ class SwitchAgent(AgentBase):
             for cause in IB_DROPS:
                 totals[f"ib_{cause}"] = self.ib.total(cause)
             totals["ib_credit_stalls"] = sum(entry["stalls"] for port in ports.values() for entry in port["ib"]["credits"])
+            totals["tx_frames"] += sum(self.ib.forwarded)  # the IB plane's packets (the MMU carries none on ib)
         return {"switch": self.name, "scheduling": self.scheduling, "cpu": self.cpu, "ports": ports, "totals": totals,
                 "rps_failed": self.unordered, "fidelity": self._fidelity()}
 

@@ -45,7 +45,7 @@ ITERATION_FIELDS = ["variant", "iteration", "start_ns", "cct_us", "start_skew_us
                     "retransmissions", "paused_us"]
 FLOW_FIELDS = ["variant", "iteration", "src", "dst", "bytes", "fct_us", "retransmissions", "timeouts"]
 COUNTERS = ("drops", "pfc_sent", "ecn_marked", "host_paused_ns", "cnps_received", "paced_waits", "ib_credit_stalls",
-            "host_pfc_sent")
+            "host_pfc_sent", "tx_frames")
 
 
 def run_experiment(experiment: Experiment, out_root: str, log: Callable[[str], None]) -> str:
@@ -344,6 +344,7 @@ def link_time_us(variant: Variant) -> float:
     return max(sent + received) * 8 / rate * 1e6
 
 
+CREDIT_STALL_SHARE = 0.01  # measured: 1 to 6 stalls in thousands of frames uncongested, 15,922 in multi-job's IB
 GIVE_UP_AFTER_DEADLOCK_NS = 5 * 10**9  # a deadlock is watched this much longer: does it stay?
 BOUND_SLACK = 1.10  # a mean CCT above 1.10x the link-time bound needs a cause in the fabric
 
@@ -355,15 +356,18 @@ def with_bound_check(fidelity: dict[str, Any], mean_us: float, bound_us: float, 
     The agents' own measures can miss a CPU that paced every sender alike
     (nothing waited long enough anywhere to show); a collective above
     BOUND_SLACK times its bound with no drop, no retransmission, no pause
-    (from a switch or a faulty host's NIC), no IB credit stall, no CNP and no sender held to its rate by congestion
+    (from a switch or a faulty host's NIC), no IB congestion (credit stalls
+    on more than CREDIT_STALL_SHARE of the frames forwarded: an agent late
+    with its credit updates stalls a few now and then, congestion
+    thousands), no CNP and no sender held to its rate by congestion
     control (CNPs of earlier iterations hold a QP's rate down in later ones)
     has no fabric cause left, so the machine is the cause and the figures
     are not the fabric's.
     """
     ratio = mean_us / bound_us
+    congested_ib = counters["ib_credit_stalls"] > CREDIT_STALL_SHARE * counters["tx_frames"]
     explained = (counters["drops"] or counters["pfc_sent"] or counters["host_pfc_sent"] or counters["cnps_received"]
-                 or counters["paced_waits"]
-                 or counters["ib_credit_stalls"] or any(it.retransmissions for it in run.iterations))
+                 or counters["paced_waits"] or congested_ib or any(it.retransmissions for it in run.iterations))
     if ratio <= BOUND_SLACK or explained:
         return fidelity
     reason = (f"mean CCT {ratio:.2f}x the link-time bound ({bound_us / 1e3:.1f} ms) with no drop, "

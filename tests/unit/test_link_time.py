@@ -10,7 +10,8 @@ from emulator.study.experiment import load_experiment
 from emulator.study.runner import BOUND_SLACK, link_time_us, summarize_variant, with_bound_check
 
 FAITHFUL = {"faithful": True, "unfaithful": {}}
-QUIET = {"drops": 0, "pfc_sent": 0, "ecn_marked": 0, "host_paused_ns": 0, "cnps_received": 0, "paced_waits": 0, "ib_credit_stalls": 0, "host_pfc_sent": 0}
+QUIET = {"drops": 0, "pfc_sent": 0, "ecn_marked": 0, "host_paused_ns": 0, "cnps_received": 0, "paced_waits": 0,
+         "ib_credit_stalls": 0, "host_pfc_sent": 0, "tx_frames": 10_000}
 
 
 def variants() -> dict:
@@ -60,9 +61,16 @@ def test_near_the_bound_or_with_a_cause_in_the_fabric_the_agents_verdict_stands(
     assert with_bound_check(FAITHFUL, BOUND_SLACK * 1000.0, 1000.0, QUIET, run) is FAITHFUL
     for counters, retransmissions in (({**QUIET, "drops": 3}, 0), ({**QUIET, "pfc_sent": 1}, 0), (QUIET, 2),
                                       ({**QUIET, "cnps_received": 4}, 0), ({**QUIET, "paced_waits": 9}, 0),
-                                      ({**QUIET, "ib_credit_stalls": 5}, 0), ({**QUIET, "host_pfc_sent": 3}, 0)):
+                                      ({**QUIET, "ib_credit_stalls": 101}, 0), ({**QUIET, "host_pfc_sent": 3}, 0)):
         run = run_of([3000.0], retransmissions)
         assert with_bound_check(FAITHFUL, 3000.0, 1000.0, counters, run)["faithful"]
+
+
+def test_a_few_credit_stalls_do_not_explain_a_slow_ib_collective():
+    """Late credit updates stall a VL now and then; congestion stalls it on a good share of the frames."""
+    run = run_of([3000.0])
+    assert not with_bound_check(FAITHFUL, 3000.0, 1000.0, {**QUIET, "ib_credit_stalls": 100}, run)["faithful"]
+    assert with_bound_check(FAITHFUL, 3000.0, 1000.0, {**QUIET, "ib_credit_stalls": 101}, run)["faithful"]
 
 
 def test_a_victim_variant_reports_its_victim_flows_goodput():
