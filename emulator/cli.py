@@ -25,6 +25,7 @@ from emulator.fabric import runstate
 from emulator.errors import FabricError, listed
 from emulator.fabric.agent_control import query_agent
 from emulator.fabric.builder import Fabric
+from emulator.fabric.link_state import set_link
 from emulator.fabric.privileges import require_root
 from emulator.fabric.stats import collect_stats
 from emulator.fabric.teardown import finish_run
@@ -238,6 +239,14 @@ def cmd_fault(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_link(args: argparse.Namespace) -> int:
+    """Take a switch-to-switch link of a running fabric down, or bring it back; routes follow at once."""
+    require_root()
+    state = _pick_run(args.run)
+    progress(set_link(state, args.a, args.b, up=args.state == "up"))
+    return 0
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     require_root()
     state = _pick_run(args.run)
@@ -448,6 +457,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("fraction", nargs="?", type=_real("fraction", (1e-6, 0.999999)), default=None,
                    help="slow only: the share of the link rate, above 0 and below 1")
     p.set_defaults(func=cmd_fault)
+
+    p = sub.add_parser("link", help="take a link between two switches down or up: link SWITCH SWITCH down|up")
+    p.add_argument("--run", help="which run (default: the only one)")
+    p.add_argument("a", metavar="SWITCH")
+    p.add_argument("b", metavar="SWITCH")
+    p.add_argument("state", choices=("down", "up"),
+                   help="down: both ends go down and every switch's routes are recomputed without the link; up: back")
+    p.set_defaults(func=cmd_link)
 
     p = sub.add_parser("stats", help="switch counters of a running fabric")
     p.add_argument("--run", help="which run (default: the only one)")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import ipaddress
 import json
 import math
 import re
@@ -162,12 +163,10 @@ class SwitchConfig(AgentConfig):
     ports: tuple[PortConfig, ...]
     routes: dict[str, tuple[str, ...]]  # host IPv4 address -> ifnames of its equal-cost egress ports
     ib: SwitchIbConfig | None
+    routes_file: str | None = None  # where new routes wait when a link goes down or up (``routes`` request)
 
     def check(self) -> None:
-        names = {port.ifname for port in self.ports}
-        for ip, ifnames in self.routes.items():
-            if not ifnames or not names.issuperset(ifnames):
-                raise ConfigError(f"routes[{shown(ip)}]: {shown(ifnames)} names no port or a port this switch lacks")
+        check_routes(self.routes, {port.ifname for port in self.ports})
         for name in ("lossless", "strict"):
             if not set(getattr(self.mmu, name)) <= set(range(PRIORITIES)):
                 raise ConfigError(f"mmu.{name}: {shown(sorted(getattr(self.mmu, name)))} holds a priority outside 0 to 7")
@@ -178,6 +177,24 @@ class SwitchConfig(AgentConfig):
                 raise ConfigError(f"ib.peer_capacity: {len(self.ib.peer_capacity)} sizes for {len(self.ports)} ports")
             if not all(0 <= index < len(self.ports) for index in self.ib.lft.values()):
                 raise ConfigError(f"ib.lft: {shown(self.ib.lft)} sends to a port this switch lacks")
+
+
+@dataclass(frozen=True)
+class RouteTable(_Checked):
+    """A switch's routes after a link went down or up (the builder's routes file; checked by the switch)."""
+
+    routes: dict[str, tuple[str, ...]]
+
+
+def check_routes(routes: dict[str, tuple[str, ...]], ports: set[str]) -> None:
+    """Every key an IPv4 address, every route a non-empty list of the switch's own ports."""
+    for ip, ifnames in routes.items():
+        try:
+            ipaddress.IPv4Address(ip)
+        except ValueError:
+            raise ConfigError(f"routes: {shown(ip)} is no IPv4 address") from None
+        if not ifnames or not ports.issuperset(ifnames):
+            raise ConfigError(f"routes[{shown(ip)}]: {shown(ifnames)} names no port or a port this switch lacks")
 
 
 @dataclass(frozen=True)

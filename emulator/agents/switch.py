@@ -28,7 +28,7 @@ from typing import Any
 
 from emulator.agents.base import AgentBase
 from emulator.agents.loop import Loop
-from emulator.agents.config import PortConfig, SwitchConfig
+from emulator.agents.config import PortConfig, RouteTable, SwitchConfig, check_routes, read
 from emulator.wire.mac import ETH_LEN, mac_bytes
 from emulator.wire.ib import ETH_IB
 from emulator.wire.pfc import ETH_MAC_CONTROL, PRIORITIES, decode_pfc, encode_pfc
@@ -98,7 +98,8 @@ class Port:
         self.kernel_drops = 0
         # Frames that arrived here and went nowhere, by cause: RX_DROPS.
         self.drops = dict.fromkeys(RX_DROPS, 0)
-        self.tx_errors = 0  # frames the kernel refused to send (counted, dropped)
+        self.tx_errors = 0  # frames the kernel refused to send (counted, dropped; a link down refuses all)
+        self.link_errors = 0  # receive errors: the link went down
         self.control_frames = 0
         self.arp_replies = 0
 
@@ -117,11 +118,9 @@ class SwitchAgent(AgentBase):
         self.ports = [Port(i, spec, self.seed) for i, spec in enumerate(config.ports)]
         self.unordered = keep_flows_in_order([port.ifname for port in self.ports], whole_link=config.ib is not None,
                                              rx_cpus=[port.rx_cpu for port in config.ports])
-        by_name = {p.ifname: p for p in self.ports}
         self.by_fd = {p.fd: p for p in self.ports}
-        self.routes = {
-            socket.inet_aton(ip): [by_name[name] for name in names] for ip, names in config.routes.items()
-        }
+        self.routes_file = config.routes_file
+        self._set_routes(config.routes)
         self.mmu = Mmu(config.mmu, [p.rate_bps for p in self.ports], seed=self.seed)
         self.delayed = [p for p in self.ports if p.link.delay_ns]
         self.paced = [p for p in self.ports if p.link.paced]
@@ -139,7 +138,7 @@ class SwitchAgent(AgentBase):
 
     def _on_port(self, fd: int, mask: int, now: int) -> None:
         port = self.by_fd[fd]
-        if mask & select.EPOLLIN:
+        if mask & (select.EPOLLIN | select.EPOLLERR):  # an error: the link went down (recv reads and clears it)
             self._receive(port, now)
         if mask & select.EPOLLOUT:
             self._drain(port, now)
@@ -147,7 +146,10 @@ class SwitchAgent(AgentBase):
     def after_events(self, now: int) -> None:
         """Send the PFC frames the MMU decided on; set the next wake-up."""
         for port, quanta in self.mmu.take_pfc():
-            self.ports[port].pfc_sock.send(encode_pfc(self.ports[port].mac, quanta))
+            try:
+                self.ports[port].pfc_sock.send(encode_pfc(self.ports[port].mac, quanta))
+            except OSError:  # the link is down: the frame is lost with it
+                self.ports[port].tx_errors += 1
         if self.next_sample and now >= self.next_sample:
             self._sample(now)
         deadlines = [self.mmu.next_deadline()]
@@ -191,6 +193,9 @@ class SwitchAgent(AgentBase):
             try:
                 frame = recv(65536)
             except BlockingIOError:
+                return
+            except OSError:  # ENETDOWN: the link was taken down (fabric-emu link); nothing to read
+                port.link_errors += 1
                 return
             if not count and self.monitor and now >= port.lag_due:  # a batch's first frame waited longest
                 port.lag_due = now + LAG_PERIOD_NS
@@ -257,7 +262,11 @@ class SwitchAgent(AgentBase):
             if reply is None:  # a reply, or a request for an address outside the fabric
                 drops["unsupported"] += 1
                 return
-            port.pfc_sock.send(reply)
+            try:
+                port.pfc_sock.send(reply)
+            except OSError:
+                port.tx_errors += 1
+                return
             port.arp_replies += 1
         elif ethertype == ETH_IB and self.ib is not None:
             for out_index in self.ib.receive(now, port.index, frame):
@@ -376,8 +385,20 @@ class SwitchAgent(AgentBase):
         if not self.next_sample:
             self.next_sample = now + SAMPLE_NS
 
+    def _set_routes(self, routes: dict[str, tuple[str, ...]]) -> None:
+        by_name = {p.ifname: p for p in self.ports}
+        self.routes = {socket.inet_aton(ip): [by_name[name] for name in names] for ip, names in routes.items()}
+
     def command(self, request: list[str]) -> dict[str, Any]:
-        """``pfc IFNAME PRIORITY QUANTA``: send one PFC frame out of a port."""
+        """``pfc IFNAME PRIORITY QUANTA``: send one PFC frame out of a port; ``routes``: take the routes file's
+        table (a link went down or up), checked first: a bad file changes nothing."""
+        if request == ["routes"]:
+            if self.routes_file is None:
+                raise ValueError("this switch has no routes file")
+            table = read(self.routes_file, RouteTable)
+            check_routes(table.routes, {port.ifname for port in self.ports})
+            self._set_routes(table.routes)
+            return {"routes": len(self.routes)}
         if request[:1] != ["pfc"] or len(request) != 4:
             return super().command(request)
         port = next((p for p in self.ports if p.ifname == request[1]), None)
@@ -430,6 +451,7 @@ class SwitchAgent(AgentBase):
                 "rx_kernel_drops": kernel_drops,
                 "rx_drops": dict(port.drops),
                 "tx_errors": port.tx_errors,
+                "link_errors": port.link_errors,
                 "rx_control_frames": port.control_frames,
                 "arp_replies": port.arp_replies,
                 "wire": self._wire(port).summary(),

@@ -73,6 +73,7 @@ def _agent_config(plan: FabricPlan, node: NodePlan, seed: int, mmu_configs: dict
     return SwitchConfig(
         **common, mmu=mmu_configs[node.name],
         occupancy_file=os.path.join(directory, f"{node.name}.occupancy.csv"),
+        routes_file=os.path.join(directory, f"{node.name}.routes.json"),
         ports=tuple(
             PortConfig(ifname=p.ifname, mac=p.mac, peer_mac=p.peer_mac, rate_bps=p.params.bw_bps,
                        mtu=p.params.mtu, delay_ns=p.params.delay_ns,

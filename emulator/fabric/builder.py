@@ -37,7 +37,8 @@ from emulator.fabric.features import Features, probe_features, probe_namespace
 from emulator.fabric.node import Node
 from emulator.kernel.netns import create_namespace, entered, existing_namespaces
 from emulator.fabric.placement import check_workers, default_workers, node_cpus, place, process_cpus
-from emulator.fabric.plan import GATEWAY_IP, FabricPlan, NodePlan, make_plan
+from emulator.fabric.link_state import save_graph
+from emulator.fabric.plan import GATEWAY_IP, FabricPlan, NodePlan, make_plan, switch_graph
 from emulator.fabric.ib_subnet import assign as assign_subnet
 from emulator.fabric.privileges import require_root
 from emulator.fabric.reachability import pingall
@@ -152,6 +153,7 @@ class Fabric:
         self.state.note_started([self.state.owner_pid])
         try:
             self.state.save()
+            save_graph(self.directory, switch_graph(self.plan))
             _raise_open_file_limit()
             began = time.monotonic()
             self._build()

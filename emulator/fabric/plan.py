@@ -199,7 +199,38 @@ def make_plan(topo: Topo, run: str, link_defaults: dict[str, Any] | None = None)
     return plan
 
 
+@dataclass(frozen=True)
+class SwitchGraph:
+    """What routing needs of a fabric: each switch's ports towards other switches (in port order), and where
+    each host is cabled.  Kept with a run (``graph.json``) so routes can be recomputed when a link goes down."""
+
+    links: dict[str, list[tuple[str, str]]]  # switch -> [(its ifname, the peer switch)]
+    hosts: list[tuple[str, str, str, str]]  # (host, its IP, its edge switch, the edge's ifname towards it)
+
+    def without(self, down: set[frozenset[str]]) -> "SwitchGraph":
+        """The graph with the switch-to-switch links in ``down`` (pairs of switch names) taken out."""
+        return SwitchGraph({s: [(i, peer) for i, peer in ports if frozenset((s, peer)) not in down]
+                            for s, ports in self.links.items()}, self.hosts)
+
+    def link(self, a: str, b: str) -> tuple[str, str] | None:
+        """The ifnames of the link between switches ``a`` and ``b`` (a's, b's), or None if they are not linked."""
+        ends_a = [i for i, peer in self.links.get(a, []) if peer == b]
+        ends_b = [i for i, peer in self.links.get(b, []) if peer == a]
+        return (ends_a[0], ends_b[0]) if ends_a and ends_b else None
+
+
+def switch_graph(plan: FabricPlan) -> SwitchGraph:
+    links = {s.name: [(p.ifname, p.peer_node) for p in s.ports if plan.nodes[p.peer_node].kind == "switch"]
+             for s in plan.switches()}
+    hosts = [(h.name, h.ip or "", h.ports[0].peer_node, h.ports[0].peer_ifname) for h in plan.hosts()]
+    return SwitchGraph(links, hosts)
+
+
 def compute_routes(plan: FabricPlan) -> dict[str, dict[str, list[str]]]:
+    return routes_over(switch_graph(plan))
+
+
+def routes_over(graph: SwitchGraph) -> dict[str, dict[str, list[str]]]:
     """Shortest-path next hops from every switch to every host, all of them.
 
     One breadth-first search per switch that has hosts (over switch-to-switch
@@ -207,23 +238,25 @@ def compute_routes(plan: FabricPlan) -> dict[str, dict[str, list[str]]]:
     neighbour is one hop closer form the ECMP group.  The port lists keep
     the plan's port order, so the result is deterministic.
     """
-    switch_ports = {
-        s.name: [p for p in s.ports if plan.nodes[p.peer_node].kind == "switch"] for s in plan.switches()
-    }
-    routes: dict[str, dict[str, list[str]]] = {s: {} for s in switch_ports}
-    hosts_by_edge: dict[str, list[NodePlan]] = {}
-    for host in plan.hosts():
-        hosts_by_edge.setdefault(host.ports[0].peer_node, []).append(host)
-    for edge, edge_hosts in hosts_by_edge.items():
-        dist = hop_distances(switch_ports, edge)
-        for host in edge_hosts:
-            routes[edge][host.ip] = [host.ports[0].peer_ifname]
+    routes: dict[str, dict[str, list[str]]] = {s: {} for s in graph.links}
+    edges: dict[str, list[tuple[str, str, str, str]]] = {}
+    for host in graph.hosts:
+        edges.setdefault(host[2], []).append(host)
+    for edge, edge_hosts in edges.items():
+        dist = {edge: 0}
+        todo = deque([edge])
+        while todo:
+            here = todo.popleft()
+            for _ifname, peer in graph.links[here]:
+                if peer not in dist:
+                    dist[peer] = dist[here] + 1
+                    todo.append(peer)
+        for _name, ip, _edge, edge_ifname in edge_hosts:
+            routes[edge][ip] = [edge_ifname]
             for switch, d in dist.items():
                 if switch != edge:
-                    routes[switch][host.ip] = [
-                        p.ifname for p in switch_ports[switch] if dist.get(p.peer_node) == d - 1
-                    ]
-    unreachable = [(s, h.name) for s in switch_ports for h in plan.hosts() if h.ip not in routes[s]]
+                    routes[switch][ip] = [i for i, peer in graph.links[switch] if dist.get(peer) == d - 1]
+    unreachable = [(s, h[0]) for s in graph.links for h in graph.hosts if h[1] not in routes[s]]
     if unreachable:
         s, h = unreachable[0]
         raise FabricError(f"topology is not connected: switch {s} has no path to host {h}")

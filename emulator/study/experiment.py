@@ -40,7 +40,7 @@ from emulator.collectives.algorithms import COLLECTIVES, SENDER_COLLECTIVES, chu
 from emulator.errors import FabricError, one_line, printable, shown
 from emulator.fabric.builder import PACKAGE_PARENT
 from emulator.fabric.capacity import meminfo_bytes
-from emulator.fabric.plan import DEFAULT_LINK, FabricPlan, dilated, link_params, make_plan
+from emulator.fabric.plan import DEFAULT_LINK, FabricPlan, dilated, link_params, make_plan, switch_graph
 from emulator.agents.memory import MAX_MR_BYTES
 from emulator.model.dcqcn import check_fabric, parse_cc
 from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD
@@ -79,21 +79,23 @@ _CHECK_RUN = "check"  # run name of the throw-away plan that validates a variant
 _GIT_TIMEOUT_S = 10
 
 
-FAULT_KINDS = ("stall", "slow")
+FAULT_KINDS = ("stall", "slow", "down")
 MAX_FAULTS = 16
 MAX_FAULT_NS = 600 * 10**9
 
 
 @dataclass(frozen=True)
 class Fault:
-    """A fault injected into every measured iteration: ``kind`` on ``host`` from ``at_ns`` after the iteration's
-    start, for ``duration_ns`` (None: until the fabric is torn down)."""
+    """A fault injected into every measured iteration: ``kind`` on ``host`` (``down``: on the link between the two
+    switches of ``link``) from ``at_ns`` after the iteration's start, for ``duration_ns`` (None: until the
+    fabric is torn down)."""
 
     at_ns: int
     host: str
     kind: str
     duration_ns: int | None = None
     fraction: float | None = None  # slow: the share of its link rate the NIC keeps up with
+    link: tuple[str, str] | None = None  # down: the two switches
 
     @property
     def request(self) -> str:
@@ -429,16 +431,25 @@ def _faults(values: dict[str, Any], plan: FabricPlan, context: str) -> tuple[Fau
         for number, item in enumerate(items, start=1):
             if not isinstance(item, dict):
                 raise FabricError(f"fault {number}: expected a table, got {shown(item)}")
-            unknown = sorted(set(item) - {"at", "host", "fault", "for", "fraction"})
+            unknown = sorted(set(item) - {"at", "host", "link", "fault", "for", "fraction"})
             if unknown:
-                raise FabricError(f"fault {number}: unknown key {_q(unknown[0])} (known: at, host, fault, for, "
-                                  "fraction)")
-            missing = [key for key in ("at", "host", "fault") if key not in item]
-            if missing:
-                raise FabricError(f"fault {number}: missing key {_q(missing[0])}")
+                raise FabricError(f"fault {number}: unknown key {_q(unknown[0])} (known: at, host, link, fault, "
+                                  "for, fraction)")
+            if "fault" not in item:
+                raise FabricError(f"fault {number}: missing key \"fault\"")
             if item["fault"] not in FAULT_KINDS:
                 raise FabricError(f"fault {number}: {shown(item['fault'])} is not one of {', '.join(FAULT_KINDS)}")
-            if item["host"] not in hosts:
+            target = "link" if item["fault"] == "down" else "host"
+            missing = [key for key in ("at", target) if key not in item]
+            if missing:
+                raise FabricError(f"fault {number}: {item['fault']} needs key {_q(missing[0])}")
+            if ("host" if target == "link" else "link") in item:
+                raise FabricError(f"fault {number}: {item['fault']} takes {_q(target)}, not "
+                                  f"{_q('host' if target == 'link' else 'link')}")
+            link = None
+            if target == "link":
+                link = _fault_link(item["link"], plan, values.get("fabric"), number)
+            elif item["host"] not in hosts:
                 raise FabricError(f"fault {number}: {shown(item['host'])} is no host of {shown(values['topo'])}")
             times = []
             for key in ("at", "for"):
@@ -459,9 +470,19 @@ def _faults(values: dict[str, Any], plan: FabricPlan, context: str) -> tuple[Fau
             if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
                                          or not 0 < fraction < 1):
                 raise FabricError(f"fault {number}: fraction {shown(fraction)}: above 0 and below 1")
-            faults.append(Fault(times[0], item["host"], item["fault"], times[1],
-                                None if fraction is None else float(fraction)))
+            faults.append(Fault(times[0], item.get("host", ""), item["fault"], times[1],
+                                None if fraction is None else float(fraction), link))
     return tuple(faults)
+
+
+def _fault_link(text: Any, plan: FabricPlan, fabric: Any, number: int) -> tuple[str, str]:
+    """``"s1-s3"``: two switches of the topology with a link between them, on an Ethernet fabric."""
+    parts = text.split("-") if isinstance(text, str) else []
+    if len(parts) != 2 or switch_graph(plan).link(*parts) is None:
+        raise FabricError(f"fault {number}: link {shown(text)}: expected two linked switches such as \"s1-s3\"")
+    if fabric == "ib":
+        raise FabricError(f"fault {number}: links go down on the Ethernet fabrics only, not on ib")
+    return parts[0], parts[1]
 
 
 def _deadlock(values: dict[str, Any], context: str) -> int | None:

@@ -30,6 +30,7 @@ from emulator.errors import FabricError
 from emulator.study.experiment import Experiment, Fault, Variant, host_count, results_directory, run_config
 from emulator.fabric.agent_control import query_agent
 from emulator.fabric.builder import Fabric
+from emulator.fabric.link_state import set_link
 from emulator.fabric.plan import hop_distances, link_params, make_plan
 from emulator.model.dcqcn import parse_cc
 from emulator.study.stall import GoodputWatch, StallTracker
@@ -202,16 +203,32 @@ class FaultSchedule:
 
     def iteration(self, start_ns: int) -> None:
         for fault in self.faults:
-            self._at(start_ns + fault.at_ns, fault.host, fault.request)
+            self._at(start_ns + fault.at_ns, fault, False)
             if fault.duration_ns is not None:
-                self._at(start_ns + fault.at_ns + fault.duration_ns, fault.host, "resume")
+                self._at(start_ns + fault.at_ns + fault.duration_ns, fault, True)
 
-    def _at(self, when_ns: int, host: str, request: str) -> None:
-        timer = threading.Timer(max(0.0, (when_ns - time.monotonic_ns()) / 1e9), self._send, (host, request))
+    def _at(self, when_ns: int, fault: Fault, undo: bool) -> None:
+        if fault.link is not None:
+            action: Callable[..., None] = self._link
+            args: tuple[Any, ...] = (fault.link, undo)
+        else:
+            action, args = self._send, (fault.host, "resume" if undo else fault.request)
+        timer = threading.Timer(max(0.0, (when_ns - time.monotonic_ns()) / 1e9), action, args)
         timer.daemon = True
         with self._lock:
             self.timers.append(timer)
         timer.start()
+
+    def _link(self, link: tuple[str, str], up: bool) -> None:
+        assert self.net.state is not None
+        try:
+            self.log(f"  {set_link(self.net.state, *link, up=up)}")
+        except (FabricError, OSError) as err:
+            self.log(f"  link {link[0]}-{link[1]} {'up' if up else 'down'} failed: {err}")
+            return
+        if not up:
+            with self._lock:
+                self.injected += 1
 
     def _send(self, host: str, request: str) -> None:
         try:
@@ -230,8 +247,10 @@ class FaultSchedule:
             timers, self.timers = self.timers, []
         for timer in timers:
             timer.cancel()
-        for host in sorted({fault.host for fault in self.faults}):
+        for host in sorted({fault.host for fault in self.faults if fault.link is None}):
             self._send(host, "resume")
+        for link in sorted({fault.link for fault in self.faults if fault.link is not None}):
+            self._link(link, up=True)
 
 
 def _delivered(net: Fabric) -> int:

@@ -120,3 +120,33 @@ def test_a_slow_receiver_pauses_its_switch_port_and_loses_nothing(tmp_path):
     judge_only_if_faithful(slow["fidelity"], "the slow receiver's incast CCT")
     # A quarter of the link rate: about four times the calm incast, and no faster.
     assert 3.5 < slow["cct_us"]["p50"] / calm["cct_us"]["p50"] < 5.5, (slow["cct_us"], calm["cct_us"])
+
+
+FLAP = """
+name = "f"
+description = "a spine link down for 150 ms in each iteration"
+topo = "leafspine,2,2,hosts=2"
+link = { bw = "20mbit" }
+collective = "allreduce"
+size = "512KiB"
+iterations = 2
+warmup = 1
+faults = [{ at = "50ms", link = "s1-s3", fault = "down", for = "150ms" }]
+
+[[variants]]
+name = "flap"
+fabric = "lossless"
+"""
+
+
+def test_a_link_that_goes_down_and_up_in_every_iteration(tmp_path):
+    directory, variants, stderr = run_experiment(tmp_path, "f", FLAP)
+    flap = variants["flap"]
+    assert flap["faults"] == 2 and flap["verified"] and flap["iterations"] == 2
+    assert stderr.count("link s1-s3 down: routes of 4 switches recomputed") == 2
+    assert stderr.count("link s1-s3 up: routes of 4 switches recomputed") == 2
+    # What was on the cable when it went is lost, even on the lossless fabric; the transport resends it.
+    stats = json.load(open(directory / "telemetry" / "flap" / "stats.json"))
+    link_errors = sum(port["link_errors"] + port["tx_errors"] for switch in ("s1", "s3")
+                      for port in stats["switches"][switch]["ports"].values())
+    assert link_errors > 0 or flap["retransmissions"] == 0

@@ -235,12 +235,15 @@ def test_unknown_variant_key_message_in_full(tmp_path):
     ('faults = [5]', 'variant "a": key "faults": fault 1: expected a table, got 5'),
     ('faults = [{ at = "1s", host = "h1" }]', 'variant "a": key "faults": fault 1: missing key "fault"'),
     ('faults = [{ at = "1s", host = "h1", fault = "stall", when = 1 }]', 'fault 1: unknown key "when" (known: at'),
-    ('faults = [{ at = "1s", host = "h1", fault = "reboot" }]', "fault 1: 'reboot' is not one of stall, slow"),
+    ('faults = [{ at = "1s", host = "h1", fault = "reboot" }]', "fault 1: 'reboot' is not one of stall, slow, down"),
     ('faults = [{ at = "1s", host = "h9", fault = "stall" }]', "fault 1: 'h9' is no host of 'star,4'"),
     ('faults = [{ at = 1, host = "h1", fault = "stall" }]', 'fault 1: at: expected a time such as "1s", got 1'),
     ('faults = [{ at = "1s", host = "h1", fault = "stall", for = "0s" }]', 'fault 1: for 0 ns: choose 1 ns to'),
     ('faults = [{ at = "1h", host = "h1", fault = "stall" }]', "bad time '1h'"),
     ('faults = [{ at = "0s", host = "h1", fault = "slow" }]', "fault 1: slow needs a fraction of the link rate"),
+    ('faults = [{ at = "0s", host = "h1", fault = "down" }]', 'fault 1: down needs key "link"'),
+    ('faults = [{ at = "0s", link = "s1-h1", fault = "down" }]', 'fault 1: link \'s1-h1\': expected two linked switches'),
+    ('faults = [{ at = "0s", link = "s1-s1", host = "h1", fault = "down" }]', 'fault 1: down takes "link", not "host"'),
     ('faults = [{ at = "0s", host = "h1", fault = "stall", fraction = 0.5 }]', "fault 1: only slow takes a fraction"),
     ('faults = [{ at = "0s", host = "h1", fault = "slow", fraction = 1 }]', "fault 1: fraction 1: above 0 and below 1"),
     ('cc = "cubic"', 'variant "a": key "cc": unknown congestion control \'cubic\'; known: none, dcqcn'),
@@ -257,9 +260,16 @@ def test_faults_are_kept_in_order(tmp_path):
     variant = by_name(load_text(tmp_path, text))["a"]
     assert variant.faults == (Fault(100_000_000, "h4", "stall", 1_000_000_000), Fault(0, "h1", "stall", None))
     assert variant.to_json()["faults"][0] == {"at_ns": 100_000_000, "host": "h4", "kind": "stall",
-                                              "duration_ns": 1_000_000_000, "fraction": None}
+                                              "duration_ns": 1_000_000_000, "fraction": None, "link": None}
     slow = by_name(load_text(tmp_path, MINIMAL + 'faults = [{ at = "0s", host = "h1", fault = "slow", fraction = 0.25 }]\n'))
     assert slow["a"].faults[0].request == "slow 0.25" and variant.faults[0].request == "stall"
+
+
+def test_a_link_fault_names_two_linked_switches(tmp_path):
+    text = MINIMAL.replace('"star,4"', '"leafspine,2,2"') + 'faults = [{ at = "1s", link = "s1-s3", fault = "down", for = "1s" }]\n'
+    assert by_name(load_text(tmp_path, text))["a"].faults[0].link == ("s1", "s3")
+    message = load_error(tmp_path, text.replace('name = "a"', 'name = "a"\nfabric = "ib"'))
+    assert "fault 1: links go down on the Ethernet fabrics only, not on ib" in message
 
 
 def test_cc_is_kept_as_written_and_swept(tmp_path):

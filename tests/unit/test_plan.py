@@ -13,7 +13,7 @@ import pytest
 from mininet.topo import Topo
 
 from emulator.errors import FabricError
-from emulator.fabric.plan import link_params, make_plan
+from emulator.fabric.plan import link_params, make_plan, routes_over, switch_graph
 from topologies import (DumbbellTopo, FatTreeTopo, LeafSpineTopo, RingTopo,
                         StarTopo)
 
@@ -533,3 +533,20 @@ def test_link_values_out_of_range(options, message):
     with pytest.raises(FabricError) as err:
         link_params({}, options)
     assert str(err.value).startswith(message)
+
+
+def test_routes_around_a_link_that_went_down():
+    """leafspine,2,2: s1 and s2 are leaves, s3 and s4 spines; without s1-s3 everything crosses s4."""
+    plan = make_plan(LeafSpineTopo(leaves=2, spines=2, hosts=1), "run")
+    graph = switch_graph(plan)
+    assert routes_over(graph) == plan.routes
+    to_s3, back = graph.link("s1", "s3")
+    to_s4 = graph.link("s1", "s4")[0]
+    h2 = plan.nodes["h2"].ip
+    assert plan.routes["s1"][h2] == [to_s3, to_s4]  # ECMP over both spines
+    without = routes_over(graph.without({frozenset(("s1", "s3"))}))
+    assert without["s1"][h2] == [to_s4]
+    assert without["s3"][plan.nodes["h1"].ip] == [graph.link("s3", "s2")[0]]  # s3 reaches h1 through s2, s4
+    assert graph.link("s1", "s2") is None and back.startswith("s3-")
+    with pytest.raises(FabricError, match="switch s1 has no path to host h2"):
+        routes_over(graph.without({frozenset(("s1", "s3")), frozenset(("s1", "s4"))}))
