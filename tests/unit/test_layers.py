@@ -20,6 +20,7 @@ LAYERS: list[set[str]] = [
     {"errors", "units", "bounds"},
     {"wire"},
     {"model"},
+    {"sim"},
     {"kernel"},
     {"agents"},
     {"fabric", "topologies"},
@@ -115,9 +116,11 @@ def test_no_import_cycle():
             visit(name)
 
 
-@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith(("emulator.model", "emulator.wire"))))
+@pytest.mark.parametrize("name", sorted(m for m in MODULES
+                                        if m.startswith(("emulator.model", "emulator.wire", "emulator.sim"))))
 def test_models_and_frame_formats_do_no_io(name):
-    """Models and frame formats get time as ``now`` and hand frames back: no clock, no socket, no process."""
+    """Models, frame formats and the simulation engine get time as ``now`` (simulated time, for the engine) and
+    hand frames back: no clock, no socket, no process."""
     touched = sorted(_external(MODULES[name]) & IO_MODULES)
     assert not touched, f"{name} imports {touched}: models get time as `now` and return frames to send"
 

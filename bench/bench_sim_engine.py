@@ -1,0 +1,106 @@
+"""Events per second of the simulation engine, against SimPy, on one core (the hold model).
+
+Run from the repository root (no root needed)::
+
+    .venv/bin/python bench/bench_sim_engine.py [--events 1000000] [--pending 1000]
+
+The hold model (the classic event-set benchmark): ``--pending`` events are
+outstanding at all times; each, when it runs, schedules one more at a
+pseudo-random delay (a fixed linear congruential sequence, the same for
+both engines), until ``--events`` have run.  ``emulator.sim.engine``
+schedules plain callbacks; SimPy runs the same as that many processes, each
+yielding a timeout (SimPy's way: a generator resumed per event).  SimPy is
+measured only if it is installed (`.venv/bin/pip install simpy`); it is no
+dependency of the project.  Figures: docs/performance.md ("Simulation
+engine").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from emulator.sim.engine import Simulator  # noqa: E402
+
+MAX_DELAY_NS = 1 << 20
+
+
+def delays(count: int) -> list[int]:
+    value, out = 12345, []
+    for _ in range(count):
+        value = (value * 1103515245 + 12345) & 0x7FFFFFFF
+        out.append(1 + value % MAX_DELAY_NS)
+    return out
+
+
+def ours(events: int, pending: int, table: list[int]) -> tuple[float, int]:
+    sim = Simulator()
+    index = [0]
+
+    def hold() -> None:
+        i = index[0]
+        if i < events:
+            index[0] = i + 1
+            sim.after(table[i], hold)
+
+    for _ in range(pending):
+        sim.after(table[index[0]], hold)
+        index[0] += 1
+    began = time.perf_counter()
+    ran = sim.run(max_events=events)
+    return time.perf_counter() - began, ran
+
+
+def simpy_run(events: int, pending: int, table: list[int]) -> tuple[float, int] | None:
+    try:
+        import simpy
+    except ImportError:
+        return None
+    env = simpy.Environment()
+    index = [pending]
+    ran = [0]
+
+    def process(first: int):
+        yield env.timeout(first)
+        while True:
+            ran[0] += 1
+            i = index[0]
+            if i >= events:
+                return
+            index[0] = i + 1
+            yield env.timeout(table[i])
+
+    for k in range(pending):
+        env.process(process(table[k]))
+    began = time.perf_counter()
+    env.run()
+    return time.perf_counter() - began, ran[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--pending", type=int, default=1000)
+    args = parser.parse_args()
+    if not 1 <= args.pending <= args.events <= 10**8:
+        parser.error("need 1 <= --pending <= --events <= 1e8")
+    table = delays(args.events + args.pending)
+    seconds, ran = ours(args.events, args.pending, table)
+    print(f"emulator.sim.engine: {ran} events in {seconds:.2f} s: {ran / seconds / 1e3:.0f}k events/s "
+          f"({seconds / ran * 1e9:.0f} ns per event), {args.pending} pending")
+    measured = simpy_run(args.events, args.pending, table)
+    if measured is None:
+        print("simpy: not installed (.venv/bin/pip install simpy to compare)")
+        return
+    seconds_simpy, ran_simpy = measured
+    print(f"simpy: {ran_simpy} events in {seconds_simpy:.2f} s: {ran_simpy / seconds_simpy / 1e3:.0f}k events/s "
+          f"({seconds_simpy / ran_simpy * 1e9:.0f} ns per event); ours is {seconds_simpy / ran_simpy / (seconds / ran):.1f}x "
+          "as fast per event")
+
+
+if __name__ == "__main__":
+    main()

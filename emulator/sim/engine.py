@@ -1,0 +1,86 @@
+"""A discrete-event engine: a heap of timed callbacks, simulated time in integer nanoseconds.
+
+The simulation backend drives the same sans-I/O models the emulator's
+agents drive (they take ``now`` and return what to send), so the engine
+needs little: schedule a callback at a time, cancel it, run in time order.
+Events at the same time run in the order they were scheduled, so a run is
+deterministic.  A cancelled event stays in the heap and is skipped when it
+comes up (cancelling is O(1); a model that re-arms a timer often leaves a
+few stale entries).
+
+Why not SimPy: measured by ``bench/bench_sim_engine.py`` (the hold model,
+docs/performance.md "Simulation engine"), this heap runs 1.1 to 1.3 times
+as many events a second as SimPy with a process per timer: no gain that
+would pay for a dependency, and the models are callbacks, not processes.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Callable
+
+
+# A scheduled event's handle: [callback, args]; the callback is None once it ran or was cancelled.  A list,
+# not an object: creating it is most of an event's cost after the heap's (bench/bench_sim_engine.py).
+Handle = list
+
+
+class Simulator:
+    """Simulated time and the events to come."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.events = 0  # callbacks run so far
+        self._heap: list[tuple[int, int, Handle]] = []
+        self._seq = 0
+
+    def at(self, time: int, callback: Callable[..., Any], *args: Any) -> Handle:
+        """Run ``callback(*args)`` at ``time`` (ns, not before now); the handle cancels it."""
+        if time < self.now:
+            raise ValueError(f"event at {time} ns is before now ({self.now} ns)")
+        handle = [callback, args]
+        self._seq += 1
+        heapq.heappush(self._heap, (time, self._seq, handle))
+        return handle
+
+    def after(self, delay: int, callback: Callable[..., Any], *args: Any) -> Handle:
+        """Run ``callback(*args)`` ``delay`` ns from now."""
+        return self.at(self.now + delay, callback, *args)
+
+    @staticmethod
+    def cancel(handle: Handle | None) -> None:
+        """Keep a scheduled event from running (nothing if it ran already)."""
+        if handle is not None:
+            handle[0] = None
+
+    @staticmethod
+    def pending(handle: Handle) -> bool:
+        return handle[0] is not None
+
+    def next_time(self) -> int | None:
+        """When the next pending event is due, or None when none is."""
+        heap = self._heap
+        while heap and heap[0][2][0] is None:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def run(self, until: int | None = None, max_events: int | None = None) -> int:
+        """Run events in time order until none is left, the next is after ``until`` (then now = until), or
+        ``max_events`` have run; how many ran."""
+        heap, pop = self._heap, heapq.heappop
+        ran = 0
+        while heap and (max_events is None or ran < max_events):
+            if until is not None and heap[0][0] > until:
+                break
+            time, _seq, handle = pop(heap)
+            callback = handle[0]
+            if callback is None:
+                continue
+            handle[0] = None
+            self.now = time
+            callback(*handle[1])
+            ran += 1
+        if until is not None and until > self.now and (max_events is None or ran < max_events):
+            self.now = until
+        self.events += ran
+        return ran

@@ -1,0 +1,75 @@
+"""The discrete-event engine (emulator.sim.engine), and a model driven in simulated time."""
+
+from __future__ import annotations
+
+import pytest
+
+from emulator.model.pause import PauseState
+from emulator.sim.engine import Simulator
+from emulator.wire.pfc import MAX_QUANTA
+
+
+def test_events_run_in_time_order_and_ties_in_scheduling_order():
+    sim, seen = Simulator(), []
+    sim.at(30, seen.append, "c")
+    sim.at(10, seen.append, "a1")
+    sim.after(10, seen.append, "a2")
+    sim.at(20, lambda: (seen.append("b"), sim.after(0, seen.append, "b-then")))
+    assert sim.run() == 5 and seen == ["a1", "a2", "b", "b-then", "c"]
+    assert sim.now == 30 and sim.events == 5 and sim.next_time() is None
+
+
+def test_cancel_until_and_max_events():
+    sim, seen = Simulator(), []
+    gone = sim.at(5, seen.append, "gone")
+    sim.at(7, seen.append, "kept")
+    sim.at(50, seen.append, "late")
+    sim.cancel(gone)
+    assert not sim.pending(gone) and sim.next_time() == 7
+    assert sim.run(until=40) == 1 and seen == ["kept"] and sim.now == 40
+    sim.at(41, seen.append, "x")
+    assert sim.run(max_events=1) == 1 and seen == ["kept", "x"] and sim.now == 41
+    with pytest.raises(ValueError, match="before now"):
+        sim.at(3, seen.append, "past")
+    assert sim.run() == 1 and seen[-1] == "late"
+
+
+def test_cancelling_an_event_that_ran_does_nothing():
+    sim, seen = Simulator(), []
+    ran = sim.after(0, seen.append, "ran")
+    sim.run()
+    sim.cancel(ran)
+    sim.after(1, seen.append, "next")
+    assert sim.run() == 1 and seen == ["ran", "next"]
+
+
+def test_a_run_is_deterministic():
+    def trace() -> list[tuple[int, int]]:
+        sim, out = Simulator(), []
+
+        def tick(n: int) -> None:
+            out.append((sim.now, n))
+            if n < 200:
+                sim.after((n * 7919) % 13, tick, n + 1)
+                sim.after((n * 104729) % 5, out.append, (sim.now, -n))
+        sim.at(0, tick, 0)
+        sim.run()
+        return out
+    assert trace() == trace()
+
+
+@pytest.mark.parametrize("quanta, rate_bps", [(1, 10**9), (1000, 10**8), (MAX_QUANTA, 400 * 10**9)])
+def test_a_pause_of_q_quanta_holds_q_times_512_bit_times(quanta, rate_bps):
+    """PFC's receiver model under the engine: paused at the frame, resumed Q x 512 bit times later."""
+    sim, state, resumed = Simulator(), PauseState(rate_bps), []
+
+    def pfc_arrives() -> None:
+        state.on_pfc(sim.now, {3: quanta})
+        sim.at(state.next_expiry(), expire)
+
+    def expire() -> None:
+        resumed.extend((sim.now, priority) for priority in state.expire(sim.now))
+
+    sim.at(12_345, pfc_arrives)
+    sim.run()
+    assert resumed == [(12_345 - (-quanta * 512 * 10**9 // rate_bps), 3)]  # in whole ns, rounded up
