@@ -58,6 +58,7 @@ class PortQueue:
         self.pause = PauseState(wire.rate_bps)
         self._wake: Handle | None = None  # the next look at the queues: a departure, a pause expiry, or now
         self._wake_at = 0
+        self.departed: Callable[[], None] | None = None  # called after each frame leaves the queue
 
     def enqueue(self, frame: bytes, priority: int) -> None:
         self.queues[priority].append(frame)
@@ -74,7 +75,7 @@ class PortQueue:
     def _kick(self) -> None:
         """Look at the queues now (after the other events of this instant), unless that is already due."""
         if self._wake is not None and self.sim.pending(self._wake):
-            if self._wake_at <= self.sim.now:
+            if self._wake_at <= self.sim.now or self._wake_at == self.wire.free_at:  # due, or when the wire frees
                 return
             self.sim.cancel(self._wake)  # a later look (a pause's expiry): something changed now
         self._at(self.sim.now)
@@ -91,6 +92,8 @@ class PortQueue:
         for priority in range(PRIORITIES - 1, -1, -1):
             if self.queues[priority] and not self.pause.is_paused(priority):
                 self._at(self.wire.send(self.queues[priority].popleft()))
+                if self.departed is not None:
+                    self.departed()
                 return
         expiry = self.pause.next_expiry()
         if expiry is not None and any(self.queues[p] for p in range(PRIORITIES) if self.pause.is_paused(p)):
