@@ -1,0 +1,56 @@
+"""A fabric plan in simulated time (emulator.study.sim_fabric): RDMA across it against closed forms."""
+
+from __future__ import annotations
+
+import pytest
+
+from emulator.fabric.plan import make_plan
+from emulator.model.rc import RcConfig, SendWR, WcStatus, WrOpcode
+from emulator.model.rdma_params import message_wire_bytes
+from emulator.sim.host import FlatMemory
+from emulator.study.sim_fabric import build_sim_fabric
+from topologies import LeafSpineTopo, StarTopo
+
+MIB = 1 << 20
+CONFIG = RcConfig(mtu=4096)
+
+
+def write(fabric, src: str, dst: str, qpn: int, length: int, offset: int) -> None:
+    a, b = fabric.hosts[src], fabric.hosts[dst]
+    qp = a.connect(qpn, b, qpn, CONFIG)
+    b.connect(qpn, a, qpn, CONFIG)
+    qp.post_send(SendWR(qpn, WrOpcode.RDMA_WRITE, 0, length, FlatMemory.KEY, offset, FlatMemory.KEY))
+    a.kick()
+
+
+@pytest.mark.parametrize("fabric_name", ["lossless", "lossy"])
+def test_an_incast_on_a_planned_star(fabric_name):
+    plan = make_plan(StarTopo(n=4), "sim", {"bw": "100mbit", "mtu": 4200})
+    fabric = build_sim_fabric(plan, fabric_name)
+    for i, sender in enumerate(("h2", "h3", "h4")):
+        write(fabric, sender, "h1", 0x11 + i, MIB, i * MIB)
+    fabric.sim.run()
+    done = [c for name in ("h2", "h3", "h4") for c in fabric.hosts[name].completions]
+    assert len(done) == 3 and all(c.status == WcStatus.SUCCESS for c in done)
+    bound = 3 * message_wire_bytes(MIB, 4096, native_ib=False) * 8 * 10**9 // (100 * 10**6)
+    finish = max(c.timestamp for c in done)
+    drops = sum(c.drops_threshold + c.drops_headroom for port in fabric.switches["s1"].mmu.counters for c in port)
+    if fabric_name == "lossless":
+        assert drops == 0 and bound < finish < bound * 1.02, (finish, bound)
+    else:
+        assert drops > 0 and finish > bound  # lossy: the switch drops, the transport resends (go-back-N, timeouts)
+
+
+def test_a_write_across_a_leaf_spine_goes_by_the_planned_routes():
+    plan = make_plan(LeafSpineTopo(leaves=2, spines=2, hosts=1), "sim", {"bw": "1gbit", "delay": "10us"})
+    fabric = build_sim_fabric(plan, "lossless")
+    write(fabric, "h1", "h2", 0x11, MIB, 0)
+    fabric.sim.run()
+    [done] = fabric.hosts["h1"].completions
+    assert done.status == WcStatus.SUCCESS
+    link_ns = message_wire_bytes(MIB, 4096, native_ib=False) * 8  # 1 Gbit/s
+    # Four cables of 10 us each way (h1-s1-spine-s2-h2), store and forward at three switches, the last ACK back.
+    assert link_ns + 4 * 10_000 < done.timestamp < link_ns * 1.02 + 8 * 10_000
+    spines = [sum(c.tx_frames for port in fabric.switches[s].mmu.counters for c in port) for s in ("s3", "s4")]
+    # 256 data frames (1 MiB at 4096) and 16 ACKs (one per 16 packets): each direction hashes to one spine.
+    assert sum(spines) == 256 + 16 and max(spines) >= 256
