@@ -28,6 +28,10 @@ Handle = list
 class Simulator:
     """Simulated time and the events to come."""
 
+    def timer(self, callback: Callable[[], Any]) -> "Timer":
+        """A model's one wake-up (its next deadline), re-armed as the model's answer changes."""
+        return Timer(self, callback)
+
     def __init__(self) -> None:
         self.now = 0
         self.events = 0  # callbacks run so far
@@ -84,3 +88,24 @@ class Simulator:
             self.now = until
         self.events += ran
         return ran
+
+
+class Timer:
+    """One callback at a deadline that moves: :meth:`set` reschedules only when the deadline changed (a
+    deadline already past runs now)."""
+
+    def __init__(self, sim: Simulator, callback: Callable[[], Any]) -> None:
+        self.sim, self.callback = sim, callback
+        self._handle: Handle | None = None
+        self._at: int | None = None
+
+    def set(self, deadline: int | None) -> None:
+        if deadline == self._at and (self._handle is None or self.sim.pending(self._handle)):
+            return
+        self.sim.cancel(self._handle)
+        self._at = deadline
+        self._handle = None if deadline is None else self.sim.at(max(deadline, self.sim.now), self._fire)
+
+    def _fire(self) -> None:
+        self._handle = self._at = None
+        self.callback()

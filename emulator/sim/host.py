@@ -13,7 +13,7 @@ land.
 from __future__ import annotations
 
 from emulator.model.rc import AccessError, Completion, RcConfig, RcQueuePair
-from emulator.sim.engine import Handle, Simulator
+from emulator.sim.engine import Simulator
 from emulator.sim.link import PortQueue
 from emulator.wire.pfc import ETH_MAC_CONTROL, decode_pfc
 from emulator.wire.roce import Framer, decode
@@ -54,8 +54,7 @@ class SimHost:
         self.qps: dict[int, tuple[RcQueuePair, Framer, str]] = {}  # qpn -> (model, framer, peer IP)
         self.completions: list[Completion] = []
         self.icrc_errors = self.unknown = self.pauses = 0
-        self._timer: Handle | None = None
-        self._timer_at: int | None = None
+        self._timer = sim.timer(self._on_timer)
 
     def connect(self, qpn: int, peer: "SimHost", peer_qpn: int, config: RcConfig) -> RcQueuePair:
         """An RC QP to ``peer``'s ``peer_qpn`` (both ends start at PSN 0)."""
@@ -112,14 +111,9 @@ class SimHost:
 
     def _arm(self) -> None:
         deadlines = [d for qp, _f, _p in self.qps.values() if (d := qp.next_deadline()) is not None]
-        deadline = min(deadlines) if deadlines else None
-        if deadline != self._timer_at:
-            self.sim.cancel(self._timer)
-            self._timer_at = deadline
-            self._timer = None if deadline is None else self.sim.at(max(deadline, self.sim.now), self._on_timer)
+        self._timer.set(min(deadlines) if deadlines else None)
 
     def _on_timer(self) -> None:
-        self._timer = self._timer_at = None
         for qp, _framer, _peer in self.qps.values():
             if (deadline := qp.next_deadline()) is not None and deadline <= self.sim.now:
                 qp.on_timer(self.sim.now)

@@ -30,8 +30,7 @@ class SimSwitch:
         self.wires: list[Wire | None] = [None] * len(ports)
         self._pfc_out: list[list[bytes]] = [[] for _ in ports]
         self._drain_at: list[Handle | None] = [None] * len(ports)
-        self._timer: Handle | None = None
-        self._timer_at: int | None = None
+        self._timer = sim.timer(self._on_timer)
         self.dropped = {"malformed": 0, "no_route": 0, "ttl": 0, "unsupported": 0}
 
     def connect(self, port: int, wire: Wire) -> None:
@@ -67,14 +66,9 @@ class SimSwitch:
             for port, quanta in decided:
                 self._pfc_out[port].append(encode_pfc(self.ports[port][0], quanta))
                 self._drain(port)
-        deadline = self.mmu.next_deadline()
-        if deadline != self._timer_at:
-            self.sim.cancel(self._timer)
-            self._timer_at = deadline
-            self._timer = None if deadline is None else self.sim.at(max(deadline, self.sim.now), self._on_timer)
+        self._timer.set(self.mmu.next_deadline())
 
     def _on_timer(self) -> None:
-        self._timer = self._timer_at = None
         for port in self.mmu.on_timer(self.sim.now):
             self._drain(port)
         self._after()

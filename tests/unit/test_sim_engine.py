@@ -73,3 +73,18 @@ def test_a_pause_of_q_quanta_holds_q_times_512_bit_times(quanta, rate_bps):
     sim.at(12_345, pfc_arrives)
     sim.run()
     assert resumed == [(12_345 - (-quanta * 512 * 10**9 // rate_bps), 3)]  # in whole ns, rounded up
+
+
+def test_a_timer_moves_with_its_deadline_and_fires_once():
+    sim, fired = Simulator(), []
+    timer = sim.timer(lambda: fired.append(sim.now))
+    timer.set(100)
+    timer.set(100)  # unchanged: one event, not two
+    timer.set(50)
+    sim.run(until=60)
+    timer.set(None)
+    sim.run()
+    assert fired == [50]
+    timer.set(20)  # already past: now
+    sim.run()
+    assert fired == [50, 60]
