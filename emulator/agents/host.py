@@ -160,10 +160,13 @@ class HostAgent(AgentBase):
             return {"stalled": True}
         if request[:1] == ["slow"] and len(request) == 2:
             fraction = _fraction(request[1])
-            frame = self.mtu + 14
-            xoff = RX_BUFFER - default_headroom(self.rate_bps, 0, self.mtu)
-            self.rnic.set_slow(now, RxPipeline(max(1, round(self.rate_bps * fraction)), RX_BUFFER, xoff,
-                                               max(0, xoff - 2 * frame)))
+            # The buffer keeps its headroom (what the switch still sends after XOFF, the switch's own formula)
+            # free; at fast rates that headroom outgrows RX_BUFFER, and the buffer grows to twice it.
+            headroom = default_headroom(self.rate_bps, 0, self.mtu)
+            buffer = max(RX_BUFFER, 2 * headroom)
+            xoff = buffer - headroom
+            self.rnic.set_slow(now, RxPipeline(max(1, round(self.rate_bps * fraction)), buffer, xoff,
+                                               max(0, xoff - 2 * (self.mtu + 14))))
             return {"slow": fraction}
         if request == ["resume"]:
             self.rnic.set_slow(now, None)

@@ -365,7 +365,8 @@ class Rnic:
         if self.slow is not None and (taken := self.slow.next_deadline()) is not None:
             deadlines.append((taken, "link"))
         if self.cc is not None:
-            deadlines += [(d, "link") for e in self.qps.values() if e.rp is not None and (d := e.rp.next_deadline())]
+            deadlines += [(d, "link") for e in self.qps.values()
+                          if e.rp is not None and (d := e.rp.next_deadline()) is not None]
         return min(deadlines) if deadlines else None
 
     def next_start(self) -> int | None:

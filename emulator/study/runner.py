@@ -157,7 +157,7 @@ def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
         if variant.deadlock_ns is not None:
             tracker = StallTracker(variant.deadlock_ns, variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS)
             abort = threading.Event()
-        with faults, GoodputWatch(tracker, lambda: _delivered(net), abort) if tracker and abort \
+        with faults, GoodputWatch(tracker, lambda: _delivered(net), abort) if tracker is not None and abort \
                 else contextlib.nullcontext():
             try:
                 run = run_collective(net, variant.collective, variant.size, variant.iterations, variant.warmup,
@@ -261,14 +261,19 @@ def _delivered(net: Fabric) -> int:
 def stopped_summary(variant: Variant, run: CollectiveRun, counters: dict[str, int],
                     fidelity: dict[str, Any]) -> dict[str, Any]:
     """The results.json entry of a variant whose collective never finished (a deadlock): no CCT, the counters."""
+    return {**_setup_and_counters(variant, len(run.hosts), counters), "iterations": 0, "cct_us": None,
+            "retransmissions": None, "fidelity": fidelity}
+
+
+def _setup_and_counters(variant: Variant, hosts: int, counters: dict[str, int]) -> dict[str, Any]:
+    """What every results.json entry has: the variant as set up, and the fabric's counters over its measured part."""
     return {
         "name": variant.name, "fabric": variant.fabric, "collective": variant.collective, "topo": variant.topo,
-        "hosts": len(run.hosts), "size": variant.size, "senders": variant.senders, "iterations": 0,
-        "warmup": variant.warmup, "params": variant.params, "link": variant.link, "switch": variant.switch,
-        "mtu": variant.mtu, "cct_us": None, "drops": counters["drops"], "retransmissions": None,
-        "pfc_sent": counters["pfc_sent"], "ecn_marked": counters["ecn_marked"], "cc": variant.cc,
-        "cnps": counters["cnps_received"], "paced_waits": counters["paced_waits"],
-        "paused_ms": round(counters["host_paused_ns"] / 1e6, 3), "fidelity": fidelity,
+        "hosts": hosts, "size": variant.size, "senders": variant.senders, "warmup": variant.warmup,
+        "params": variant.params, "link": variant.link, "switch": variant.switch, "mtu": variant.mtu,
+        "drops": counters["drops"], "pfc_sent": counters["pfc_sent"], "ecn_marked": counters["ecn_marked"],
+        "cc": variant.cc, "cnps": counters["cnps_received"], "paced_waits": counters["paced_waits"],
+        "ib_credit_stalls": counters["ib_credit_stalls"], "paused_ms": round(counters["host_paused_ns"] / 1e6, 3),
     }
 
 
@@ -295,19 +300,12 @@ def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, 
     for it in run.iterations:
         causes[it.cause] += 1
     return {
-        "name": variant.name, "fabric": variant.fabric, "collective": variant.collective, "topo": variant.topo,
-        "hosts": ranks, "size": variant.size, "senders": variant.senders, "iterations": len(ccts),
-        "warmup": variant.warmup, "params": variant.params, "link": variant.link, "switch": variant.switch,
-        "mtu": variant.mtu,
+        **_setup_and_counters(variant, ranks, counters), "iterations": len(ccts),
         "cct_us": {"p50": round(percentile(ccts, 50), 1), "p99": round(percentile(ccts, 99), 1),
                    "max": round(max(ccts), 1), "mean": round(statistics.fmean(ccts), 1), "min": round(min(ccts), 1)},
         "algbw_gbps": round(algbw, 6), "busbw_gbps": round(algbw * bus_factor(variant.collective, ranks), 6),
-        "drops": counters["drops"], "retransmissions": sum(it.retransmissions for it in run.iterations),
+        "retransmissions": sum(it.retransmissions for it in run.iterations),
         "timeouts": sum(f.timeouts for it in run.iterations for f in it.flows),
-        "pfc_sent": counters["pfc_sent"], "ecn_marked": counters["ecn_marked"],
-        "cc": variant.cc, "cnps": counters["cnps_received"], "paced_waits": counters["paced_waits"],
-        "ib_credit_stalls": counters["ib_credit_stalls"],
-        "paused_ms": round(counters["host_paused_ns"] / 1e6, 3),
         "start_skew_us": round(max(skews), 1), "start_skew_p99_us": round(percentile(skews, 99), 1),
         "start_late_max_us": round(max(it.start_late_us for it in run.iterations), 1),
         "stragglers": causes, "verified": all(it.verified for it in run.iterations),
