@@ -12,8 +12,10 @@ land.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from emulator.model.rc import AccessError, Completion, RcConfig, RcQueuePair
-from emulator.sim.engine import Simulator
+from emulator.sim.engine import Simulator, Timer
 from emulator.sim.link import PortQueue
 from emulator.wire.pfc import ETH_MAC_CONTROL, decode_pfc
 from emulator.wire.roce import Framer, decode
@@ -43,7 +45,14 @@ class FlatMemory:
 
 
 class SimHost:
-    """The RNIC of one host: its QPs (by number), the NIC queue it sends on, what it received."""
+    """The RNIC of one host: its QPs (by number), the NIC queue it sends on, what it received.
+
+    Only QPs that may have something to send are visited (``_ready``, in
+    round-robin order): a QP joins when work is posted to it, a packet
+    arrives for it or its timer fires, and leaves when it has nothing to
+    give.  A host of an all-to-all on a thousand ranks holds a thousand
+    QPs, and one frame must not cost a look at each.
+    """
 
     def __init__(self, sim: Simulator, name: str, mac: str, gateway_mac: str, ip: str, queue: PortQueue,
                  memory_bytes: int) -> None:
@@ -53,8 +62,18 @@ class SimHost:
         self.memory = FlatMemory(memory_bytes)
         self.qps: dict[int, tuple[RcQueuePair, Framer, str]] = {}  # qpn -> (model, framer, peer IP)
         self.completions: list[Completion] = []
+        # Where completions go (a simulated rank's handler); None keeps them in ``completions``.
+        self.on_completion: Callable[[Completion], None] | None = None
         self.icrc_errors = self.unknown = self.pauses = 0
-        self._timer = sim.timer(self._on_timer)
+        self.delivered = 0  # RDMA frames handed to a QP
+        self._ready: dict[int, None] = {}  # QPNs that may have a packet to send, in turn order
+        self._timers: dict[int, Timer] = {}
+
+    def provide_memory(self, size: int) -> None:
+        """The host's memory: ``size`` bytes (before any QP exists: the QPs keep the region they were made with)."""
+        if self.qps:
+            raise ValueError(f"{self.name}: memory is set before the QPs are made")
+        self.memory = FlatMemory(max(size, 1))
 
     def connect(self, qpn: int, peer: "SimHost", peer_qpn: int, config: RcConfig) -> RcQueuePair:
         """An RC QP to ``peer``'s ``peer_qpn`` (both ends start at PSN 0)."""
@@ -62,12 +81,14 @@ class SimHost:
         qp.connect(peer_qpn, 0)
         framer = Framer(self.mac, self.gateway_mac, self.ip, peer.ip, 49152 + (qpn & 0x3FFF))
         self.qps[qpn] = (qp, framer, peer.ip)
+        self._timers[qpn] = self.sim.timer(lambda: self._on_timer(qpn))
         return qp
 
-    def kick(self) -> None:
-        """Work was posted: send what may go."""
+    def kick(self, qpn: int) -> None:
+        """Work was posted to ``qpn``: send what may go."""
+        self._ready[qpn] = None
         self._pull()
-        self._arm()
+        self._arm(qpn)
 
     def receive(self, frame: bytes) -> None:
         """A frame's last bit arrived from the switch (a Wire's ``deliver``)."""
@@ -81,42 +102,46 @@ class SimHost:
         if decoded is None or not decoded.icrc_ok:
             self.icrc_errors += decoded is not None
             return
-        entry = self.qps.get(decoded.packet.dest_qp)
+        qpn = decoded.packet.dest_qp
+        entry = self.qps.get(qpn)
         if entry is None or entry[2] != decoded.src_ip:
             self.unknown += 1
             return
+        self.delivered += 1
         entry[0].receive(self.sim.now, decoded.packet)
         self._collect(entry[0])
+        self._ready[qpn] = None
         self._pull()
-        self._arm()
+        self._arm(qpn)
 
     def _collect(self, qp: RcQueuePair) -> None:
         for completion in qp.poll_completions():
             completion.timestamp = self.sim.now
-            self.completions.append(completion)
+            if self.on_completion is None:
+                self.completions.append(completion)
+            else:
+                self.on_completion(completion)
 
     def _pull(self) -> None:
-        """Packets from the QPs, one each in turn, while the NIC queue has room."""
-        entries = list(self.qps.values())
-        while entries and self.queue.queued(ROCE_PRIORITY) < NIC_FRAMES:
-            ready = []
-            for qp, framer, _peer in entries:
-                if self.queue.queued(ROCE_PRIORITY) >= NIC_FRAMES:
-                    return
-                packet = qp.next_packet(self.sim.now)
-                if packet is not None:
-                    self.queue.enqueue(framer.encode(packet), ROCE_PRIORITY)
-                    ready.append((qp, framer, _peer))
-            entries = ready
+        """Packets from the ready QPs, one each in turn, while the NIC queue has room."""
+        ready, queue, now = self._ready, self.queue, self.sim.now
+        while ready and queue.queued(ROCE_PRIORITY) < NIC_FRAMES:
+            qpn = next(iter(ready))
+            del ready[qpn]
+            qp, framer, _peer = self.qps[qpn]
+            packet = qp.next_packet(now)
+            if packet is not None:
+                ready[qpn] = None  # to the back of the turn
+                queue.enqueue(framer.encode(packet), ROCE_PRIORITY)
+                self._arm(qpn)  # its first packet in flight starts the retransmission timer
 
-    def _arm(self) -> None:
-        deadlines = [d for qp, _f, _p in self.qps.values() if (d := qp.next_deadline()) is not None]
-        self._timer.set(min(deadlines) if deadlines else None)
+    def _arm(self, qpn: int) -> None:
+        self._timers[qpn].set(self.qps[qpn][0].next_deadline())
 
-    def _on_timer(self) -> None:
-        for qp, _framer, _peer in self.qps.values():
-            if (deadline := qp.next_deadline()) is not None and deadline <= self.sim.now:
-                qp.on_timer(self.sim.now)
-                self._collect(qp)
+    def _on_timer(self, qpn: int) -> None:
+        qp = self.qps[qpn][0]
+        qp.on_timer(self.sim.now)
+        self._collect(qp)
+        self._ready[qpn] = None
         self._pull()
-        self._arm()
+        self._arm(qpn)

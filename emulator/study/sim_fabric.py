@@ -22,7 +22,7 @@ from emulator.sim.link import PortQueue, Wire
 from emulator.sim.switch import SimSwitch
 from emulator.wire.mac import mac_bytes
 
-HOST_MEMORY = 64 << 20  # bytes of each simulated host's one memory region
+HOST_MEMORY = 4 << 20  # bytes of each simulated host's memory until a collective lays out its own
 
 
 @dataclass

@@ -20,7 +20,7 @@ def write(fabric, src: str, dst: str, qpn: int, length: int, offset: int) -> Non
     qp = a.connect(qpn, b, qpn, CONFIG)
     b.connect(qpn, a, qpn, CONFIG)
     qp.post_send(SendWR(qpn, WrOpcode.RDMA_WRITE, 0, length, FlatMemory.KEY, offset, FlatMemory.KEY))
-    a.kick()
+    a.kick(qpn)
 
 
 @pytest.mark.parametrize("fabric_name", ["lossless", "lossy"])

@@ -31,7 +31,7 @@ def write(src: SimHost, dst: SimHost, qpn: int, length: int, offset: int, config
     dst.connect(qpn, src, qpn, config)
     src.memory.data[:length] = bytes([src.name[-1].encode()[0]]) * length
     qp.post_send(SendWR(qpn, WrOpcode.RDMA_WRITE, 0, length, FlatMemory.KEY, offset, FlatMemory.KEY))
-    src.kick()
+    src.kick(qpn)
 
 
 def test_one_write_takes_its_link_time():

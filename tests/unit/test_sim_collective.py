@@ -1,0 +1,96 @@
+"""Collectives executed by simulated ranks (emulator.collectives.sim_ranks) on planned fabrics, against closed forms."""
+
+from __future__ import annotations
+
+import pytest
+
+from emulator.collectives.sim_ranks import run_sim_collective
+from emulator.errors import FabricError
+from emulator.fabric.plan import make_plan
+from emulator.model.rc import RcConfig, default_timeout_ns
+from emulator.model.rdma_params import message_wire_bytes
+from emulator.study.sim_fabric import build_sim_fabric
+from topologies.fabrics import StarTopo
+
+RATE = 100_000_000
+MTU = 4096
+KIB = 1024
+
+
+def fabric_of(hosts: int, fabric: str, buffer: str = "1MiB"):
+    plan = make_plan(StarTopo(n=hosts), "sim", {"bw": "100mbit", "mtu": "4200"})
+    return build_sim_fabric(plan, fabric, {"buffer": buffer, "headroom": "72KiB"})
+
+
+def run(fabric, collective: str, size: int, iterations: int = 2, warmup: int = 1, senders=None):
+    config = RcConfig(mtu=MTU, timeout_ns=default_timeout_ns(RATE, MTU))
+    return run_sim_collective(fabric.sim, fabric.hosts, collective, size, iterations, warmup, senders, config)
+
+
+def link_us(nbytes: int) -> float:
+    return message_wire_bytes(nbytes, MTU, native_ib=False) * 8 / RATE * 1e6
+
+
+def drops(fabric) -> int:
+    return sum(c.drops_headroom + c.drops_threshold for sw in fabric.switches.values()
+               for port in sw.mmu.counters for c in port)
+
+
+def pfc(fabric) -> int:
+    return sum(c.pfc_xoff_sent for sw in fabric.switches.values() for port in sw.mmu.counters for c in port)
+
+
+def test_an_incast_on_lossless_takes_n_link_times_and_drops_nothing():
+    fabric = fabric_of(4, "lossless", buffer="512KiB")
+    result = run(fabric, "incast", 256 * KIB)
+    bound = 3 * link_us(256 * KIB)  # three senders' bytes through the receiver's one link
+    assert [it.iteration for it in result.iterations] == [1, 2] and len(result.warmup) == 1
+    for it in result.iterations:
+        assert bound < it.cct_us < bound * 1.02, (it.cct_us, bound)
+        assert it.verified and it.retransmissions == 0 and it.last_dst == "h1"
+        assert sorted(f.src for f in it.flows) == ["h2", "h3", "h4"] and all(f.bytes == 256 * KIB for f in it.flows)
+    assert drops(fabric) == 0 and pfc(fabric) > 0
+
+
+def test_the_same_incast_on_lossy_drops_resends_and_takes_longer():
+    lossless, lossy = fabric_of(4, "lossless", "512KiB"), fabric_of(4, "lossy", "512KiB")
+    fast = run(lossless, "incast", 256 * KIB).iterations[0].cct_us
+    slow = run(lossy, "incast", 256 * KIB).iterations[0]
+    assert drops(lossy) > 0 and slow.retransmissions > 0 and slow.cause == "retransmission"
+    assert slow.cct_us > fast and slow.verified
+
+
+def test_a_ring_allreduce_sums_the_data_that_crossed_the_fabric_within_its_link_time():
+    fabric = fabric_of(4, "lossless")
+    result = run(fabric, "allreduce", 1 << 20)
+    chunk = (1 << 20) // 4
+    bound = 2 * 3 * link_us(chunk)  # 2(N-1) chunks leave every host
+    for it in result.iterations:
+        assert it.verified  # every rank's float32s are the sum of every rank's input
+        assert bound < it.cct_us < bound * 1.10, (it.cct_us, bound)
+    # The reduced bytes are in the hosts' simulated memory: the sum over 4 ranks of (rank + 1) x (iteration + 1)
+    # in the last iteration (index 2) is 30.0.
+    assert fabric.hosts["h3"].memory.data[:4] == bytes.fromhex("0000f041")  # 30.0 as little-endian float32
+
+
+def test_an_alltoall_delivers_every_pair():
+    fabric = fabric_of(4, "lossless")
+    it = run(fabric, "alltoall", 256 * KIB).iterations[-1]
+    assert len(it.flows) == 12 and all(f.bytes == 64 * KIB for f in it.flows)
+    bound = 3 * link_us(64 * KIB)  # each host's three chunks out (and three in)
+    # Not a closed form: twelve flows meet at four receivers' links, and PFC holds senders now and then.
+    assert bound < it.cct_us < bound * 1.25
+
+
+def test_iterations_are_spaced_and_reproducible():
+    a, b = run(fabric_of(4, "lossy", "512KiB"), "incast", 256 * KIB), run(fabric_of(4, "lossy", "512KiB"), "incast", 256 * KIB)
+    assert [it.cct_us for it in a.iterations] == [it.cct_us for it in b.iterations]
+    starts = [it.start_ns for it in a.warmup + a.iterations]
+    assert starts == sorted(starts) and len(set(starts)) == 3
+
+
+def test_a_collective_whose_receiver_never_answers_fails_as_the_rnic_would():
+    fabric = fabric_of(4, "lossless")
+    fabric.hosts["h1"].receive = lambda frame: None  # a black hole: the senders' retries run out
+    with pytest.raises(FabricError, match="RDMA_WRITE RETRY_EXC_ERR"):
+        run(fabric, "incast", 64 * KIB)
