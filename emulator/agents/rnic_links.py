@@ -15,9 +15,8 @@ import struct
 from typing import Any
 
 from emulator.agents.config import HostConfig, HostIbConfig
-from emulator.model.credits import FABRIC_REFRESH_NS, CreditLink, CreditViolation, blocks, fabric_min_interval_ns
-from emulator.model.rdma_params import IB_OVERHEAD
-from emulator.wire.ib import ETHERTYPE_IB, LRH_AT, SLP, decode_data, decode_fc, encode_data, encode_fc, packet_size
+from emulator.model.ib_port import IbPort
+from emulator.wire.ib import ETHERTYPE_IB
 from emulator.wire.transport import Packet
 from emulator.wire.mac import ETH_LEN
 from emulator.wire.roce import DATA_DSCP, ROCE_PORT, Framer, decode
@@ -96,89 +95,17 @@ class RoceLink:
             self.sink.close()
 
 
-class _IbFramer:
-    """Native IB framing of one QP: LIDs and SL fixed at connect."""
-
-    def __init__(self, link: "IbLink", dlid: int) -> None:
-        self.link, self.dlid = link, dlid
-
-    def encode(self, packet: Packet) -> bytes:
-        link = self.link
-        return encode_data(link.mac, link.gateway_mac, self.dlid, link.lid, link.sl, link.vl, packet)
-
-
-class IbLink:
-    """Native IB: LRH-addressed packets, sent only against the switch's credits."""
+class IbLink(IbPort):
+    """Native IB on the host's socket: the model's port (LRH framing, credits both ways), nothing to filter."""
 
     ethertype = ETHERTYPE_IB
 
     def __init__(self, config: HostConfig, ib: HostIbConfig) -> None:
-        self.mac, self.gateway_mac = config.mac, config.peer_mac
-        self.lid = ib.lid
-        self.lids = ib.lids  # GID (the host's IPv4 address) -> LID
-        self.ips = {lid: ip for ip, lid in self.lids.items()}
-        self.sl = ib.sl
-        self.vl = ib.sl2vl[self.sl]
-        self.credits = CreditLink(ib.vls, blocks(ib.capacity), blocks(ib.peer_capacity),
-                                  refresh_ns=FABRIC_REFRESH_NS,
-                                  min_interval_ns=fabric_min_interval_ns(config.rate_bps, ETH_LEN + config.mtu))
-        self.waiting = False  # a frame waits for credit
-        self.malformed = 0  # frames that are no IB packet we speak, or on a VL this link lacks
-        self.credit_violations = 0  # data packets beyond the credit we granted
+        super().__init__(config.mac, config.peer_mac, ib.lid, ib.lids, ib.sl, ib.sl2vl[ib.sl], ib.vls, ib.capacity,
+                         ib.peer_capacity, config.rate_bps, ETH_LEN + config.mtu)
 
     def prepare(self, sock: socket.socket) -> None:
         """Nothing to filter: the socket is bound to the IB EtherType."""
-
-    def framer(self, qpn: int, remote_qpn: int, remote_ip: str, mtu: int) -> _IbFramer:
-        if remote_ip not in self.lids:
-            raise ValueError(f"no IB port has GID {remote_ip}")
-        if not self.credits.sendable(self.vl, mtu + IB_OVERHEAD):
-            raise ValueError(f"path MTU {mtu} does not fit the switch's VL buffer: a packet of {mtu + IB_OVERHEAD} "
-                             "bytes could never get credit; choose a smaller MTU or a larger --switch vl_buffer")
-        return _IbFramer(self, self.lids[remote_ip])
-
-    def accept(self, now: int, frame: memoryview) -> tuple[Packet, str, bool] | None:
-        """(packet, source GID, CRCs good) of a data packet; None for a link packet (consumed) or garbage (counted)."""
-        if len(frame) > LRH_AT and frame[LRH_AT - 1] == SLP:
-            fc = decode_fc(frame)
-            if fc is None or not fc.lpcrc_ok or fc.packet.vl >= self.credits.vls:
-                self.malformed += 1
-            else:
-                self.credits.on_fc(now, fc.packet)
-            return None
-        decoded = decode_data(frame)  # None for anything but a local-routed SDP packet that its frame holds
-        if decoded is None or decoded.vl >= self.credits.vls:
-            self.malformed += 1
-            return None
-        size = packet_size(frame)
-        try:
-            self.credits.received(decoded.vl, size)
-        except CreditViolation:  # the switch ignored our credit
-            self.credit_violations += 1
-            return None
-        self.credits.freed(decoded.vl, size)  # the RNIC takes every packet at once
-        source = self.ips.get(decoded.slid, "")
-        return decoded.packet, source, decoded.icrc_ok and decoded.vcrc_ok
-
-    def admit(self, frame: bytes) -> bool:
-        """Whether the switch has credit for this packet; counts it as sent if so."""
-        vl, size = frame[LRH_AT] >> 4, packet_size(frame)
-        if not self.credits.can_send(vl, size):
-            self.waiting = True
-            return False
-        self.credits.sent(vl, size)
-        self.waiting = False
-        return True
-
-    def control_frames(self, now: int) -> list[bytes]:
-        return [encode_fc(self.mac, self.gateway_mac, fc) for fc in self.credits.fc_due(now)]
-
-    def next_deadline(self) -> int | None:
-        return self.credits.next_deadline()
-
-    def stats(self) -> dict[str, Any]:
-        return {"lid": self.lid, "malformed": self.malformed, "credit_violations": self.credit_violations,
-                "credits": [self.credits.counters[vl] for vl in sorted(self.credits.counters)]}
 
     def close(self) -> None:
         """Nothing beyond the RNIC's socket."""
