@@ -337,8 +337,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     if args.experiment is None:
         raise FabricError("run needs an experiment: a built-in name (fabric-emu run --list) or a TOML file")
-    experiment = load_experiment(args.experiment)
-    require_root()
+    experiment = load_experiment(args.experiment, args.backend)
+    if any(variant.backend == "emulator" for variant in experiment.variants):
+        require_root()
     directory = run_experiment(experiment, args.out, progress)
     return main_report(directory)
 
@@ -491,6 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the built-in experiments and what each shows")
     p.add_argument("--out", default="results", metavar="DIR",
                    help="results root (default results/): results go to DIR/<name>/<UTC time>/")
+    p.add_argument("--backend", choices=("emulator", "sim"),
+                   help="run every variant on this backend: emulator (namespaces, real time, root) or sim "
+                        "(the same models in simulated time, no root); default: each variant's own, emulator")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("report", help="print the table and draw the plots of a results directory (no root)")

@@ -170,14 +170,14 @@ def run_sim_collective(sim: Simulator, hosts: dict[str, SimHost], collective: st
                        warmup: int, senders: int | None, config: RcConfig,
                        progress: Callable[[int, int, IterationResult], None] | None = None,
                        ticker: Callable[[SimProgress], None] | None = None,
-                       stall_ns: int | None = None, measured_from: Callable[[], None] | None = None) -> CollectiveRun:
+                       measured_from: Callable[[], None] | None = None) -> CollectiveRun:
     """Run ``warmup + iterations`` iterations of ``collective`` over ``hosts`` (rank order) in simulated time.
 
     Iterations start START_MARGIN_NS after the previous one ended, as the
     coordinator spaces them.  ``measured_from`` is called when the measured
-    iterations begin (the counters' baseline).  With ``stall_ns``, a run in
-    which no rank completes anything for that long in simulated time stops:
-    the returned run then has the iterations that finished (a deadlock).
+    iterations begin (the counters' baseline); ``ticker`` every SLICE_EVENTS
+    events.  A fabric that stops delivering (a PFC deadlock) ends as the
+    RNICs end it: retries run out, and the failed completion is a FabricError.
     """
     names = list(hosts)
     plans = plan(collective, len(names), size, senders)
@@ -207,6 +207,7 @@ def run_sim_collective(sim: Simulator, hosts: dict[str, SimHost], collective: st
         pending.discard(rank)
         if ranks[rank].failure is not None and state["failure"] is None:
             state["failure"] = ranks[rank].failure
+            sim.stop()
         if pending:
             return
         i = state["iteration"]
@@ -219,6 +220,8 @@ def run_sim_collective(sim: Simulator, hosts: dict[str, SimHost], collective: st
             progress(i, total, record)
         if i + 1 < total and state["failure"] is None:
             start(i + 1)
+        else:
+            sim.stop()  # what is left (an IB link's refreshes) would run for ever
 
     for name, rank_plan in zip(names, plans):  # the rank process's regions: data, then staging
         hosts[name].provide_memory(rank_plan.data_bytes + rank_plan.staging_bytes)
@@ -226,18 +229,12 @@ def run_sim_collective(sim: Simulator, hosts: dict[str, SimHost], collective: st
     for rank in ranks:
         rank.connect(ranks, config)
     start(0)
-    delivered, progressed_at = 0, sim.now  # RDMA frames the hosts have received: progress, for the stall limit
     while len(warm) + len(measured) < total and state["failure"] is None:
         if not sim.run(max_events=SLICE_EVENTS):
             raise FabricError(f"simulation: iteration {state['iteration']} cannot finish: nothing more will happen "
                               f"(ranks {sorted(pending)[:8]} still wait)")
         if ticker is not None:
             ticker(SimProgress(sim.now, sim.events, len(warm) + len(measured), total))
-        now_delivered = sum(host.delivered for host in hosts.values())
-        if now_delivered != delivered:
-            delivered, progressed_at = now_delivered, sim.now
-        elif stall_ns is not None and sim.now - progressed_at > stall_ns:
-            break
     if state["failure"] is not None:
         raise FabricError(f"simulation: {state['failure']}")
     return CollectiveRun(names, measured, warm)

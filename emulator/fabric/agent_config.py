@@ -67,7 +67,7 @@ def _agent_config(plan: FabricPlan, node: NodePlan, seed: int, mmu_configs: dict
         return HostConfig(**common, ifname=port.ifname, rate_bps=port.params.bw_bps, mtu=port.params.mtu,
                           mac=port.mac, peer_mac=port.peer_mac, ip=node.ip,
                           verbs=runstate.verbs_socket(plan.run, node.name),
-                          ib=_host_ib(plan, node, mmu_configs, subnet), rx_cpu=cpus.get(port.peer_node),
+                          ib=host_ib(plan, node, mmu_configs, subnet), rx_cpu=cpus.get(port.peer_node),
                           cc=None if cc is None else at_link(cc, port.params.bw_bps, dilation)[0],
                           rates_file=None if cc is None else os.path.join(directory, f"{node.name}.rates.csv"))
     return SwitchConfig(
@@ -82,11 +82,11 @@ def _agent_config(plan: FabricPlan, node: NodePlan, seed: int, mmu_configs: dict
             for p in node.ports
         ),
         routes={ip: tuple(ifnames) for ip, ifnames in plan.routes[node.name].items()},
-        ib=_switch_ib(plan, node, mmu_configs, subnet),
+        ib=switch_ib(plan, node, mmu_configs, subnet),
     )
 
 
-def _host_ib(plan: FabricPlan, node: NodePlan, mmu_configs: dict[str, MmuConfig],
+def host_ib(plan: FabricPlan, node: NodePlan, mmu_configs: dict[str, MmuConfig],
              subnet: Subnet | None) -> HostIbConfig | None:
     """A host's port on the IB subnet: its LID, every GID's LID, SL and credits."""
     if subnet is None:
@@ -97,7 +97,7 @@ def _host_ib(plan: FabricPlan, node: NodePlan, mmu_configs: dict[str, MmuConfig]
                         capacity=HOST_IB_BUFFER, peer_capacity=mmu_configs[peer].vl_buffer)
 
 
-def _switch_ib(plan: FabricPlan, node: NodePlan, mmu_configs: dict[str, MmuConfig],
+def switch_ib(plan: FabricPlan, node: NodePlan, mmu_configs: dict[str, MmuConfig],
                subnet: Subnet | None) -> SwitchIbConfig | None:
     """A switch's LFT (by port index), SL to VL map, and every port's credit sizes."""
     if subnet is None:

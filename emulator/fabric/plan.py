@@ -31,7 +31,7 @@ GATEWAY_IP = "10.255.255.254"
 HOST_NET = ipaddress.IPv4Network("10.0.0.0/8")
 DEFAULT_LINK = {"bw": "100mbit", "delay": "0us", "mtu": 1500, "loss": 0, "drop": ""}
 MIN_MTU, MAX_MTU = 576, 9000
-MIN_RATE, MAX_RATE = 1_000, 100_000_000_000  # bit/s: 1 kbit/s to 100 Gbit/s
+MIN_RATE, MAX_RATE = 1_000, 800_000_000_000  # bit/s: 1 kbit/s to 800 Gbit/s (the simulation backend's 400G fabrics)
 MAX_DELAY = 1_000_000_000  # ns: one second each way
 MAX_DROP_FRAME, MAX_DROPS = 10**12, 1000  # drop=N:M: frame numbers, and how many
 

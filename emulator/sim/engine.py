@@ -37,6 +37,7 @@ class Simulator:
         self.events = 0  # callbacks run so far
         self._heap: list[tuple[int, int, Handle]] = []
         self._seq = 0
+        self._stopped = False
 
     def at(self, time: int, callback: Callable[..., Any], *args: Any) -> Handle:
         """Run ``callback(*args)`` at ``time`` (ns, not before now); the handle cancels it."""
@@ -69,11 +70,13 @@ class Simulator:
         return heap[0][0] if heap else None
 
     def run(self, until: int | None = None, max_events: int | None = None) -> int:
-        """Run events in time order until none is left, the next is after ``until`` (then now = until), or
-        ``max_events`` have run; how many ran."""
+        """Run events in time order until none is left, the next is after ``until`` (then now = until),
+        ``max_events`` have run or a callback called :meth:`stop`; how many ran."""
         heap, pop = self._heap, heapq.heappop
+        limit = max_events if max_events is not None else 1 << 62
         ran = 0
-        while heap and (max_events is None or ran < max_events):
+        self._stopped = False
+        while heap and ran < limit and not self._stopped:
             if until is not None and heap[0][0] > until:
                 break
             time, _seq, handle = pop(heap)
@@ -84,10 +87,14 @@ class Simulator:
             self.now = time
             callback(*handle[1])
             ran += 1
-        if until is not None and until > self.now and (max_events is None or ran < max_events):
+        if until is not None and until > self.now and ran < limit and not self._stopped:
             self.now = until
         self.events += ran
         return ran
+
+    def stop(self) -> None:
+        """End :meth:`run` after the event now running (the rest stay pending)."""
+        self._stopped = True
 
 
 class Timer:

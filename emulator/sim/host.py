@@ -1,19 +1,22 @@
-"""A host's RNIC in simulated time: the RC transport model on real RoCEv2 frames, a NIC queue that obeys PFC.
+"""A host's RNIC in simulated time: the RC transport model on real frames, a NIC queue that obeys the link.
 
 As the emulator's RNIC does (:mod:`emulator.agents.rnic`), it pulls packets
 from its QPs one each in turn while its NIC queue has room
-(``NIC_FRAMES``), frames them with :class:`~emulator.wire.roce.Framer`,
-decodes what arrives (checking the ICRC) and hands it to the QP the BTH
-names; PFC frames from the switch pause its queue
-(:class:`~emulator.sim.link.PortQueue`).  Memory is one bytearray per host
-(:class:`FlatMemory`), enough for the transport's checks and the data to
-land.
+(``NIC_FRAMES``), frames them, decodes what arrives (checking the CRCs) and
+hands it to the QP the BTH names.  On Ethernet the frames are RoCEv2
+(:class:`~emulator.wire.roce.Framer`) and PFC frames from the switch pause
+its queue (:class:`~emulator.sim.link.PortQueue`); on IB they are native IB
+packets sent against the switch's credits, with flow-control packets back
+(:class:`~emulator.model.ib_port.IbPort`, the model the RNIC agent drives).
+Memory is one bytearray per host (:class:`FlatMemory`), enough for the
+transport's checks and the data to land.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+from emulator.model.ib_port import IbFramer, IbPort
 from emulator.model.rc import AccessError, Completion, RcConfig, RcQueuePair
 from emulator.sim.engine import Simulator, Timer
 from emulator.sim.link import PortQueue
@@ -55,17 +58,20 @@ class SimHost:
     """
 
     def __init__(self, sim: Simulator, name: str, mac: str, gateway_mac: str, ip: str, queue: PortQueue,
-                 memory_bytes: int) -> None:
+                 memory_bytes: int, ib: IbPort | None = None) -> None:
         self.sim, self.name, self.mac, self.gateway_mac, self.ip = sim, name, mac, gateway_mac, ip
         self.queue = queue
+        self.ib = ib  # an IB fabric: native IB framing, sent against the switch's credits
+        self._held: bytes | None = None  # IB: the framed packet that waits for credit
+        self._ib_timer = sim.timer(self._on_ib_timer)
+        self._arm_ib()  # the first flow-control packets (init) go at once
         queue.departed = self._pull
         self.memory = FlatMemory(memory_bytes)
-        self.qps: dict[int, tuple[RcQueuePair, Framer, str]] = {}  # qpn -> (model, framer, peer IP)
+        self.qps: dict[int, tuple[RcQueuePair, Framer | IbFramer, str]] = {}  # qpn -> (model, framer, peer IP)
         self.completions: list[Completion] = []
         # Where completions go (a simulated rank's handler); None keeps them in ``completions``.
         self.on_completion: Callable[[Completion], None] | None = None
         self.icrc_errors = self.unknown = self.pauses = 0
-        self.delivered = 0  # RDMA frames handed to a QP
         self._ready: dict[int, None] = {}  # QPNs that may have a packet to send, in turn order
         self._timers: dict[int, Timer] = {}
 
@@ -79,7 +85,8 @@ class SimHost:
         """An RC QP to ``peer``'s ``peer_qpn`` (both ends start at PSN 0)."""
         qp = RcQueuePair(qpn, self.memory, config, 0)
         qp.connect(peer_qpn, 0)
-        framer = Framer(self.mac, self.gateway_mac, self.ip, peer.ip, 49152 + (qpn & 0x3FFF))
+        framer: Framer | IbFramer = Framer(self.mac, self.gateway_mac, self.ip, peer.ip, 49152 + (qpn & 0x3FFF)) \
+            if self.ib is None else self.ib.framer(qpn, peer_qpn, peer.ip, config.mtu)
         self.qps[qpn] = (qp, framer, peer.ip)
         self._timers[qpn] = self.sim.timer(lambda: self._on_timer(qpn))
         return qp
@@ -92,23 +99,34 @@ class SimHost:
 
     def receive(self, frame: bytes) -> None:
         """A frame's last bit arrived from the switch (a Wire's ``deliver``)."""
-        if frame[12:14] == ETH_MAC_CONTROL:
-            quanta = decode_pfc(frame)
-            if quanta:
-                self.pauses += 1
-                self.queue.on_pfc(quanta)
+        if self.ib is not None:
+            accepted = self.ib.accept(self.sim.now, frame)
+            if accepted is None:  # a flow-control packet (credit: send what waited) or garbage (counted)
+                self._pull()
+                self._arm_ib()
+                return
+            packet, source, good = accepted
+            self._arm_ib()  # what arrived is credit to grant back
+        else:
+            if frame[12:14] == ETH_MAC_CONTROL:
+                quanta = decode_pfc(frame)
+                if quanta:
+                    self.pauses += 1
+                    self.queue.on_pfc(quanta)
+                return
+            decoded = decode(frame)
+            if decoded is None:
+                return
+            packet, source, good = decoded.packet, decoded.src_ip, decoded.icrc_ok
+        if not good:
+            self.icrc_errors += 1
             return
-        decoded = decode(frame)
-        if decoded is None or not decoded.icrc_ok:
-            self.icrc_errors += decoded is not None
-            return
-        qpn = decoded.packet.dest_qp
+        qpn = packet.dest_qp
         entry = self.qps.get(qpn)
-        if entry is None or entry[2] != decoded.src_ip:
+        if entry is None or entry[2] != source:
             self.unknown += 1
             return
-        self.delivered += 1
-        entry[0].receive(self.sim.now, decoded.packet)
+        entry[0].receive(self.sim.now, packet)
         self._collect(entry[0])
         self._ready[qpn] = None
         self._pull()
@@ -123,17 +141,42 @@ class SimHost:
                 self.on_completion(completion)
 
     def _pull(self) -> None:
-        """Packets from the ready QPs, one each in turn, while the NIC queue has room."""
-        ready, queue, now = self._ready, self.queue, self.sim.now
-        while ready and queue.queued(ROCE_PRIORITY) < NIC_FRAMES:
+        """Packets from the ready QPs, one each in turn, while the NIC queue has room (and, on IB, credit)."""
+        ready, queue, now, ib = self._ready, self.queue, self.sim.now, self.ib
+        while queue.queued(ROCE_PRIORITY) < NIC_FRAMES:
+            if self._held is not None:
+                assert ib is not None
+                if not ib.admit(self._held):
+                    return
+                queue.enqueue(self._held, ROCE_PRIORITY)
+                self._held = None
+                continue
+            if not ready:
+                return
             qpn = next(iter(ready))
             del ready[qpn]
             qp, framer, _peer = self.qps[qpn]
             packet = qp.next_packet(now)
-            if packet is not None:
-                ready[qpn] = None  # to the back of the turn
-                queue.enqueue(framer.encode(packet), ROCE_PRIORITY)
-                self._arm(qpn)  # its first packet in flight starts the retransmission timer
+            if packet is None:
+                continue
+            ready[qpn] = None  # to the back of the turn
+            self._arm(qpn)  # its first packet in flight starts the retransmission timer
+            frame = framer.encode(packet)
+            if ib is not None and not ib.admit(frame):
+                self._held = frame
+                return
+            queue.enqueue(frame, ROCE_PRIORITY)
+
+    def _arm_ib(self) -> None:
+        if self.ib is not None:
+            self._ib_timer.set(self.ib.next_deadline())
+
+    def _on_ib_timer(self) -> None:
+        """Flow-control packets due (grants, refreshes), behind the data already queued, as the agent sends them."""
+        assert self.ib is not None
+        for frame in self.ib.control_frames(self.sim.now):
+            self.queue.enqueue(frame, ROCE_PRIORITY)
+        self._arm_ib()
 
     def _arm(self, qpn: int) -> None:
         self._timers[qpn].set(self.qps[qpn][0].next_deadline())

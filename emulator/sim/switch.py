@@ -7,26 +7,35 @@ admission, headroom, PFC generation and reaction, scheduling, ECN).  A
 port sends on its :class:`~emulator.sim.link.Wire` whenever the wire is
 free: PFC frames first (the agent sends them on a socket in the highest tc
 class), then what the MMU chooses.  Frames that are no IPv4 or PFC frame are
-dropped and counted, as the agent does.
+dropped and counted, as the agent does.  On an IB fabric the switch's IB
+plane (:mod:`emulator.model.ib_plane`: DLID forwarding, VL queues, credits
+both ways) takes the native IB frames and goes before the MMU, its
+flow-control packets in line with the data they count.
 """
 
 from __future__ import annotations
 
 from emulator.model.forwarding import ETH_IPV4, ecmp_index, ipv4_ok, priority, routed
+from emulator.model.ib_plane import IbPlane, IbPlaneSettings
 from emulator.model.mmu import Mmu, MmuConfig
 from emulator.sim.engine import Handle, Simulator
 from emulator.sim.link import Wire
-from emulator.wire.mac import ETH_LEN
+from emulator.wire.ib import ETH_IB
+from emulator.wire.mac import ETH_LEN, mac_text
 from emulator.wire.pfc import ETH_MAC_CONTROL, decode_pfc, encode_pfc
 
 
 class SimSwitch:
-    """``ports``: (MAC, the peer's MAC, rate) per port; ``routes``: IPv4 address (4 bytes) -> egress ports."""
+    """``ports``: (MAC, the peer's MAC, rate) per port; ``routes``: IPv4 address (4 bytes) -> egress ports;
+    ``ib``: the switch's part of the IB subnet on an IB fabric, with ``max_frames`` (each port's longest frame)."""
 
     def __init__(self, sim: Simulator, ports: list[tuple[bytes, bytes, int]], routes: dict[bytes, list[int]],
-                 config: MmuConfig, seed: int = 0) -> None:
+                 config: MmuConfig, seed: int = 0, ib: IbPlaneSettings | None = None,
+                 max_frames: list[int] | None = None) -> None:
         self.sim, self.ports, self.routes, self.seed = sim, ports, routes, seed
         self.mmu = Mmu(config, [rate for _, _, rate in ports], seed=seed)
+        self.ib = None if ib is None else IbPlane([(mac_text(a), mac_text(b)) for a, b, _ in ports], ib,
+                                                  max_frames or [], [rate for _, _, rate in ports])
         self.wires: list[Wire | None] = [None] * len(ports)
         self._pfc_out: list[list[bytes]] = [[] for _ in ports]
         self._drain_at: list[Handle | None] = [None] * len(ports)
@@ -36,6 +45,10 @@ class SimSwitch:
     def connect(self, port: int, wire: Wire) -> None:
         """The wire that carries what ``port`` sends."""
         self.wires[port] = wire
+
+    def start(self) -> None:
+        """Once every port's wire is connected: what is due at once (IB's first flow-control packets)."""
+        self._after()
 
     def receive(self, port: int, frame: bytes) -> None:
         """A frame's last bit arrived on ``port`` (a Wire's ``deliver``)."""
@@ -53,6 +66,9 @@ class SimSwitch:
                     self.dropped["ttl"] += 1
                 elif self.mmu.enqueue(now, port, out, priority(frame), forwarded):
                     self._drain(out)
+        elif ethertype == ETH_IB and self.ib is not None:
+            for out in self.ib.receive(now, port, frame):
+                self._drain(out)
         elif ethertype == ETH_MAC_CONTROL and (quanta := decode_pfc(frame)):
             if self.mmu.pfc_received(now, port, quanta):
                 self._drain(port)
@@ -66,7 +82,14 @@ class SimSwitch:
             for port, quanta in decided:
                 self._pfc_out[port].append(encode_pfc(self.ports[port][0], quanta))
                 self._drain(port)
-        self._timer.set(self.mmu.next_deadline())
+        deadline = self.mmu.next_deadline()
+        if self.ib is not None:
+            for port in self.ib.take_fc(self.sim.now):
+                self._drain(port)
+            ib_deadline = self.ib.next_deadline()
+            if ib_deadline is not None and (deadline is None or ib_deadline < deadline):
+                deadline = ib_deadline
+        self._timer.set(deadline)
 
     def _on_timer(self) -> None:
         for port in self.mmu.on_timer(self.sim.now):
@@ -85,6 +108,9 @@ class SimSwitch:
             return
         if self._pfc_out[port]:
             wire.send(self._pfc_out[port].pop(0))
+        elif self.ib is not None and (frame := self.ib.head(port)) is not None:
+            wire.send(frame)
+            self.ib.sent(port)
         else:
             head = self.mmu.head(port)
             if head is None:

@@ -54,14 +54,19 @@ BUILTIN = resources.files("emulator.study") / "experiments"
 MAX_FILE_BYTES = 1 << 20  # an experiment file is a page of text; refuse to read a disk image
 
 VARIANT_KEYS = ("name", "fabric", "collective", "topo", "size", "iterations", "warmup", "senders",
-                "link", "switch", "seed", "mtu", "capture", "model", "cc", "deadlock", "faults")
+                "link", "switch", "seed", "mtu", "capture", "model", "cc", "deadlock", "faults", "backend")
 SHORTHANDS = {"loss": "link", "bw": "link", "buffer": "switch", "headroom": "switch"}
-SWEEP_KEYS = ("loss", "bw", "buffer", "headroom", "size", "senders", "fabric", "collective", "topo", "model", "cc")
+SWEEP_KEYS = ("loss", "bw", "buffer", "headroom", "size", "senders", "fabric", "collective", "topo", "model", "cc",
+              "backend")
 EXPERIMENT_KEYS = ("name", "description", "variants", "sweep")
 TOP_LEVEL_KEYS = EXPERIMENT_KEYS + VARIANT_KEYS[1:] + tuple(SHORTHANDS)
 REQUIRED = ("collective", "topo", "size")
 DEFAULTS: dict[str, Any] = {"fabric": "lossless", "iterations": 10, "warmup": 1, "seed": 1, "capture": False,
-                            "cc": "none"}
+                            "cc": "none", "backend": "emulator"}
+# emulator: real frames through namespaces, veths and the agents, in real time; sim: the same models and frames
+# in simulated time (emulator.sim), what one VM cannot hold.
+BACKENDS = ("emulator", "sim")
+SIM_FABRICS = ("lossless", "lossy", "ib")  # what the simulation backend runs
 # Experiments run RoCE and IB at a 4096-byte path MTU, as most deployments do: a quarter of the frames of
 # 1024 for the same bytes, so a quarter of the agents' work per byte.  4200 is the link MTU RoCE fabrics
 # are usually given for it (4096 + 64 bytes of RoCEv2 headers, rounded up); without a `mtu` key the path
@@ -126,6 +131,7 @@ class Variant:
     cc: str = "none"  # the RNICs' congestion control as written: none, or dcqcn[,key=value...]
     deadlock_ns: int | None = None  # watch goodput: a stall this long is a deadlock (None: not watched)
     faults: tuple[Fault, ...] = ()  # injected into every measured iteration
+    backend: str = "emulator"  # BACKENDS
 
     def to_json(self) -> dict[str, Any]:
         """Every field, for config.json and results files (lists, as JSON has them)."""
@@ -163,15 +169,35 @@ def builtin_descriptions() -> dict[str, str]:
             for name in builtin_names()}
 
 
-def load_experiment(name_or_path: str) -> Experiment:
-    """Load a built-in by name, or a TOML file by path; check and expand it."""
+def load_experiment(name_or_path: str, backend: str | None = None) -> Experiment:
+    """Load a built-in by name, or a TOML file by path; check and expand it.
+
+    ``backend`` (the command line's ``--backend``) runs every variant on that backend, whatever the file says.
+    """
     if name_or_path in builtin_names():
         label = f"{name_or_path}.toml"
         data = _parse((BUILTIN / label).read_bytes(), label)
-        return _experiment(data, label, f"built-in:{name_or_path}")
-    path = os.path.abspath(name_or_path)
-    label = printable(os.path.basename(path))
-    return _experiment(_parse(_read(path), label), label, path)
+        source = f"built-in:{name_or_path}"
+    else:
+        path = os.path.abspath(name_or_path)
+        label = printable(os.path.basename(path))
+        data, source = _parse(_read(path), label), path
+    if backend is not None:
+        if backend not in BACKENDS:
+            raise FabricError(f"--backend {shown(backend)}: choose {' or '.join(BACKENDS)}")
+        data = _forced_backend(data, backend)
+    return _experiment(data, label, source)
+
+
+def _forced_backend(data: dict[str, Any], backend: str) -> dict[str, Any]:
+    """The experiment with every variant on ``backend``: the key set at the top, taken out of variants and sweep."""
+    forced = {**data, "backend": backend}
+    if isinstance(data.get("variants"), list):
+        forced["variants"] = [{k: v for k, v in table.items() if k != "backend"} if isinstance(table, dict) else table
+                              for table in data["variants"]]
+    if isinstance(data.get("sweep"), dict):
+        forced["sweep"] = {k: v for k, v in data["sweep"].items() if k != "backend"}
+    return forced
 
 
 def host_count(topo_spec: str) -> int:
@@ -405,6 +431,10 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     capture = values["capture"]
     if not isinstance(capture, bool):
         raise FabricError(f'{context}: key "capture": expected true or false, got {shown(capture)}')
+    faults = _faults(values, plan, context)
+    backend = _choice(values, "backend", BACKENDS, context)
+    if backend == "sim":
+        _check_sim(fabric, capture, values, link, faults, context)
     return Variant(
         name=name, fabric=fabric, collective=collective, topo=topo,
         size=_size(values["size"], collective, hosts, context),
@@ -413,8 +443,25 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
         senders=_senders(values, collective, hosts, context), link=link, switch=switch,
         seed=_integer(values, "seed", bounds.SEED, context), mtu=_path_mtu(values, plan, context), capture=capture,
         params=dict(params), model=model, dilation=factor, cc=values["cc"],
-        deadlock_ns=_deadlock(values, context), faults=_faults(values, plan, context),
+        deadlock_ns=_deadlock(values, context), faults=faults, backend=backend,
     )
+
+
+def _check_sim(fabric: str, capture: bool, values: dict[str, Any], link: dict[str, str], faults: tuple[Fault, ...],
+               context: str) -> None:
+    """What the simulation backend does not do yet, refused before anything runs."""
+    if fabric not in SIM_FABRICS:
+        raise FabricError(f'{context}: backend "sim" runs the {" and ".join(SIM_FABRICS)} fabrics, not {fabric!r} (yet)')
+    if capture:
+        raise FabricError(f'{context}: backend "sim" writes no captures; set capture = false')
+    if parse_cc(values["cc"]) is not None:
+        raise FabricError(f'{context}: backend "sim" has no congestion control yet; set cc = "none"')
+    if faults or "deadlock" in values:
+        raise FabricError(f'{context}: backend "sim" injects no faults and watches no deadlock yet; '
+                          f'remove "{"faults" if faults else "deadlock"}"')
+    params = link_params({}, link)
+    if params.loss or params.drop:
+        raise FabricError(f'{context}: backend "sim" loses no frames on links yet; remove link "loss" and "drop"')
 
 
 def _faults(values: dict[str, Any], plan: FabricPlan, context: str) -> tuple[Fault, ...]:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 # Two variants that agree on these (and on ``params`` but for a swept fabric) differ only in
 # the fabric: the ratio lines compare such pairs.  Keys a variant lacks count as equal.
-SETUP_KEYS = ("collective", "topo", "hosts", "size", "senders", "link", "switch", "mtu")
+SETUP_KEYS = ("collective", "topo", "hosts", "size", "senders", "link", "switch", "mtu", "backend")
 MISSING = "-"
 PLOT_DPI = 120
 SHADE_RESOLUTION = 1000  # shaded spans per plot at most; finer detail is below a pixel
@@ -56,7 +56,8 @@ def table(results: Results) -> str:
         ["VARIANT", "FABRIC", "COLLECTIVE", "ITERS", "CCT p50 ms", "CCT p99 ms", "CCT max ms", "CCT mean ms",
          "x LINK TIME", "DROPS", "RETRANS", "PFC", "ECN", "CNP", "SKEW max us", "FAITHFUL"],
         [_variant_row(v) for v in results.variants], text_columns=3)
-    sections = (fidelity_lines, ratio_lines, victim_lines, deadlock_lines, fault_lines, prediction_lines)
+    sections = (fidelity_lines, ratio_lines, backend_lines, victim_lines, deadlock_lines, fault_lines,
+                prediction_lines)
     for section in sections:  # each a paragraph of its own, where it has anything to say
         section_lines = section(results.variants)
         if section_lines:
@@ -143,6 +144,83 @@ def ratio_lines(variants: list[dict[str, Any]]) -> list[str]:
                                  (f": the machine's ratio, not the fabrics' ({' and '.join(unfaithful)} NOT "
                                   "faithful)" if unfaithful else ""))
     return lines
+
+
+BACKEND_AGREEMENT = 0.10  # validate's bar: mean CCTs of the two backends within 10% of the emulator's
+NO_DIFFERENCE = 0.02  # a fabric-vs-lossless difference below 2% of lossless is none (the emulator's iterations vary ~1%)
+
+
+def backend_lines(variants: list[dict[str, Any]]) -> list[str]:
+    """The same variants emulated and simulated side by side (``fabric-emu run validate``): mean and p99 CCT,
+    drops, PFC frames, retransmissions, the differences, and whether the backends agree."""
+    pairs = []
+    for sim in (v for v in variants if v.get("backend") == "sim"):
+        for emulated in (v for v in variants if v.get("backend") == "emulator"):
+            if _same_but_backend(emulated) == _same_but_backend(sim):
+                pairs.append((emulated, sim))
+                break
+    if not pairs:
+        return []
+    rows, worst = [], None
+    for emulated, sim in pairs:
+        mean = _relative(_cct(sim, "mean"), _cct(emulated, "mean"))
+        if mean is not None and (worst is None or abs(mean) > abs(worst[0])):
+            worst = (mean, _base_name(emulated))
+        rows.append([_base_name(emulated), _listed(emulated.get("fabric", MISSING)),
+                     _fmt(_cct(emulated, "mean"), 2, 1e3), _fmt(_cct(sim, "mean"), 2, 1e3), _signed(mean),
+                     _fmt(_cct(emulated, "p99"), 2, 1e3), _fmt(_cct(sim, "p99"), 2, 1e3),
+                     _signed(_relative(_cct(sim, "p99"), _cct(emulated, "p99"))),
+                     *(f"{_fmt(emulated.get(key))} / {_fmt(sim.get(key))}"
+                       for key in ("drops", "pfc_sent", "retransmissions"))])
+    lines = ["the same variants on both backends (difference: simulated / emulated - 1):"]
+    lines += _render(["VARIANT", "FABRIC", "MEAN emu ms", "MEAN sim ms", "DIFF", "p99 emu ms", "p99 sim ms", "DIFF",
+                      "DROPS emu / sim", "PFC emu / sim", "RETRANS emu / sim"], rows, text_columns=2)
+    if worst is not None:
+        agree = abs(worst[0]) <= BACKEND_AGREEMENT
+        lines.append(f"mean CCT within {BACKEND_AGREEMENT:.0%} on every variant: {'yes' if agree else 'NO'} "
+                     f"(largest difference {_signed(worst[0])}, {worst[1]})")
+    lines += _sign_lines(pairs)
+    unfaithful = sorted({_listed(e["name"]) for e, _ in pairs if _faithful(e) is False})
+    if unfaithful:
+        lines.append(f"emulated variants NOT faithful (their figures are the machine's): {', '.join(unfaithful)}")
+    return lines
+
+
+def _sign_lines(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
+    """Each other-fabric-vs-lossless difference of mean CCT on both backends, and whether its sign agrees."""
+    lines = []
+    for emulated, sim in pairs:
+        if emulated.get("fabric") not in ("lossy", "ib"):
+            continue
+        partners = [(e, s) for e, s in pairs if e.get("fabric") == "lossless" and _setup(e) == _setup(emulated)]
+        for lossless_emulated, lossless_sim in partners[:1]:
+            diffs = [_relative(_cct(a, "mean"), _cct(b, "mean")) for a, b in ((emulated, lossless_emulated),
+                                                                              (sim, lossless_sim))]
+            if None in diffs:
+                continue
+            signs = [0 if abs(d) < NO_DIFFERENCE else (1 if d > 0 else -1) for d in diffs]  # type: ignore[arg-type]
+            lines.append(f"{_listed(emulated.get('collective', MISSING))}: {emulated['fabric']} vs lossless mean "
+                         f"{_signed(diffs[0])} emulated, {_signed(diffs[1])} simulated: "
+                         f"{'same sign' if signs[0] == signs[1] else 'SIGNS DIFFER'}")
+    if lines:
+        lines.append(f"(a difference under {NO_DIFFERENCE:.0%} of lossless counts as none)")
+    return lines
+
+
+def _relative(value: float | None, reference: float | None) -> float | None:
+    return None if value is None or not reference else value / reference - 1
+
+
+def _signed(fraction: float | None) -> str:
+    return MISSING if fraction is None else f"{fraction * 100:+.1f}%"
+
+
+def _base_name(variant: dict[str, Any]) -> str:
+    """A variant's name without its backend sweep suffix."""
+    name = _listed(variant.get("name", MISSING))
+    for backend in ("emulator", "sim"):
+        name = name.removesuffix(f"-backend{backend}")
+    return name
 
 
 def deadlock_lines(variants: list[dict[str, Any]]) -> list[str]:
@@ -255,6 +333,13 @@ def _setup(variant: dict[str, Any]) -> tuple[Any, ...]:
     params = variant.get("params")
     swept = {k: v for k, v in params.items() if k != "fabric"} if isinstance(params, dict) else params
     return (*(variant.get(key) for key in SETUP_KEYS), swept)
+
+
+def _same_but_backend(variant: dict[str, Any]) -> tuple[Any, ...]:
+    """What must match for the same variant on two backends: the setup, the fabric, the other swept values."""
+    params = variant.get("params")
+    swept = {k: v for k, v in params.items() if k != "backend"} if isinstance(params, dict) else params
+    return (*(variant.get(key) for key in SETUP_KEYS if key != "backend"), variant.get("fabric"), swept)
 
 
 def _cct(variant: dict[str, Any], stat: str) -> float | None:

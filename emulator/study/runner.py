@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import multiprocessing
 import json
 import math
 import os
@@ -20,8 +21,9 @@ import statistics
 import threading
 import time
 from collections import deque
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from emulator.fabric.capacity import check_capacity
 from emulator.collectives.algorithms import bus_factor, plan, victim_flow
@@ -33,6 +35,7 @@ from emulator.fabric.builder import Fabric
 from emulator.fabric.link_state import set_link
 from emulator.fabric.plan import hop_distances, link_params, make_plan
 from emulator.model.dcqcn import parse_cc
+from emulator.study.sim_variant import run_sim_variant
 from emulator.study.stall import GoodputWatch, StallTracker
 from emulator.model.rc import RcConfig, default_timeout_ns
 from emulator.model.dilation import modelled_us
@@ -56,8 +59,9 @@ def run_experiment(experiment: Experiment, out_root: str, log: Callable[[str], N
     and the results directory must be created with its first files.
     """
     for variant in experiment.variants:
-        fabric_plan = make_plan(build_topo(variant.topo), "check", variant.link)
-        check_capacity(f"variant {variant.name} ({variant.topo})", len(fabric_plan.nodes), len(fabric_plan.links))
+        if variant.backend == "emulator":
+            fabric_plan = make_plan(build_topo(variant.topo), "check", variant.link)
+            check_capacity(f"variant {variant.name} ({variant.topo})", len(fabric_plan.nodes), len(fabric_plan.links))
     now = datetime.now(timezone.utc)
     directory = results_directory(out_root, experiment.name, now)
     config = run_config(experiment, None, now)
@@ -79,16 +83,33 @@ def run_experiment(experiment: Experiment, out_root: str, log: Callable[[str], N
         raise FabricError(f"--out {out_root!r}: cannot write {err.filename or directory!r}: "
                           f"{err.strerror or err}") from None
     log(f"results go to {directory}")
-    for number, variant in enumerate(experiment.variants, start=1):
-        log(f"variant {number}/{len(experiment.variants)} {variant.name}: {variant.collective} of "
-            f"{variant.size} bytes on {variant.topo}, {variant.fabric}, {variant.warmup}+{variant.iterations} "
-            f"iterations")
-        summary, run = _run_variant(variant, directory, config, log)
+    numbers = {variant.name: number for number, variant in enumerate(experiment.variants, start=1)}
+
+    def finished(variant: Variant, summary: dict[str, Any], run: CollectiveRun) -> None:
         results["variants"].append(summary)
         _write_json(os.path.join(directory, "results.json"), results)
         _append_rows(directory, variant.name, run.iterations)
+
+    def announce(variant: Variant) -> None:
+        log(f"variant {numbers[variant.name]}/{len(experiment.variants)} {variant.name}: {variant.collective} of "
+            f"{variant.size} bytes on {variant.topo}, {variant.fabric}, {variant.warmup}+{variant.iterations} "
+            f"iterations{', simulated' if variant.backend == 'sim' else ''}")
+
+    # Emulated variants one after another: each needs every core to itself.  Then the simulated ones, in
+    # parallel over the cores (each is one process's work, and none can be made unfaithful by the others).
+    for number, variant in enumerate((v for v in experiment.variants if v.backend == "emulator"), start=1):
+        announce(variant)
+        summary, run = _run_variant(variant, directory, config, log)
+        finished(variant, summary, run)
         if number == 1:  # the first fabric's kernel probe stands for the run's machine
             _write_json(os.path.join(directory, "config.json"), config)
+    simulated = [v for v in experiment.variants if v.backend == "sim"]
+    for variant in simulated:
+        announce(variant)
+    for variant, (summary, run) in _run_simulated(simulated, log):
+        finished(variant, summary, run)
+    order = {name: index for index, name in enumerate(numbers)}
+    results["variants"].sort(key=lambda summary: order[summary["name"]])
     _add_predictions(experiment, results["variants"])
     results["complete"] = True
     _write_json(os.path.join(directory, "results.json"), results)
@@ -189,6 +210,48 @@ def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
     return summary, run
 
 
+def _run_simulated(variants: list[Variant], log: Callable[[str], None]) -> Iterator[tuple[Variant, tuple[dict[str, Any], CollectiveRun]]]:
+    """The simulated variants, over the machine's cores (a process each, forked: ``log`` goes with it); each as it
+    finishes."""
+    if len(variants) <= 1 or (os.cpu_count() or 1) == 1:
+        for variant in variants:
+            yield variant, _run_sim_variant(variant, log)
+        return
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(min(len(variants), os.cpu_count() or 1), mp_context=context,
+                             initializer=_worker_log, initargs=(log,)) as pool:
+        futures = {pool.submit(_sim_worker, variant): variant for variant in variants}
+        try:
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+
+
+_LOG: list[Callable[[str], None]] = []  # a pool worker's log: the runner's, inherited through fork
+
+
+def _worker_log(log: Callable[[str], None]) -> None:
+    _LOG[:] = [log]
+
+
+def _sim_worker(variant: Variant) -> tuple[dict[str, Any], CollectiveRun]:
+    return _run_sim_variant(variant, _LOG[0])
+
+
+def _run_sim_variant(variant: Variant, log: Callable[[str], None]) -> tuple[dict[str, Any], CollectiveRun]:
+    """A variant on the simulation backend: the same summary, its fidelity the engine's (simulated time cannot
+    fall behind: nothing to judge), and what the engine did."""
+    outcome = run_sim_variant(variant, log, link_time_us(variant))
+    summary = summarize_variant(variant, outcome.run, outcome.counters)
+    summary["fidelity"] = {"faithful": True, "unfaithful": {},
+                           "why": "simulated time: the models run at the time they model, whatever the CPU"}
+    summary["engine"] = outcome.engine
+    return summary, outcome.run
+
+
 class FaultSchedule:
     """The variant's faults, injected at their offsets into every measured iteration (timers), undone at the end."""
 
@@ -268,7 +331,8 @@ def stopped_summary(variant: Variant, run: CollectiveRun, counters: dict[str, in
 def _setup_and_counters(variant: Variant, hosts: int, counters: dict[str, int]) -> dict[str, Any]:
     """What every results.json entry has: the variant as set up, and the fabric's counters over its measured part."""
     return {
-        "name": variant.name, "fabric": variant.fabric, "collective": variant.collective, "topo": variant.topo,
+        "name": variant.name, "backend": variant.backend, "fabric": variant.fabric, "collective": variant.collective,
+        "topo": variant.topo,
         "hosts": hosts, "size": variant.size, "senders": variant.senders, "warmup": variant.warmup,
         "params": variant.params, "link": variant.link, "switch": variant.switch, "mtu": variant.mtu,
         "drops": counters["drops"], "pfc_sent": counters["pfc_sent"], "ecn_marked": counters["ecn_marked"],

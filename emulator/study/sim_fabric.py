@@ -14,13 +14,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emulator.fabric.agent_config import switch_mmu
+from emulator.fabric.agent_config import host_ib, switch_ib, switch_mmu
+from emulator.fabric.ib_subnet import assign
 from emulator.fabric.plan import FabricPlan
+from emulator.model.credits import CreditLink
+from emulator.model.ib_port import IbPort
 from emulator.sim.engine import Simulator
 from emulator.sim.host import SimHost
 from emulator.sim.link import PortQueue, Wire
 from emulator.sim.switch import SimSwitch
-from emulator.wire.mac import mac_bytes
+from emulator.wire.mac import ETH_LEN, mac_bytes
+from emulator.wire.pfc import PRIORITIES
 
 HOST_MEMORY = 4 << 20  # bytes of each simulated host's memory until a collective lays out its own
 
@@ -34,10 +38,13 @@ class SimFabric:
 
 def build_sim_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | None = None,
                      memory_bytes: int = HOST_MEMORY) -> SimFabric:
-    """The plan's nodes and links on a new :class:`Simulator` (Ethernet fabrics: lossless or lossy)."""
-    if fabric not in ("lossless", "lossy"):
-        raise ValueError(f"the simulation backend has no {fabric!r} fabric yet (lossless and lossy)")
+    """The plan's nodes and links on a new :class:`Simulator`: lossless, lossy or ib (the subnet manager's LIDs
+    and forwarding tables, the emulator's credit sizes)."""
+    if fabric not in ("lossless", "lossy", "ib"):
+        raise ValueError(f"no {fabric!r} fabric: lossless, lossy or ib")
     sim = Simulator()
+    mmu = {node.name: switch_mmu(node, fabric, switch or {}) for node in plan.switches()}
+    subnet = assign(plan) if fabric == "ib" else None
     switches: dict[str, SimSwitch] = {}
     receive = {}  # (node, ifname) -> what a frame arriving there calls
     for node in plan.switches():
@@ -45,7 +52,8 @@ def build_sim_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | Non
         routes = {bytes(int(part) for part in ip.split(".")): [index[name] for name in names]
                   for ip, names in plan.routes[node.name].items()}
         sw = SimSwitch(sim, [(mac_bytes(p.mac), mac_bytes(p.peer_mac), p.params.bw_bps) for p in node.ports], routes,
-                       switch_mmu(node, fabric, switch or {}), seed=len(switches) + 1)
+                       mmu[node.name], seed=len(switches) + 1, ib=switch_ib(plan, node, mmu, subnet),
+                       max_frames=[ETH_LEN + p.params.mtu for p in node.ports])
         switches[node.name] = sw
         for i, port in enumerate(node.ports):
             receive[(node.name, port.ifname)] = lambda frame, sw=sw, i=i: sw.receive(i, frame)
@@ -57,11 +65,16 @@ def build_sim_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | Non
                                                  _deliver(receive, hosts, dst.node, dst.ifname))
     for node in plan.hosts():
         port = node.ports[0]
-        hosts[node.name] = SimHost(sim, node.name, port.mac, port.peer_mac, node.ip or "",
-                                   PortQueue(sim, wires[(node.name, port.ifname)]), memory_bytes)
+        ib = host_ib(plan, node, mmu, subnet)
+        hosts[node.name] = SimHost(
+            sim, node.name, port.mac, port.peer_mac, node.ip or "", PortQueue(sim, wires[(node.name, port.ifname)]),
+            memory_bytes, None if ib is None else IbPort(port.mac, port.peer_mac, ib.lid, ib.lids, ib.sl,
+                                                         ib.sl2vl[ib.sl], ib.vls, ib.capacity, ib.peer_capacity,
+                                                         port.params.bw_bps, ETH_LEN + port.params.mtu))
     for name, sw in switches.items():
         for i, port in enumerate(plan.nodes[name].ports):
             sw.connect(i, wires[(name, port.ifname)])
+        sw.start()
     return SimFabric(sim, switches, hosts)
 
 
@@ -70,3 +83,27 @@ def _deliver(receive: dict, hosts: dict[str, SimHost], node: str, ifname: str):
     if (node, ifname) in receive:
         return receive[(node, ifname)]
     return lambda frame: hosts[node].receive(frame)
+
+
+def totals(fabric: SimFabric) -> dict[str, int]:
+    """The fabric-wide counters the runner keeps (as :func:`emulator.fabric.stats.with_totals` sums the agents')."""
+    counters = [c for sw in fabric.switches.values() for port in sw.mmu.counters for c in port]
+    now = fabric.sim.now
+    return {
+        "drops": sum(c.drops_threshold + c.drops_headroom + c.pfcwd_drops for c in counters)
+        + sum(sum(sw.dropped.values()) for sw in fabric.switches.values()),
+        "pfc_sent": sum(c.pfc_xoff_sent + c.pfc_xon_sent for c in counters),
+        "ecn_marked": sum(c.ecn_marked for c in counters),
+        "tx_frames": sum(c.tx_frames for c in counters)
+        + sum(sum(sw.ib.forwarded) for sw in fabric.switches.values() if sw.ib is not None),
+        "host_paused_ns": sum(host.queue.pause.paused_time(p, now) for host in fabric.hosts.values()
+                              for p in range(PRIORITIES)),
+        # IB: times a VL had a packet and no credit for it, at switches and RNICs
+        "ib_credit_stalls": sum(link.counters[vl]["stalls"] for link in _credit_links(fabric) for vl in link.counters),
+        "cnps_received": 0, "paced_waits": 0, "host_pfc_sent": 0,  # no congestion control or faults simulated yet
+    }
+
+
+def _credit_links(fabric: SimFabric) -> list[CreditLink]:
+    links = [link for sw in fabric.switches.values() if sw.ib is not None for link in sw.ib.links]
+    return links + [host.ib.credits for host in fabric.hosts.values() if host.ib is not None]

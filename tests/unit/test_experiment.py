@@ -49,7 +49,19 @@ def by_name(exp) -> dict[str, Variant]:
 # --- the built-ins ---------------------------------------------------------
 
 def test_builtin_names():
-    assert builtin_names() == ["dcqcn", "deadlock", "fidelity", "headline", "incast-scaling", "multi-job", "pause-storm", "smoke", "straggler", "victim"]
+    assert builtin_names() == ["dcqcn", "deadlock", "fidelity", "headline", "incast-scaling", "multi-job", "pause-storm", "smoke", "straggler", "validate", "victim"]
+
+
+def test_validate_runs_each_variant_on_both_backends():
+    exp = load_experiment("validate")
+    names = [v.name for v in exp.variants]
+    assert len(names) == 26 and names[:2] == ["incast-lossless-backendemulator", "incast-lossless-backendsim"]
+    for emulated, simulated in zip(exp.variants[::2], exp.variants[1::2]):
+        assert (emulated.backend, simulated.backend) == ("emulator", "sim")
+        assert dataclasses.replace(emulated, name="x", backend="sim", params={}) == \
+            dataclasses.replace(simulated, name="x", params={})
+    headline = {(v.fabric, v.collective, v.topo, v.size, v.link["bw"]) for v in load_experiment("headline").variants}
+    assert headline <= {(v.fabric, v.collective, v.topo, v.size, v.link["bw"]) for v in exp.variants}
 
 
 def test_headline():
@@ -250,9 +262,35 @@ def test_unknown_variant_key_message_in_full(tmp_path):
     ('cc = 1', 'variant "a": key "cc": bad congestion control 1'),
     ('cc = "dcqcn,g=0"', 'variant "a": key "cc": bad dcqcn g 0.0: expected 1e-06 to 1'),
     ('cc = "dcqcn"\nfabric = "ib"', 'variant "a": key "cc": dcqcn is RoCE\'s congestion control'),
+    ('backend = "ns3"', 'variant "a": key "backend": \'ns3\' is not one of emulator, sim'),
+    ('backend = "sim"\ncapture = true', 'variant "a": backend "sim" writes no captures; set capture = false'),
+    ('backend = "sim"\ncc = "dcqcn"', 'variant "a": backend "sim" has no congestion control yet'),
+    ('backend = "sim"\ndeadlock = "5s"', 'variant "a": backend "sim" injects no faults and watches no deadlock yet; '
+                                         'remove "deadlock"'),
+    ('backend = "sim"\nfaults = [{ at = "0s", host = "h1", fault = "stall" }]', 'remove "faults"'),
+    ('backend = "sim"\nloss = 0.01', 'variant "a": backend "sim" loses no frames on links yet'),
 ])
 def test_variant_mistakes(tmp_path, extra, expected):
     assert expected in load_error(tmp_path, MINIMAL + extra + "\n")
+
+
+def test_the_backend_is_emulator_unless_a_file_or_the_command_line_says(tmp_path):
+    text = MINIMAL + '[[variants]]\nname = "b"\nbackend = "sim"\n'
+    variants = by_name(load_text(tmp_path, text))
+    assert (variants["a"].backend, variants["b"].backend) == ("emulator", "sim")
+    path = tmp_path / "exp.toml"
+    forced = {v.name: v.backend for v in load_experiment(str(path), backend="sim").variants}
+    assert forced == {"a": "sim", "b": "sim"}
+    assert {v.backend for v in load_experiment(str(path), backend="emulator").variants} == {"emulator"}
+    with pytest.raises(FabricError, match="^--backend 'gpu': choose emulator or sim$"):
+        load_experiment(str(path), backend="gpu")
+
+
+def test_a_backend_sweep_names_each_side(tmp_path):
+    exp = load_text(tmp_path, MINIMAL + '[sweep]\nbackend = ["emulator", "sim"]\n')
+    assert [(v.name, v.backend) for v in exp.variants] == [("a-backendemulator", "emulator"), ("a-backendsim", "sim")]
+    # --backend takes the sweep away: every variant once, on the backend asked for
+    assert [(v.name, v.backend) for v in load_experiment(str(tmp_path / "exp.toml"), "sim").variants] == [("a", "sim")]
 
 
 def test_faults_are_kept_in_order(tmp_path):
@@ -346,7 +384,7 @@ def test_missing_file_names_it_and_the_builtins(tmp_path):
         load_experiment(missing)
     message = str(info.value)
     assert message.startswith(f"{missing}: no such experiment file") and "\n" not in message
-    assert "(built-in: dcqcn, deadlock, fidelity, headline, incast-scaling, multi-job, pause-storm, smoke, straggler, victim)" in message
+    assert "(built-in: dcqcn, deadlock, fidelity, headline, incast-scaling, multi-job, pause-storm, smoke, straggler, validate, victim)" in message
 
 
 def test_a_directory_is_not_an_experiment(tmp_path):

@@ -520,8 +520,8 @@ def test_link_ranges_take_their_bounds():
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"bw": "999bit"}, "bad bw '999bit': a link runs at 1 kbit/s to 100 Gbit/s"),
-    ({"bw": "101gbit"}, "bad bw '101gbit': a link runs at 1 kbit/s to 100 Gbit/s"),
+    ({"bw": "999bit"}, "bad bw '999bit': a link runs at 1 kbit/s to 800 Gbit/s"),
+    ({"bw": "801gbit"}, "bad bw '801gbit': a link runs at 1 kbit/s to 800 Gbit/s"),
     ({"delay": "1000001us"}, "bad delay '1000001us': at most 1 s"),
     ({"drop": ":".join(map(str, range(1, 1002)))},
      "bad drop '1:2:3:4:5:6:7:8:9:10:11:12:13:14:15:16:1'... (3897 characters): at most 1000 frame numbers"),

@@ -391,3 +391,32 @@ def test_a_ratio_of_unfaithful_variants_says_it_is_the_machines():
     assert advice[0] == "allreduce-ib: NOT faithful, its figures measure this machine, not the fabric:"
     assert advice[-2].startswith("likely cause: ") and advice[-1].startswith("what to change: ")
     assert report.fidelity_lines([lossless]) == []
+
+
+def _backend_variant(name: str, backend: str, fabric: str, mean: float, p99: float, drops: int = 0) -> dict:
+    return {"name": f"{name}-backend{backend}", "backend": backend, "fabric": fabric, "collective": "incast",
+            "topo": "star,8", "hosts": 8, "size": 1, "senders": None, "link": {}, "switch": {}, "mtu": 4096,
+            "params": {"backend": backend}, "cct_us": {"mean": mean, "p99": p99}, "drops": drops, "pfc_sent": 0,
+            "retransmissions": 0}
+
+
+def test_backend_lines_put_each_variant_beside_its_simulation_and_judge_them():
+    from emulator.study.report import backend_lines
+
+    variants = [_backend_variant("incast-lossless", "emulator", "lossless", 1000.0, 1010.0),
+                _backend_variant("incast-lossless", "sim", "lossless", 1050.0, 1050.0),
+                _backend_variant("incast-lossy", "emulator", "lossy", 3000.0, 3100.0, drops=50),
+                _backend_variant("incast-lossy", "sim", "lossy", 2800.0, 2800.0, drops=40),
+                _backend_variant("incast-ib", "emulator", "ib", 1010.0, 1020.0),
+                _backend_variant("incast-ib", "sim", "ib", 990.0, 990.0)]
+    lines = backend_lines(variants)
+    assert lines[0].startswith("the same variants on both backends")
+    row = next(line for line in lines if line.startswith("incast-lossy "))
+    assert "3.00" in row and "2.80" in row and "-6.7%" in row and "50 / 40" in row
+    assert "mean CCT within 10% on every variant: yes (largest difference -6.7%, incast-lossy)" in lines
+    assert "incast: lossy vs lossless mean +200.0% emulated, +166.7% simulated: same sign" in lines
+    assert "incast: ib vs lossless mean +1.0% emulated, -5.7% simulated: SIGNS DIFFER" in lines
+    variants[3]["cct_us"]["mean"] = 3400.0
+    assert any(line.startswith("mean CCT within 10% on every variant: NO (largest difference +13.3%")
+               for line in backend_lines(variants))
+    assert backend_lines([v for v in variants if v["backend"] == "sim"]) == []  # nothing to pair: no section

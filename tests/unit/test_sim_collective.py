@@ -9,7 +9,7 @@ from emulator.errors import FabricError
 from emulator.fabric.plan import make_plan
 from emulator.model.rc import RcConfig, default_timeout_ns
 from emulator.model.rdma_params import message_wire_bytes
-from emulator.study.sim_fabric import build_sim_fabric
+from emulator.study.sim_fabric import build_sim_fabric, totals
 from topologies.fabrics import StarTopo
 
 RATE = 100_000_000
@@ -27,8 +27,8 @@ def run(fabric, collective: str, size: int, iterations: int = 2, warmup: int = 1
     return run_sim_collective(fabric.sim, fabric.hosts, collective, size, iterations, warmup, senders, config)
 
 
-def link_us(nbytes: int) -> float:
-    return message_wire_bytes(nbytes, MTU, native_ib=False) * 8 / RATE * 1e6
+def link_us(nbytes: int, ib: bool = False) -> float:
+    return message_wire_bytes(nbytes, MTU, native_ib=ib) * 8 / RATE * 1e6
 
 
 def drops(fabric) -> int:
@@ -40,16 +40,21 @@ def pfc(fabric) -> int:
     return sum(c.pfc_xoff_sent for sw in fabric.switches.values() for port in sw.mmu.counters for c in port)
 
 
-def test_an_incast_on_lossless_takes_n_link_times_and_drops_nothing():
-    fabric = fabric_of(4, "lossless", buffer="512KiB")
+@pytest.mark.parametrize("fabric_name", ["lossless", "ib"])
+def test_an_incast_on_lossless_takes_n_link_times_and_drops_nothing(fabric_name):
+    fabric = fabric_of(4, fabric_name, buffer="512KiB")
     result = run(fabric, "incast", 256 * KIB)
-    bound = 3 * link_us(256 * KIB)  # three senders' bytes through the receiver's one link
+    bound = 3 * link_us(256 * KIB, ib=fabric_name == "ib")  # three senders' bytes through the receiver's one link
     assert [it.iteration for it in result.iterations] == [1, 2] and len(result.warmup) == 1
     for it in result.iterations:
         assert bound < it.cct_us < bound * 1.02, (it.cct_us, bound)
         assert it.verified and it.retransmissions == 0 and it.last_dst == "h1"
         assert sorted(f.src for f in it.flows) == ["h2", "h3", "h4"] and all(f.bytes == 256 * KIB for f in it.flows)
-    assert drops(fabric) == 0 and pfc(fabric) > 0
+    if fabric_name == "ib":  # held back by credits: no pause frame, the switch's VL buffers stalled the senders
+        assert drops(fabric) == 0 and pfc(fabric) == 0 and totals(fabric)["ib_credit_stalls"] > 0
+        assert all(sw.ib is not None and not any(sum(d.values()) for d in sw.ib.drops) for sw in fabric.switches.values())
+    else:
+        assert drops(fabric) == 0 and pfc(fabric) > 0
 
 
 def test_the_same_incast_on_lossy_drops_resends_and_takes_longer():
@@ -94,3 +99,11 @@ def test_a_collective_whose_receiver_never_answers_fails_as_the_rnic_would():
     fabric.hosts["h1"].receive = lambda frame: None  # a black hole: the senders' retries run out
     with pytest.raises(FabricError, match="RDMA_WRITE RETRY_EXC_ERR"):
         run(fabric, "incast", 64 * KIB)
+
+
+def test_a_finished_collective_stops_the_engine_though_ib_refreshes_would_run_for_ever():
+    fabric = fabric_of(4, "ib")
+    result = run(fabric, "incast", 64 * KIB, iterations=1, warmup=0)
+    [it] = result.iterations
+    assert fabric.sim.next_time() is not None  # the credit refreshes are still pending
+    assert fabric.sim.now * 1e-3 - (it.start_ns * 1e-3 + it.cct_us) < 1_000  # stopped within a ms of the last arrival

@@ -88,3 +88,12 @@ def test_a_timer_moves_with_its_deadline_and_fires_once():
     timer.set(20)  # already past: now
     sim.run()
     assert fired == [50, 60]
+
+
+def test_stop_ends_the_run_after_the_event_that_called_it():
+    sim = Simulator()
+    seen = []
+    sim.at(10, lambda: (seen.append(10), sim.stop()))
+    sim.at(20, seen.append, 20)
+    assert sim.run() == 1 and seen == [10] and sim.now == 10 and sim.next_time() == 20
+    assert sim.run() == 1 and seen == [10, 20]

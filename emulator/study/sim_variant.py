@@ -1,0 +1,77 @@
+"""One variant of an experiment on the simulation backend: the plan, the simulated fabric, the ranks, the counters.
+
+The runner's counterpart of building a fabric and running the coordinator:
+the same topology plan, the same switch settings, the same RC attributes
+(the path MTU, the local ACK timeout the RNIC would give the QPs at the
+link's rate), the same collective plans, so the results are comparable
+figure for figure.  What comes back is what the emulator's path gives the
+runner: the collective's run and the fabric's counters over the measured
+iterations, plus what the engine did (events, wall time).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from emulator.collectives.coordinator import START_MARGIN_NS, CollectiveRun
+from emulator.collectives.sim_ranks import SimProgress, run_sim_collective
+from emulator.fabric.plan import make_plan
+from emulator.fabric.topospec import build_topo
+from emulator.model.rc import RcConfig, default_timeout_ns
+from emulator.study.experiment import Variant
+from emulator.study.sim_fabric import build_sim_fabric, totals
+
+TICK_S = 10.0  # wall seconds between progress lines
+
+
+@dataclass
+class SimOutcome:
+    run: CollectiveRun
+    counters: dict[str, int]  # the fabric's counters over the measured iterations
+    engine: dict[str, Any]  # events, wall and simulated time
+
+
+def run_sim_variant(variant: Variant, log: Callable[[str], None], link_time_us: float,
+                    clock: Callable[[], float] = time.monotonic) -> SimOutcome:
+    """Run ``variant`` in simulated time; ``link_time_us`` (its link-time bound) sizes the time-left estimate."""
+    began = clock()
+    plan = make_plan(build_topo(variant.topo), "sim", variant.link)
+    fabric = build_sim_fabric(plan, variant.fabric, dict(variant.switch))
+    rate = plan.links[0][0].params.bw_bps
+    config = RcConfig(mtu=variant.mtu, timeout_ns=default_timeout_ns(rate, variant.mtu))
+    built = clock()
+    log(f"  {variant.name}: simulated fabric of {len(plan.nodes)} nodes built in {built - began:.1f} s")
+    baseline: dict[str, int] = {}
+    total = variant.warmup + variant.iterations
+    ticks = {"next": built + TICK_S}
+
+    def measured_from() -> None:
+        baseline.update(totals(fabric))
+
+    def progress(i: int, total_: int, record: Any) -> None:
+        phase = "warm-up" if i < variant.warmup else "iteration"
+        log(f"  {variant.name} {phase} {i + 1}/{total_}: CCT {record.cct_us / 1e3:.3f} ms (simulated), "
+            f"last {record.last_src}->{record.last_dst} ({record.cause})")
+
+    def ticker(state: SimProgress) -> None:
+        now = clock()
+        if now < ticks["next"]:
+            return
+        ticks["next"] = now + TICK_S
+        # The simulated time the run needs: its finished iterations' pace, else each iteration at its bound.
+        per_iteration = state.now_ns / state.finished if state.finished else link_time_us * 1e3 + START_MARGIN_NS
+        done = min(state.now_ns / (per_iteration * total), 0.99)
+        left = (now - built) * (1 - done) / done if done > 0 else float("nan")
+        log(f"  {variant.name}: {state.finished}/{total} iterations, {state.now_ns / 1e6:.3f} ms simulated, "
+            f"{state.events / 1e6:.1f} M events ({state.events / (now - built):,.0f}/s), about {left:.0f} s left")
+
+    run = run_sim_collective(fabric.sim, fabric.hosts, variant.collective, variant.size, variant.iterations,
+                             variant.warmup, variant.senders, config, progress, ticker, measured_from)
+    after = totals(fabric)
+    wall = clock() - built
+    engine = {"events": fabric.sim.events, "wall_s": round(wall, 3), "build_s": round(built - began, 3),
+              "events_per_s": round(fabric.sim.events / wall) if wall > 0 else None,
+              "simulated_ms": round(fabric.sim.now / 1e6, 6), "nodes": len(plan.nodes)}
+    return SimOutcome(run, {key: after[key] - baseline.get(key, 0) for key in after}, engine)
