@@ -78,7 +78,7 @@ class PortQueue:
             if self._wake_at <= self.sim.now or self._wake_at == self.wire.free_at:  # due, or when the wire frees
                 return
             self.sim.cancel(self._wake)  # a later look (a pause's expiry): something changed now
-        self._at(self.sim.now)
+        self._at(max(self.sim.now, self.wire.free_at))  # a busy wire: nothing can go before it frees
 
     def _at(self, time: int) -> None:
         self._wake, self._wake_at = self.sim.at(time, self._send), time
@@ -91,9 +91,11 @@ class PortQueue:
             return
         for priority in range(PRIORITIES - 1, -1, -1):
             if self.queues[priority] and not self.pause.is_paused(priority):
-                self._at(self.wire.send(self.queues[priority].popleft()))
+                free_at = self.wire.send(self.queues[priority].popleft())
                 if self.departed is not None:
-                    self.departed()
+                    self.departed()  # may enqueue the next frame: its look is then due when the wire frees
+                if self._wake is None and any(self.queues):
+                    self._at(free_at)
                 return
         expiry = self.pause.next_expiry()
         if expiry is not None and any(self.queues[p] for p in range(PRIORITIES) if self.pause.is_paused(p)):

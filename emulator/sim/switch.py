@@ -97,7 +97,11 @@ class SimSwitch:
         self._after()
 
     def _drain(self, port: int) -> None:
-        """Put the next frame on the port's wire if it is free, else look again when it is."""
+        """Put the next frame on the port's wire if it is free, else look again when it is.
+
+        A look is scheduled only while something waits (a frame, or a
+        PFC frame): a port that sent its last frame costs no further event.
+        """
         wire = self.wires[port]
         if wire is None:
             return
@@ -118,7 +122,10 @@ class SimSwitch:
             priority_, frame = head
             wire.send(frame)
             self.mmu.pop(port, priority_)
-        self._drain_at[port] = self.sim.at(wire.free_at, self._wire_free, port)
+        ib = self.ib
+        if self._pfc_out[port] or self.mmu.backlog[port] or (ib is not None and (ib.control[port]
+                                                                                or any(ib.queues[port]))):
+            self._drain_at[port] = self.sim.at(wire.free_at, self._wire_free, port)
 
     def _wire_free(self, port: int) -> None:
         self._drain(port)

@@ -26,7 +26,7 @@ from emulator.sim.switch import SimSwitch
 from emulator.wire.mac import ETH_LEN, mac_bytes
 from emulator.wire.pfc import PRIORITIES
 
-HOST_MEMORY = 4 << 20  # bytes of each simulated host's memory until a collective lays out its own
+HOST_MEMORY = 4096  # bytes of each simulated host's memory until a collective lays out its own
 
 
 @dataclass

@@ -26,7 +26,7 @@ def write(fabric, src: str, dst: str, qpn: int, length: int, offset: int) -> Non
 @pytest.mark.parametrize("fabric_name", ["lossless", "lossy"])
 def test_an_incast_on_a_planned_star(fabric_name):
     plan = make_plan(StarTopo(n=4), "sim", {"bw": "100mbit", "mtu": 4200})
-    fabric = build_sim_fabric(plan, fabric_name)
+    fabric = build_sim_fabric(plan, fabric_name, memory_bytes=4 * MIB)
     for i, sender in enumerate(("h2", "h3", "h4")):
         write(fabric, sender, "h1", 0x11 + i, MIB, i * MIB)
     fabric.sim.run()
@@ -43,7 +43,7 @@ def test_an_incast_on_a_planned_star(fabric_name):
 
 def test_a_write_across_a_leaf_spine_goes_by_the_planned_routes():
     plan = make_plan(LeafSpineTopo(leaves=2, spines=2, hosts=1), "sim", {"bw": "1gbit", "delay": "10us"})
-    fabric = build_sim_fabric(plan, "lossless")
+    fabric = build_sim_fabric(plan, "lossless", memory_bytes=4 * MIB)
     write(fabric, "h1", "h2", 0x11, MIB, 0)
     fabric.sim.run()
     [done] = fabric.hosts["h1"].completions
