@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
-from emulator.fabric.capacity import check_capacity
+from emulator.fabric.capacity import KEEP_FREE_BYTES, check_capacity, meminfo_bytes
 from emulator.collectives.algorithms import bus_factor, plan, victim_flow
 from emulator.collectives.coordinator import CollectiveRun, IterationResult, run_collective
 from emulator.errors import FabricError
@@ -35,7 +35,7 @@ from emulator.fabric.builder import Fabric
 from emulator.fabric.link_state import set_link
 from emulator.fabric.plan import hop_distances, link_params, make_plan
 from emulator.model.dcqcn import parse_cc
-from emulator.study.sim_variant import run_sim_variant
+from emulator.study.sim_variant import run_sim_variant, sim_variant_bytes
 from emulator.study.stall import GoodputWatch, StallTracker
 from emulator.model.rc import RcConfig, default_timeout_ns
 from emulator.model.dilation import modelled_us
@@ -43,7 +43,7 @@ from emulator.model.rdma_params import ROCE_OVERHEAD, message_wire_bytes
 from emulator.fabric.topospec import build_topo
 from emulator.study import calibration
 from emulator.study.stats import percentile
-from emulator.units import format_rate
+from emulator.units import format_rate, format_size
 
 ITERATION_FIELDS = ["variant", "iteration", "start_ns", "cct_us", "start_skew_us", "last_src", "last_dst", "cause",
                     "retransmissions", "paused_us"]
@@ -211,15 +211,29 @@ def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
 
 
 def _run_simulated(variants: list[Variant], log: Callable[[str], None]) -> Iterator[tuple[Variant, tuple[dict[str, Any], CollectiveRun]]]:
-    """The simulated variants, over the machine's cores (a process each, forked: ``log`` goes with it); each as it
-    finishes."""
-    if len(variants) <= 1 or (os.cpu_count() or 1) == 1:
+    """The simulated variants, over the machine's cores (a process each, forked: ``log`` goes with it), as many
+    at once as the memory holds; each as it finishes."""
+    workers = min(len(variants), os.cpu_count() or 1)
+    available = meminfo_bytes("MemAvailable")
+    if variants and available is not None:
+        needs = {variant.name: sim_variant_bytes(variant) for variant in variants}
+        largest = max(variants, key=lambda variant: needs[variant.name])
+        need = needs[largest.name]
+        room = available - KEEP_FREE_BYTES
+        if need > room:
+            raise FabricError(f"variant {largest.name} ({largest.collective} on {largest.topo}, simulated) needs about "
+                              f"{format_size(need)} of memory; this machine has {format_size(max(available, 0))} "
+                              f"available and keeps {format_size(KEEP_FREE_BYTES)} free: use a smaller topology")
+        if workers > 1 and need * workers > room:
+            workers = max(1, room // need)
+            log(f"simulated variants: {workers} at a time (about {format_size(need)} each, "
+                f"{format_size(max(room, 0))} of memory to use)")
+    if workers <= 1:
         for variant in variants:
             yield variant, _run_sim_variant(variant, log)
         return
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(min(len(variants), os.cpu_count() or 1), mp_context=context,
-                             initializer=_worker_log, initargs=(log,)) as pool:
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_log, initargs=(log,)) as pool:
         futures = {pool.submit(_sim_worker, variant): variant for variant in variants}
         try:
             for future in as_completed(futures):

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from emulator.collectives.algorithms import plan
 from emulator.collectives.coordinator import START_MARGIN_NS, CollectiveRun
 from emulator.collectives.sim_ranks import SimProgress, run_sim_collective
 from emulator.fabric.plan import make_plan
@@ -24,6 +25,20 @@ from emulator.study.experiment import Variant
 from emulator.study.sim_fabric import build_sim_fabric, totals
 
 TICK_S = 10.0  # wall seconds between progress lines
+# Memory a simulated variant takes, measured (fattree,16 all-to-all: 1,047,552 QPs, 9.7 GB, 2 GiB of it the
+# ranks' regions): a QP with its framer, timer and the rank's bookkeeping; a node with its ports and queues.
+QP_BYTES = 7_500
+NODE_BYTES = 64 << 10
+BASE_BYTES = 300 << 20  # the interpreter, numpy, the plan
+
+
+def sim_variant_bytes(variant: Variant) -> int:
+    """About how much memory simulating ``variant`` takes: its QPs, its ranks' regions, its nodes."""
+    topo = build_topo(variant.topo)
+    plans = plan(variant.collective, len(topo.hosts()), variant.size, variant.senders)
+    qps = sum(len(rank_plan.peers) for rank_plan in plans)
+    regions = sum(rank_plan.data_bytes + rank_plan.staging_bytes for rank_plan in plans)
+    return BASE_BYTES + qps * QP_BYTES + regions + len(topo.nodes()) * NODE_BYTES
 
 
 @dataclass
@@ -37,12 +52,12 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None], link_time_us: 
                     clock: Callable[[], float] = time.monotonic) -> SimOutcome:
     """Run ``variant`` in simulated time; ``link_time_us`` (its link-time bound) sizes the time-left estimate."""
     began = clock()
-    plan = make_plan(build_topo(variant.topo), "sim", variant.link)
-    fabric = build_sim_fabric(plan, variant.fabric, dict(variant.switch))
-    rate = plan.links[0][0].params.bw_bps
+    fabric_plan = make_plan(build_topo(variant.topo), "sim", variant.link)
+    fabric = build_sim_fabric(fabric_plan, variant.fabric, dict(variant.switch))
+    rate = fabric_plan.links[0][0].params.bw_bps
     config = RcConfig(mtu=variant.mtu, timeout_ns=default_timeout_ns(rate, variant.mtu))
     built = clock()
-    log(f"  {variant.name}: simulated fabric of {len(plan.nodes)} nodes built in {built - began:.1f} s")
+    log(f"  {variant.name}: simulated fabric of {len(fabric_plan.nodes)} nodes built in {built - began:.1f} s")
     baseline: dict[str, int] = {}
     total = variant.warmup + variant.iterations
     ticks = {"next": built + TICK_S}
@@ -73,5 +88,5 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None], link_time_us: 
     wall = clock() - built
     engine = {"events": fabric.sim.events, "wall_s": round(wall, 3), "build_s": round(built - began, 3),
               "events_per_s": round(fabric.sim.events / wall) if wall > 0 else None,
-              "simulated_ms": round(fabric.sim.now / 1e6, 6), "nodes": len(plan.nodes)}
+              "simulated_ms": round(fabric.sim.now / 1e6, 6), "nodes": len(fabric_plan.nodes)}
     return SimOutcome(run, {key: after[key] - baseline.get(key, 0) for key in after}, engine)

@@ -49,7 +49,7 @@ def by_name(exp) -> dict[str, Variant]:
 # --- the built-ins ---------------------------------------------------------
 
 def test_builtin_names():
-    assert builtin_names() == ["dcqcn", "deadlock", "fidelity", "headline", "incast-scaling", "multi-job", "pause-storm", "smoke", "straggler", "validate", "victim"]
+    assert builtin_names() == ["dcqcn", "deadlock", "fidelity", "headline", "incast-scaling", "multi-job", "pause-storm", "scale", "smoke", "straggler", "validate", "victim"]
 
 
 def test_validate_runs_each_variant_on_both_backends():
@@ -384,7 +384,7 @@ def test_missing_file_names_it_and_the_builtins(tmp_path):
         load_experiment(missing)
     message = str(info.value)
     assert message.startswith(f"{missing}: no such experiment file") and "\n" not in message
-    assert "(built-in: dcqcn, deadlock, fidelity, headline, incast-scaling, multi-job, pause-storm, smoke, straggler, validate, victim)" in message
+    assert "(built-in: dcqcn, deadlock, fidelity, headline, incast-scaling, multi-job, pause-storm, scale, smoke, straggler, validate, victim)" in message
 
 
 def test_a_directory_is_not_an_experiment(tmp_path):

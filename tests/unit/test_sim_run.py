@@ -57,3 +57,31 @@ def test_a_simulated_experiment_writes_the_emulators_results_and_its_engine_figu
     assert main_report(directory) == 0
     table = capsys.readouterr().out
     assert "lossy mean / lossless mean" in table
+
+
+def test_a_simulation_too_large_for_the_memory_is_refused_before_it_runs(tmp_path, monkeypatch):
+    from emulator.errors import FabricError
+    from emulator.study import runner
+    import pytest
+
+    path = tmp_path / "simmini.toml"
+    path.write_text(textwrap.dedent(TEXT))
+    monkeypatch.setattr(runner, "meminfo_bytes", lambda field: 200 << 20)
+    with pytest.raises(FabricError, match=r"^variant lossless \(incast on star,4, simulated\) needs about .* of memory; "
+                                          r"this machine has 200 MiB available and keeps 256 MiB free: use a smaller topology$"):
+        run_experiment(load_experiment(str(path)), str(tmp_path / "out"), lambda line: None)
+
+
+def test_simulations_run_as_many_at_once_as_the_memory_holds(tmp_path, monkeypatch):
+    from emulator.study import runner
+    from emulator.study.sim_variant import sim_variant_bytes
+
+    path = tmp_path / "simmini.toml"
+    path.write_text(textwrap.dedent(TEXT))
+    experiment = load_experiment(str(path))
+    one = max(sim_variant_bytes(v) for v in experiment.variants)
+    monkeypatch.setattr(runner, "meminfo_bytes", lambda field: runner.KEEP_FREE_BYTES + one + one // 2)
+    monkeypatch.setattr(runner.os, "cpu_count", lambda: 4)
+    lines: list[str] = []
+    run_experiment(experiment, str(tmp_path / "out"), lines.append)
+    assert any(line.startswith("simulated variants: 1 at a time") for line in lines)
