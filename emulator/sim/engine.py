@@ -98,21 +98,40 @@ class Simulator:
 
 
 class Timer:
-    """One callback at a deadline that moves: :meth:`set` reschedules only when the deadline changed (a
-    deadline already past runs now)."""
+    """One callback at a deadline that moves (:meth:`set`), run when the deadline comes.
+
+    A deadline that moves later keeps its heap entry: when the entry comes
+    up early it re-arms for the deadline then.  A retransmission timer is
+    pushed back by every ACK and seldom fires; re-scheduling it each time
+    left a stale entry per ACK in the heap (millions in a fattree,16
+    all-to-all), where now there is one per timer.
+    """
 
     def __init__(self, sim: Simulator, callback: Callable[[], Any]) -> None:
         self.sim, self.callback = sim, callback
         self._handle: Handle | None = None
-        self._at: int | None = None
+        self._scheduled = 0  # when the pending entry, if any, comes up
+        self._at: int | None = None  # the deadline
 
     def set(self, deadline: int | None) -> None:
-        if deadline == self._at and (self._handle is None or self.sim.pending(self._handle)):
-            return
-        self.sim.cancel(self._handle)
         self._at = deadline
-        self._handle = None if deadline is None else self.sim.at(max(deadline, self.sim.now), self._fire)
+        if deadline is None:
+            return  # a pending entry comes up and finds nothing to do
+        handle = self._handle
+        if handle is not None and handle[0] is not None and self._scheduled <= deadline:
+            return  # comes up early and re-arms then (or on time)
+        self.sim.cancel(handle)
+        self._scheduled = max(deadline, self.sim.now)
+        self._handle = self.sim.at(self._scheduled, self._fire)
 
     def _fire(self) -> None:
-        self._handle = self._at = None
+        self._handle = None
+        deadline = self._at
+        if deadline is None:
+            return
+        if deadline > self.sim.now:  # moved later since the entry was made
+            self._scheduled = deadline
+            self._handle = self.sim.at(deadline, self._fire)
+            return
+        self._at = None
         self.callback()

@@ -90,6 +90,22 @@ def test_a_timer_moves_with_its_deadline_and_fires_once():
     assert fired == [50, 60]
 
 
+def test_a_timer_pushed_back_again_and_again_keeps_one_heap_entry_and_fires_at_its_last_deadline():
+    sim, fired = Simulator(), []
+    timer = sim.timer(lambda: fired.append(sim.now))
+    for step in range(1000):  # a retransmission timer re-armed by every ACK, and cleared between messages
+        timer.set(1_000 + step)
+        timer.set(None)
+        timer.set(1_000 + step)
+    assert len(sim._heap) == 1
+    sim.run()
+    assert fired == [1_999]  # once, at the last deadline (the early entry re-armed itself on the way)
+    timer.set(3_000)
+    timer.set(2_500)  # earlier: a new entry, the old one cancelled
+    sim.run()
+    assert fired == [1_999, 2_500]
+
+
 def test_stop_ends_the_run_after_the_event_that_called_it():
     sim = Simulator()
     seen = []
