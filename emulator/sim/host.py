@@ -14,6 +14,7 @@ transport's checks and the data to land.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Callable
 
 from emulator.model.ib_port import IbFramer, IbPort
@@ -72,7 +73,7 @@ class SimHost:
         # Where completions go (a simulated rank's handler); None keeps them in ``completions``.
         self.on_completion: Callable[[Completion], None] | None = None
         self.icrc_errors = self.unknown = self.pauses = 0
-        self._ready: dict[int, None] = {}  # QPNs that may have a packet to send, in turn order
+        self._ready: OrderedDict[int, None] = OrderedDict()  # QPNs that may have a packet to send, in turn order
         self._timers: dict[int, Timer] = {}
 
     def provide_memory(self, size: int) -> None:
@@ -153,8 +154,7 @@ class SimHost:
                 continue
             if not ready:
                 return
-            qpn = next(iter(ready))
-            del ready[qpn]
+            qpn, _ = ready.popitem(last=False)
             qp, framer, _peer = self.qps[qpn]
             packet = qp.next_packet(now)
             if packet is None:
