@@ -158,12 +158,20 @@ class SimRank:
 
 @dataclass
 class SimProgress:
-    """What a long simulation says while it runs: simulated time, events, iterations finished."""
+    """What a long simulation says while it runs: simulated time, events, iterations finished, and the
+    current iteration's arrivals (a WRITE with immediate each) against those it expects."""
 
     now_ns: int
     events: int
     finished: int
     total: int
+    arrived: int
+    expected: int
+
+    @property
+    def done(self) -> float:
+        """The share of the run behind it, counting the current iteration by its arrivals."""
+        return (self.finished + (self.arrived / self.expected if self.expected else 0.0)) / self.total
 
 
 def run_sim_collective(sim: Simulator, hosts: dict[str, SimHost], collective: str, size: int, iterations: int,
@@ -228,13 +236,15 @@ def run_sim_collective(sim: Simulator, hosts: dict[str, SimHost], collective: st
     ranks = [SimRank(r, plans, hosts[name], rank_done) for r, name in enumerate(names)]
     for rank in ranks:
         rank.connect(ranks, config)
+    expected = sum(rank_plan.receive_count for rank_plan in plans)
     start(0)
     while len(warm) + len(measured) < total and state["failure"] is None:
         if not sim.run(max_events=SLICE_EVENTS):
             raise FabricError(f"simulation: iteration {state['iteration']} cannot finish: nothing more will happen "
                               f"(ranks {sorted(pending)[:8]} still wait)")
         if ticker is not None:
-            ticker(SimProgress(sim.now, sim.events, len(warm) + len(measured), total))
+            ticker(SimProgress(sim.now, sim.events, len(warm) + len(measured), total,
+                               sum(len(rank.arrived) for rank in ranks), expected))
     if state["failure"] is not None:
         raise FabricError(f"simulation: {state['failure']}")
     return CollectiveRun(names, measured, warm)

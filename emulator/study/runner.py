@@ -17,11 +17,11 @@ import json
 import math
 import os
 import shutil
+import signal
 import statistics
 import threading
 import time
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
@@ -232,33 +232,34 @@ def _run_simulated(variants: list[Variant], log: Callable[[str], None]) -> Itera
         for variant in variants:
             yield variant, _run_sim_variant(variant, log)
         return
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_log, initargs=(log,)) as pool:
-        futures = {pool.submit(_sim_worker, variant): variant for variant in variants}
-        try:
-            for future in as_completed(futures):
-                yield futures[future], future.result()
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
+    pool = multiprocessing.get_context("fork").Pool(workers, initializer=_worker_init, initargs=(log,))
+    try:
+        for variant, outcome in pool.imap_unordered(_sim_worker, variants):
+            yield variant, outcome
+        pool.close()
+    except BaseException:  # Ctrl-C or a failed variant: the others stop now, not when they finish
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
 
 
 _LOG: list[Callable[[str], None]] = []  # a pool worker's log: the runner's, inherited through fork
 
 
-def _worker_log(log: Callable[[str], None]) -> None:
+def _worker_init(log: Callable[[str], None]) -> None:
     _LOG[:] = [log]
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle: it stops every worker
 
 
-def _sim_worker(variant: Variant) -> tuple[dict[str, Any], CollectiveRun]:
-    return _run_sim_variant(variant, _LOG[0])
+def _sim_worker(variant: Variant) -> tuple[Variant, tuple[dict[str, Any], CollectiveRun]]:
+    return variant, _run_sim_variant(variant, _LOG[0])
 
 
 def _run_sim_variant(variant: Variant, log: Callable[[str], None]) -> tuple[dict[str, Any], CollectiveRun]:
     """A variant on the simulation backend: the same summary, its fidelity the engine's (simulated time cannot
     fall behind: nothing to judge), and what the engine did."""
-    outcome = run_sim_variant(variant, log, link_time_us(variant))
+    outcome = run_sim_variant(variant, log)
     summary = summarize_variant(variant, outcome.run, outcome.counters)
     summary["fidelity"] = {"faithful": True, "unfaithful": {},
                            "why": "simulated time: the models run at the time they model, whatever the CPU"}

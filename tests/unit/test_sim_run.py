@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import textwrap
 
 from emulator.study.experiment import load_experiment
@@ -32,6 +34,15 @@ fabric = "lossy"
 name = "ib"
 fabric = "ib"
 """
+
+
+def load_experiment_text(text: str):
+    """An experiment from its text (a file in a directory that is gone once it is read)."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "simmini.toml")
+        with open(path, "w") as f:
+            f.write(textwrap.dedent(text))
+        return load_experiment(path)
 
 
 def test_a_simulated_experiment_writes_the_emulators_results_and_its_engine_figures(tmp_path, capsys):
@@ -85,3 +96,39 @@ def test_simulations_run_as_many_at_once_as_the_memory_holds(tmp_path, monkeypat
     lines: list[str] = []
     run_experiment(experiment, str(tmp_path / "out"), lines.append)
     assert any(line.startswith("simulated variants: 1 at a time") for line in lines)
+
+
+def test_a_failing_simulation_stops_the_others_at_once(tmp_path, monkeypatch):
+    """A variant that fails (or Ctrl-C in the runner) ends the run now, not when the slowest variant would end."""
+    import time
+    import pytest
+    from emulator.errors import FabricError
+    from emulator.study import runner
+
+    path = tmp_path / "simmini.toml"
+    path.write_text(textwrap.dedent(TEXT))
+    experiment = load_experiment(str(path))
+
+    def fake(variant, log):
+        if variant.name == "lossy":
+            raise FabricError("simulation: rank 1: RDMA_WRITE RETRY_EXC_ERR")
+        time.sleep(60)
+
+    monkeypatch.setattr(runner, "_run_sim_variant", fake)
+    monkeypatch.setattr(runner.os, "cpu_count", lambda: 3)
+    began = time.monotonic()
+    with pytest.raises(FabricError, match="RETRY_EXC_ERR"):
+        list(runner._run_simulated(experiment.variants, lambda line: None))
+    assert time.monotonic() - began < 10
+
+
+def test_a_long_simulation_says_how_far_it_got_and_how_long_is_left():
+    from emulator.study.sim_variant import TICK_S, run_sim_variant
+
+    variant = load_experiment_text(TEXT).variants[0]
+    ticks = iter(range(0, 10**6, int(TICK_S)))
+    lines: list[str] = []
+    outcome = run_sim_variant(variant, lines.append, clock=lambda: float(next(ticks)))
+    progress = [line for line in lines if "arrivals in this one" in line]
+    assert progress and all(("s left" in line or "no arrival yet" in line) and "M events" in line for line in progress)
+    assert outcome.engine["events"] > 0 and outcome.run.iterations
