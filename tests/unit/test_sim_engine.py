@@ -106,6 +106,40 @@ def test_a_timer_pushed_back_again_and_again_keeps_one_heap_entry_and_fires_at_i
     assert fired == [1_999, 2_500]
 
 
+def test_events_near_and_far_run_in_time_and_scheduling_order():
+    """Events spread over many of the near heap's windows, some scheduled from callbacks, some cancelled: they
+    run exactly in (time, scheduling) order, as from one heap."""
+    import random
+
+    from emulator.sim.engine import WINDOW_NS
+
+    rng = random.Random(7)
+    sim, ran, expected = Simulator(), [], []
+
+    def event(tag):
+        ran.append((sim.now, tag))
+        if tag % 3 == 0:  # a callback schedules more, near and far
+            for extra in range(2):
+                at = sim.now + rng.choice([0, 5, WINDOW_NS // 2, 3 * WINDOW_NS + 1])
+                new = 10_000 + tag * 2 + extra
+                sim.at(at, event, new)
+                expected.append((at, new))
+
+    handles = []
+    for tag in range(300):
+        at = rng.randrange(0, 20 * WINDOW_NS)
+        handles.append((sim.at(at, event, tag), at, tag))
+    for handle, at, tag in handles:
+        if tag % 7 == 0:
+            sim.cancel(handle)
+        else:
+            expected.append((at, tag))
+    sim.run()
+    assert sorted(ran) == sorted(expected)
+    assert [t for t, _ in ran] == sorted(t for t, _ in ran)
+    assert sim.next_time() is None
+
+
 def test_stop_ends_the_run_after_the_event_that_called_it():
     sim = Simulator()
     seen = []
