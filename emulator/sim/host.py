@@ -8,6 +8,10 @@ hands it to the QP the BTH names.  On Ethernet the frames are RoCEv2
 its queue (:class:`~emulator.sim.link.PortQueue`); on IB they are native IB
 packets sent against the switch's credits, with flow-control packets back
 (:class:`~emulator.model.ib_port.IbPort`, the model the RNIC agent drives).
+With DCQCN (``cc``) it is the RNIC agent's notification point (a CNP per QP
+per interval for CE-marked packets) and a reaction point per QP (its rate
+cut by CNPs, raised by its timers; requests and READ responses paced at
+the rate, ACKs never), from :mod:`emulator.model.dcqcn`.
 Memory is one bytearray per host (:class:`FlatMemory`), enough for the
 transport's checks and the data to land.
 """
@@ -17,15 +21,18 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable
 
+from emulator.model.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
 from emulator.model.ib_port import IbFramer, IbPort
 from emulator.model.rc import AccessError, Completion, RcConfig, RcQueuePair
 from emulator.sim.engine import Simulator, Timer
 from emulator.sim.link import PortQueue
 from emulator.wire.pfc import ETH_MAC_CONTROL, decode_pfc
-from emulator.wire.roce import Framer, decode
+from emulator.wire.roce import CNP_DSCP, Framer, decode
+from emulator.wire.transport import Opcode, Packet
 
 NIC_FRAMES = 4  # frames the NIC queue holds before the RNIC stops pulling (the agent's socket: about a dozen)
 ROCE_PRIORITY = 3  # DSCP 26
+CNP_PRIORITY = CNP_DSCP >> 3  # 6: strict, ahead of data, as the RNIC agent sends its control frames first
 
 
 class FlatMemory:
@@ -59,13 +66,18 @@ class SimHost:
     """
 
     def __init__(self, sim: Simulator, name: str, mac: str, gateway_mac: str, ip: str, queue: PortQueue,
-                 memory_bytes: int, ib: IbPort | None = None) -> None:
+                 memory_bytes: int, ib: IbPort | None = None, cc: DcqcnParams | None = None) -> None:
         self.sim, self.name, self.mac, self.gateway_mac, self.ip = sim, name, mac, gateway_mac, ip
         self.queue = queue
         self.ib = ib  # an IB fabric: native IB framing, sent against the switch's credits
         self._held: bytes | None = None  # IB: the framed packet that waits for credit
         self._ib_timer = sim.timer(self._on_ib_timer)
         self._arm_ib()  # the first flow-control packets (init) go at once
+        self.cc = cc  # DCQCN's constants at this link's rate, or None
+        self.np = NotificationPoint(cc.cnp_interval_ns) if cc is not None else None
+        self._rp: dict[int, tuple[ReactionPoint, Framer]] = {}  # qpn -> its rate limiter, its CNPs' framer
+        self._paced: set[int] = set()  # QPs with data that their rate holds back until its ready_at
+        self.counters = {"cnps_sent": 0, "cnps_received": 0, "paced_waits": 0}
         queue.departed = self._pull
         self.memory = FlatMemory(memory_bytes)
         self.qps: dict[int, tuple[RcQueuePair, Framer | IbFramer, str]] = {}  # qpn -> (model, framer, peer IP)
@@ -90,6 +102,9 @@ class SimHost:
             if self.ib is None else self.ib.framer(qpn, peer_qpn, peer.ip, config.mtu)
         self.qps[qpn] = (qp, framer, peer.ip)
         self._timers[qpn] = self.sim.timer(lambda: self._on_timer(qpn))
+        if self.cc is not None:
+            self._rp[qpn] = (ReactionPoint(self.cc, self.queue.wire.rate_bps),
+                             Framer(self.mac, self.gateway_mac, self.ip, peer.ip, 49152 + (qpn & 0x3FFF), CNP_DSCP))
         return qp
 
     def kick(self, qpn: int) -> None:
@@ -127,11 +142,27 @@ class SimHost:
         if entry is None or entry[2] != source:
             self.unknown += 1
             return
+        if self.cc is not None and self._congestion(qpn, entry[0], packet):
+            return
         entry[0].receive(self.sim.now, packet)
         self._collect(entry[0])
         self._ready[qpn] = None
         self._pull()
         self._arm(qpn)
+
+    def _congestion(self, qpn: int, qp: RcQueuePair, packet: Packet) -> bool:
+        """DCQCN's part of a packet's arrival: a CNP for this QP's limiter (consumed: True), or a CE mark that
+        earns the peer a CNP."""
+        now = self.sim.now
+        if packet.opcode == Opcode.CNP:
+            self.counters["cnps_received"] += 1
+            self._rp[qpn][0].on_cnp(now)
+            self._arm(qpn)
+            return True
+        if packet.ecn_ce and self.np is not None and self.np.on_ce(now, qpn):
+            self.queue.enqueue(self._rp[qpn][1].encode(Packet(Opcode.CNP, qp.remote_qpn, 0)), CNP_PRIORITY)
+            self.counters["cnps_sent"] += 1
+        return False
 
     def _collect(self, qp: RcQueuePair) -> None:
         for completion in qp.poll_completions():
@@ -156,12 +187,22 @@ class SimHost:
                 return
             qpn, _ = ready.popitem(last=False)
             qp, framer, _peer = self.qps[qpn]
-            packet = qp.next_packet(now)
+            rp = self._rp[qpn][0] if self._rp else None
+            if rp is None or rp.may_send(now):
+                packet = qp.next_packet(now)
+            else:  # held to its rate: its ACKs may go, and its timer wakes it when its next frame may
+                packet = qp.next_packet(now, data=False)
+                if packet is None and qpn not in self._paced and qp.has_data():
+                    self._paced.add(qpn)
+                    self.counters["paced_waits"] += 1
+                    self._arm(qpn)
             if packet is None:
                 continue
             ready[qpn] = None  # to the back of the turn
             self._arm(qpn)  # its first packet in flight starts the retransmission timer
             frame = framer.encode(packet)
+            if rp is not None and packet.opcode != Opcode.ACK:
+                rp.on_sent(now, len(frame))
             if ib is not None and not ib.admit(frame):
                 self._held = frame
                 return
@@ -179,11 +220,25 @@ class SimHost:
         self._arm_ib()
 
     def _arm(self, qpn: int) -> None:
-        self._timers[qpn].set(self.qps[qpn][0].next_deadline())
+        """The QP's one timer at its earliest deadline: the transport's, and with DCQCN its limiter's."""
+        deadline = self.qps[qpn][0].next_deadline()
+        if self._rp:
+            rp = self._rp[qpn][0]
+            for other in (rp.next_deadline(), rp.ready_at if qpn in self._paced else None):
+                if other is not None and (deadline is None or other < deadline):
+                    deadline = other
+        self._timers[qpn].set(deadline)
 
     def _on_timer(self, qpn: int) -> None:
+        now = self.sim.now
         qp = self.qps[qpn][0]
-        qp.on_timer(self.sim.now)
+        qp.on_timer(now)
+        if self._rp:
+            rp = self._rp[qpn][0]
+            if (deadline := rp.next_deadline()) is not None and deadline <= now:
+                rp.on_timer(now)
+            if qpn in self._paced and rp.ready_at <= now:
+                self._paced.discard(qpn)
         self._collect(qp)
         self._ready[qpn] = None
         self._pull()

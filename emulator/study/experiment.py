@@ -454,8 +454,6 @@ def _check_sim(fabric: str, capture: bool, values: dict[str, Any], link: dict[st
         raise FabricError(f'{context}: backend "sim" runs the {" and ".join(SIM_FABRICS)} fabrics, not {fabric!r} (yet)')
     if capture:
         raise FabricError(f'{context}: backend "sim" writes no captures; set capture = false')
-    if parse_cc(values["cc"]) is not None:
-        raise FabricError(f'{context}: backend "sim" has no congestion control yet; set cc = "none"')
     if faults or "deadlock" in values:
         raise FabricError(f'{context}: backend "sim" injects no faults and watches no deadlock yet; '
                           f'remove "{"faults" if faults else "deadlock"}"')

@@ -192,7 +192,8 @@ def _sign_lines(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]
     for emulated, sim in pairs:
         if emulated.get("fabric") not in ("lossy", "ib"):
             continue
-        partners = [(e, s) for e, s in pairs if e.get("fabric") == "lossless" and _setup(e) == _setup(emulated)]
+        partners = [(e, s) for e, s in pairs if e.get("fabric") == "lossless" and _setup(e) == _setup(emulated)
+                    and e.get("cc", "none") == "none"]  # PFC alone: the lossless fabric without DCQCN
         for lossless_emulated, lossless_sim in partners[:1]:
             diffs = [_relative(_cct(a, "mean"), _cct(b, "mean")) for a, b in ((emulated, lossless_emulated),
                                                                               (sim, lossless_sim))]
@@ -336,10 +337,12 @@ def _setup(variant: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def _same_but_backend(variant: dict[str, Any]) -> tuple[Any, ...]:
-    """What must match for the same variant on two backends: the setup, the fabric, the other swept values."""
+    """What must match for the same variant on two backends: the setup, the fabric, the congestion control, the
+    other swept values."""
     params = variant.get("params")
     swept = {k: v for k, v in params.items() if k != "backend"} if isinstance(params, dict) else params
-    return (*(variant.get(key) for key in SETUP_KEYS if key != "backend"), variant.get("fabric"), swept)
+    return (*(variant.get(key) for key in SETUP_KEYS if key != "backend"), variant.get("fabric"), variant.get("cc"),
+            swept)
 
 
 def _cct(variant: dict[str, Any], stat: str) -> float | None:

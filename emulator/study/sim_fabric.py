@@ -18,6 +18,7 @@ from emulator.fabric.agent_config import host_ib, switch_ib, switch_mmu
 from emulator.fabric.ib_subnet import assign
 from emulator.fabric.plan import FabricPlan
 from emulator.model.credits import CreditLink
+from emulator.model.dcqcn import DcqcnParams, at_link
 from emulator.model.ib_port import IbPort
 from emulator.sim.engine import Simulator
 from emulator.sim.host import SimHost
@@ -37,9 +38,11 @@ class SimFabric:
 
 
 def build_sim_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | None = None,
-                     memory_bytes: int = HOST_MEMORY) -> SimFabric:
+                     memory_bytes: int = HOST_MEMORY, cc: DcqcnParams | None = None,
+                     dilation: float | None = None) -> SimFabric:
     """The plan's nodes and links on a new :class:`Simulator`: lossless, lossy or ib (the subnet manager's LIDs
-    and forwarding tables, the emulator's credit sizes)."""
+    and forwarding tables, the emulator's credit sizes); with ``cc`` every RNIC runs DCQCN at its link's rate,
+    scaled as the emulator scales it (:func:`~emulator.model.dcqcn.at_link`, ``dilation`` from ``model``)."""
     if fabric not in ("lossless", "lossy", "ib"):
         raise ValueError(f"no {fabric!r} fabric: lossless, lossy or ib")
     sim = Simulator()
@@ -70,7 +73,8 @@ def build_sim_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | Non
             sim, node.name, port.mac, port.peer_mac, node.ip or "", PortQueue(sim, wires[(node.name, port.ifname)]),
             memory_bytes, None if ib is None else IbPort(port.mac, port.peer_mac, ib.lid, ib.lids, ib.sl,
                                                          ib.sl2vl[ib.sl], ib.vls, ib.capacity, ib.peer_capacity,
-                                                         port.params.bw_bps, ETH_LEN + port.params.mtu))
+                                                         port.params.bw_bps, ETH_LEN + port.params.mtu),
+            None if cc is None else at_link(cc, port.params.bw_bps, dilation)[0])
     for name, sw in switches.items():
         for i, port in enumerate(plan.nodes[name].ports):
             sw.connect(i, wires[(name, port.ifname)])
@@ -100,7 +104,9 @@ def totals(fabric: SimFabric) -> dict[str, int]:
                               for p in range(PRIORITIES)),
         # IB: times a VL had a packet and no credit for it, at switches and RNICs
         "ib_credit_stalls": sum(link.counters[vl]["stalls"] for link in _credit_links(fabric) for vl in link.counters),
-        "cnps_received": 0, "paced_waits": 0, "host_pfc_sent": 0,  # no congestion control or faults simulated yet
+        "cnps_received": sum(host.counters["cnps_received"] for host in fabric.hosts.values()),
+        "paced_waits": sum(host.counters["paced_waits"] for host in fabric.hosts.values()),
+        "host_pfc_sent": 0,  # no faults simulated yet
     }
 
 

@@ -20,6 +20,7 @@ from emulator.collectives.coordinator import CollectiveRun
 from emulator.collectives.sim_ranks import SimProgress, run_sim_collective
 from emulator.fabric.plan import make_plan
 from emulator.fabric.topospec import build_topo
+from emulator.model.dcqcn import parse_cc
 from emulator.model.rc import RcConfig, default_timeout_ns
 from emulator.study.experiment import Variant
 from emulator.study.sim_fabric import build_sim_fabric, totals
@@ -53,7 +54,8 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None],
     """Run ``variant`` in simulated time, saying every TICK_S how far it got and about how long is left."""
     began = clock()
     fabric_plan = make_plan(build_topo(variant.topo), "sim", variant.link)
-    fabric = build_sim_fabric(fabric_plan, variant.fabric, dict(variant.switch))
+    fabric = build_sim_fabric(fabric_plan, variant.fabric, dict(variant.switch), cc=parse_cc(variant.cc),
+                              dilation=variant.dilation if variant.model is not None else None)
     rate = fabric_plan.links[0][0].params.bw_bps
     config = RcConfig(mtu=variant.mtu, timeout_ns=default_timeout_ns(rate, variant.mtu))
     built = clock()

@@ -397,7 +397,7 @@ def _backend_variant(name: str, backend: str, fabric: str, mean: float, p99: flo
     return {"name": f"{name}-backend{backend}", "backend": backend, "fabric": fabric, "collective": "incast",
             "topo": "star,8", "hosts": 8, "size": 1, "senders": None, "link": {}, "switch": {}, "mtu": 4096,
             "params": {"backend": backend}, "cct_us": {"mean": mean, "p99": p99}, "drops": drops, "pfc_sent": 0,
-            "retransmissions": 0}
+            "retransmissions": 0, "cc": "none"}
 
 
 def test_backend_lines_put_each_variant_beside_its_simulation_and_judge_them():
@@ -416,6 +416,8 @@ def test_backend_lines_put_each_variant_beside_its_simulation_and_judge_them():
     assert "mean CCT within 10% on every variant: yes (largest difference -6.7%, incast-lossy)" in lines
     assert "incast: lossy vs lossless mean +200.0% emulated, +166.7% simulated: same sign" in lines
     assert "incast: ib vs lossless mean +1.0% emulated, -5.7% simulated: SIGNS DIFFER" in lines
+    dcqcn = {**_backend_variant("incast-dcqcn", "emulator", "lossless", 5000.0, 5000.0), "cc": "dcqcn"}
+    assert backend_lines([dcqcn, *variants]) == lines  # DCQCN's lossless variant is nobody's twin but its own
     variants[3]["cct_us"]["mean"] = 3400.0
     assert any(line.startswith("mean CCT within 10% on every variant: NO (largest difference +13.3%")
                for line in backend_lines(variants))

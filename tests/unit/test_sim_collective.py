@@ -107,3 +107,25 @@ def test_a_finished_collective_stops_the_engine_though_ib_refreshes_would_run_fo
     [it] = result.iterations
     assert fabric.sim.next_time() is not None  # the credit refreshes are still pending
     assert fabric.sim.now * 1e-3 - (it.start_ns * 1e-3 + it.cct_us) < 1_000  # stopped within a ms of the last arrival
+
+
+def test_dcqcn_in_the_simulated_rnics_cuts_the_senders_and_takes_pfc_out_of_an_incast():
+    """The RNIC agent's DCQCN (model.dcqcn) under the engine: CE marks earn CNPs, CNPs cut the senders' rates,
+    paced senders keep the switch below its XOFF threshold."""
+    from emulator.model.dcqcn import at_link, parse_cc
+
+    plan = make_plan(StarTopo(n=8), "sim", {"bw": "100mbit", "mtu": "4200"})
+    switch = {"buffer": "1MiB", "headroom": "72KiB"}
+    plain = build_sim_fabric(plan, "lossless", switch)
+    run(plain, "incast", 256 * KIB)
+    cc = parse_cc("dcqcn")
+    fabric = build_sim_fabric(plan, "lossless", switch, cc=cc)
+    result = run(fabric, "incast", 256 * KIB)
+    counters = totals(fabric)
+    assert totals(plain)["pfc_sent"] > 0 and totals(plain)["cnps_received"] == 0
+    assert counters["cnps_received"] > 0 and counters["paced_waits"] > 0
+    assert counters["pfc_sent"] < totals(plain)["pfc_sent"] and counters["drops"] == 0
+    assert all(it.verified for it in result.iterations)
+    sender = fabric.hosts["h2"]
+    assert sender.cc == at_link(cc, RATE)[0]  # the emulator's constants at this link's rate
+    assert sender.counters["cnps_received"] > 0 and fabric.hosts["h1"].counters["cnps_sent"] > 0
