@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from emulator.model.forwarding import ETH_IPV4, ecmp_index, ipv4_ok, priority, routed
 from emulator.model.ib_plane import IbPlane, IbPlaneSettings
+from emulator.model.link import Link
 from emulator.model.mmu import Mmu, MmuConfig
 from emulator.sim.engine import Handle, Simulator
 from emulator.sim.link import Wire
@@ -31,7 +32,7 @@ class SimSwitch:
 
     def __init__(self, sim: Simulator, ports: list[tuple[bytes, bytes, int]], routes: dict[bytes, list[int]],
                  config: MmuConfig, seed: int = 0, ib: IbPlaneSettings | None = None,
-                 max_frames: list[int] | None = None) -> None:
+                 max_frames: list[int] | None = None, links: list[Link] | None = None) -> None:
         self.sim, self.ports, self.routes, self.seed = sim, ports, routes, seed
         self.mmu = Mmu(config, [rate for _, _, rate in ports], seed=seed)
         self.ib = None if ib is None else IbPlane([(mac_text(a), mac_text(b)) for a, b, _ in ports], ib,
@@ -41,6 +42,8 @@ class SimSwitch:
         self._drain_at: list[Handle | None] = [None] * len(ports)
         self._timer = sim.timer(self._on_timer)
         self.dropped = {"malformed": 0, "no_route": 0, "ttl": 0, "unsupported": 0}
+        # Injected loss per port, the agent's model (its delay is the wire's business here): None without loss.
+        self.links = links if links is not None and any(link.lossy for link in links) else None
 
     def connect(self, port: int, wire: Wire) -> None:
         """The wire that carries what ``port`` sends."""
@@ -56,7 +59,10 @@ class SimSwitch:
         ethertype = frame[12:14]
         if ethertype == ETH_IPV4 and len(frame) >= ETH_LEN and ipv4_ok(frame):
             choices = self.routes.get(frame[30:34])
-            if choices is None:
+            if self.links is not None and self.links[port].host_facing and self.links[port].lost_from_host(
+                    priority(frame)):
+                pass  # injected loss on the host's link, counted by the model
+            elif choices is None:
                 self.dropped["no_route"] += 1
             else:
                 out = choices[0] if len(choices) == 1 else choices[ecmp_index(frame, self.seed, len(choices))]
@@ -116,10 +122,14 @@ class SimSwitch:
             wire.send(frame)
             self.ib.sent(port)
         else:
-            head = self.mmu.head(port)
-            if head is None:
-                return
-            priority_, frame = head
+            while True:
+                head = self.mmu.head(port)
+                if head is None:
+                    return
+                priority_, frame = head
+                if self.links is None or not self.links[port].lost_at_head(frame, priority_):
+                    break
+                self.mmu.pop(port, priority_)  # injected loss on this link: the frame never reaches the wire
             wire.send(frame)
             self.mmu.pop(port, priority_)
         ib = self.ib

@@ -434,7 +434,7 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     faults = _faults(values, plan, context)
     backend = _choice(values, "backend", BACKENDS, context)
     if backend == "sim":
-        _check_sim(fabric, capture, values, link, faults, context)
+        _check_sim(fabric, capture, values, faults, context)
     return Variant(
         name=name, fabric=fabric, collective=collective, topo=topo,
         size=_size(values["size"], collective, hosts, context),
@@ -447,8 +447,7 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     )
 
 
-def _check_sim(fabric: str, capture: bool, values: dict[str, Any], link: dict[str, str], faults: tuple[Fault, ...],
-               context: str) -> None:
+def _check_sim(fabric: str, capture: bool, values: dict[str, Any], faults: tuple[Fault, ...], context: str) -> None:
     """What the simulation backend does not do yet, refused before anything runs."""
     if fabric not in SIM_FABRICS:
         raise FabricError(f'{context}: backend "sim" runs the {" and ".join(SIM_FABRICS)} fabrics, not {fabric!r} (yet)')
@@ -457,9 +456,7 @@ def _check_sim(fabric: str, capture: bool, values: dict[str, Any], link: dict[st
     if faults or "deadlock" in values:
         raise FabricError(f'{context}: backend "sim" injects no faults and watches no deadlock yet; '
                           f'remove "{"faults" if faults else "deadlock"}"')
-    params = link_params({}, link)
-    if params.loss or params.drop:
-        raise FabricError(f'{context}: backend "sim" loses no frames on links yet; remove link "loss" and "drop"')
+
 
 
 def _faults(values: dict[str, Any], plan: FabricPlan, context: str) -> tuple[Fault, ...]:

@@ -20,6 +20,7 @@ from emulator.fabric.plan import FabricPlan
 from emulator.model.credits import CreditLink
 from emulator.model.dcqcn import DcqcnParams, at_link
 from emulator.model.ib_port import IbPort
+from emulator.model.link import Link
 from emulator.sim.engine import Simulator
 from emulator.sim.host import SimHost
 from emulator.sim.link import PortQueue, Wire
@@ -39,10 +40,12 @@ class SimFabric:
 
 def build_sim_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | None = None,
                      memory_bytes: int = HOST_MEMORY, cc: DcqcnParams | None = None,
-                     dilation: float | None = None) -> SimFabric:
+                     dilation: float | None = None, seed: int = 1) -> SimFabric:
     """The plan's nodes and links on a new :class:`Simulator`: lossless, lossy or ib (the subnet manager's LIDs
     and forwarding tables, the emulator's credit sizes); with ``cc`` every RNIC runs DCQCN at its link's rate,
-    scaled as the emulator scales it (:func:`~emulator.model.dcqcn.at_link`, ``dilation`` from ``model``)."""
+    scaled as the emulator scales it (:func:`~emulator.model.dcqcn.at_link`, ``dilation`` from ``model``).
+    ``seed`` seeds every switch as the builder seeds its agent (ECMP's hash, ECN's draws, injected loss), so both
+    backends pick the same paths and lose the same frames."""
     if fabric not in ("lossless", "lossy", "ib"):
         raise ValueError(f"no {fabric!r} fabric: lossless, lossy or ib")
     sim = Simulator()
@@ -50,13 +53,17 @@ def build_sim_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | Non
     subnet = assign(plan) if fabric == "ib" else None
     switches: dict[str, SimSwitch] = {}
     receive = {}  # (node, ifname) -> what a frame arriving there calls
+    seeds = {name: seed * 1000 + index for index, name in enumerate(plan.nodes, start=1)}  # as agent_configs
     for node in plan.switches():
         index = {port.ifname: i for i, port in enumerate(node.ports)}
         routes = {bytes(int(part) for part in ip.split(".")): [index[name] for name in names]
                   for ip, names in plan.routes[node.name].items()}
+        node_seed = seeds[node.name]
+        links = [Link(p.params.bw_bps, 0, plan.nodes[p.peer_node].kind == "host", p.params.loss, p.params.drop,
+                      node_seed * 1000 + i) for i, p in enumerate(node.ports)]
         sw = SimSwitch(sim, [(mac_bytes(p.mac), mac_bytes(p.peer_mac), p.params.bw_bps) for p in node.ports], routes,
-                       mmu[node.name], seed=len(switches) + 1, ib=switch_ib(plan, node, mmu, subnet),
-                       max_frames=[ETH_LEN + p.params.mtu for p in node.ports])
+                       mmu[node.name], seed=node_seed, ib=switch_ib(plan, node, mmu, subnet),
+                       max_frames=[ETH_LEN + p.params.mtu for p in node.ports], links=links)
         switches[node.name] = sw
         for i, port in enumerate(node.ports):
             receive[(node.name, port.ifname)] = lambda frame, sw=sw, i=i: sw.receive(i, frame)
@@ -95,7 +102,8 @@ def totals(fabric: SimFabric) -> dict[str, int]:
     now = fabric.sim.now
     return {
         "drops": sum(c.drops_threshold + c.drops_headroom + c.pfcwd_drops for c in counters)
-        + sum(sum(sw.dropped.values()) for sw in fabric.switches.values()),
+        + sum(sum(sw.dropped.values()) for sw in fabric.switches.values())
+        + sum(sum(link.injected_drops) for sw in fabric.switches.values() for link in sw.links or ()),
         "pfc_sent": sum(c.pfc_xoff_sent + c.pfc_xon_sent for c in counters),
         "ecn_marked": sum(c.ecn_marked for c in counters),
         "tx_frames": sum(c.tx_frames for c in counters)

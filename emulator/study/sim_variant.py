@@ -55,7 +55,7 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None],
     began = clock()
     fabric_plan = make_plan(build_topo(variant.topo), "sim", variant.link)
     fabric = build_sim_fabric(fabric_plan, variant.fabric, dict(variant.switch), cc=parse_cc(variant.cc),
-                              dilation=variant.dilation if variant.model is not None else None)
+                              dilation=variant.dilation if variant.model is not None else None, seed=variant.seed)
     rate = fabric_plan.links[0][0].params.bw_bps
     config = RcConfig(mtu=variant.mtu, timeout_ns=default_timeout_ns(rate, variant.mtu))
     built = clock()

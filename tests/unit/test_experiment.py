@@ -267,7 +267,6 @@ def test_unknown_variant_key_message_in_full(tmp_path):
     ('backend = "sim"\ndeadlock = "5s"', 'variant "a": backend "sim" injects no faults and watches no deadlock yet; '
                                          'remove "deadlock"'),
     ('backend = "sim"\nfaults = [{ at = "0s", host = "h1", fault = "stall" }]', 'remove "faults"'),
-    ('backend = "sim"\nloss = 0.01', 'variant "a": backend "sim" loses no frames on links yet'),
 ])
 def test_variant_mistakes(tmp_path, extra, expected):
     assert expected in load_error(tmp_path, MINIMAL + extra + "\n")

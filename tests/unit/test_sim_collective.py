@@ -129,3 +129,15 @@ def test_dcqcn_in_the_simulated_rnics_cuts_the_senders_and_takes_pfc_out_of_an_i
     sender = fabric.hosts["h2"]
     assert sender.cc == at_link(cc, RATE)[0]  # the emulator's constants at this link's rate
     assert sender.counters["cnps_received"] > 0 and fabric.hosts["h1"].counters["cnps_sent"] > 0
+
+
+def test_injected_loss_takes_the_frames_the_emulators_link_model_would_and_the_transport_recovers():
+    """The switch agent's loss model (model.link) at the simulated switch's ports: drop = 5 loses the 5th frame
+    each way on every link; go-back-N resends, and the data still adds up."""
+    plan = make_plan(StarTopo(n=4), "sim", {"bw": "100mbit", "mtu": "4200", "drop": "5"})
+    fabric = build_sim_fabric(plan, "lossless", {"buffer": "1MiB", "headroom": "72KiB"})
+    result = run(fabric, "allreduce", 1 << 20, iterations=1)
+    injected = sum(sum(link.injected_drops) for link in fabric.switches["s1"].links)
+    assert injected == 8  # the 5th frame from each of 4 hosts, and the 5th to each of them, once per run
+    assert totals(fabric)["drops"] == injected
+    assert result.warmup[0].retransmissions > 0 and result.warmup[0].verified and result.iterations[0].verified
