@@ -178,14 +178,17 @@ def run_sim_collective(sim: Simulator, hosts: dict[str, SimHost], collective: st
                        warmup: int, senders: int | None, config: RcConfig,
                        progress: Callable[[int, int, IterationResult], None] | None = None,
                        ticker: Callable[[SimProgress], None] | None = None,
-                       measured_from: Callable[[], None] | None = None) -> CollectiveRun:
+                       measured_from: Callable[[], None] | None = None,
+                       stopped: Callable[[], bool] | None = None) -> CollectiveRun:
     """Run ``warmup + iterations`` iterations of ``collective`` over ``hosts`` (rank order) in simulated time.
 
     Iterations start START_MARGIN_NS after the previous one ended, as the
     coordinator spaces them.  ``measured_from`` is called when the measured
     iterations begin (the counters' baseline); ``ticker`` every SLICE_EVENTS
     events.  A fabric that stops delivering (a PFC deadlock) ends as the
-    RNICs end it: retries run out, and the failed completion is a FabricError.
+    RNICs end it: retries run out, and the failed completion is a FabricError;
+    unless a watch stops the engine first (``stopped()`` then says so) and the
+    run returns with the iterations that finished.
     """
     names = list(hosts)
     plans = plan(collective, len(names), size, senders)
@@ -239,6 +242,8 @@ def run_sim_collective(sim: Simulator, hosts: dict[str, SimHost], collective: st
     expected = sum(rank_plan.receive_count for rank_plan in plans)
     start(0)
     while len(warm) + len(measured) < total and state["failure"] is None:
+        if stopped is not None and stopped():
+            break
         if not sim.run(max_events=SLICE_EVENTS):
             raise FabricError(f"simulation: iteration {state['iteration']} cannot finish: nothing more will happen "
                               f"(ranks {sorted(pending)[:8]} still wait)")

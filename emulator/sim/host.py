@@ -85,6 +85,7 @@ class SimHost:
         # Where completions go (a simulated rank's handler); None keeps them in ``completions``.
         self.on_completion: Callable[[Completion], None] | None = None
         self.icrc_errors = self.unknown = self.pauses = 0
+        self.frames_received = 0  # RDMA frames that arrived (the goodput watch's progress)
         self._ready: OrderedDict[int, None] = OrderedDict()  # QPNs that may have a packet to send, in turn order
         self._timers: dict[int, Timer] = {}
 
@@ -134,6 +135,7 @@ class SimHost:
             if decoded is None:
                 return
             packet, source, good = decoded.packet, decoded.src_ip, decoded.icrc_ok
+        self.frames_received += 1
         if not good:
             self.icrc_errors += 1
             return

@@ -36,7 +36,7 @@ from emulator.fabric.link_state import set_link
 from emulator.fabric.plan import hop_distances, link_params, make_plan
 from emulator.model.dcqcn import parse_cc
 from emulator.study.sim_variant import run_sim_variant, sim_variant_bytes
-from emulator.study.stall import GoodputWatch, StallTracker
+from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, GoodputWatch, StallTracker
 from emulator.model.rc import RcConfig, default_timeout_ns
 from emulator.model.dilation import modelled_us
 from emulator.model.rdma_params import ROCE_OVERHEAD, message_wire_bytes
@@ -260,9 +260,15 @@ def _run_sim_variant(variant: Variant, log: Callable[[str], None]) -> tuple[dict
     """A variant on the simulation backend: the same summary, its fidelity the engine's (simulated time cannot
     fall behind: nothing to judge), and what the engine did."""
     outcome = run_sim_variant(variant, log)
-    summary = summarize_variant(variant, outcome.run, outcome.counters)
+    if outcome.run.iterations:
+        summary = summarize_variant(variant, outcome.run, outcome.counters)
+    else:
+        summary = stopped_summary(variant, outcome.run, outcome.counters, {})
     summary["fidelity"] = {"faithful": True, "unfaithful": {},
                            "why": "simulated time: the models run at the time they model, whatever the CPU"}
+    if outcome.stall is not None:
+        summary.update(outcome.stall)
+        summary["pfcwd"] = outcome.pfcwd
     summary["engine"] = outcome.engine
     return summary, outcome.run
 
@@ -441,7 +447,6 @@ def link_time_us(variant: Variant) -> float:
 
 
 CREDIT_STALL_SHARE = 0.01  # measured: 1 to 6 stalls in thousands of frames uncongested, 15,922 in multi-job's IB
-GIVE_UP_AFTER_DEADLOCK_NS = 5 * 10**9  # a deadlock is watched this much longer: does it stay?
 BOUND_SLACK = 1.10  # a mean CCT above 1.10x the link-time bound needs a cause in the fabric
 
 

@@ -13,6 +13,7 @@ The collectives' ranks on top of it are the next step of the backend.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from emulator.fabric.agent_config import host_ib, switch_ib, switch_mmu
 from emulator.fabric.ib_subnet import assign
@@ -36,6 +37,7 @@ class SimFabric:
     sim: Simulator
     switches: dict[str, SimSwitch]
     hosts: dict[str, SimHost]
+    port_names: dict[str, list[str]]  # switch -> its ports' interface names, in port order
 
 
 def build_sim_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | None = None,
@@ -86,7 +88,7 @@ def build_sim_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | Non
         for i, port in enumerate(plan.nodes[name].ports):
             sw.connect(i, wires[(name, port.ifname)])
         sw.start()
-    return SimFabric(sim, switches, hosts)
+    return SimFabric(sim, switches, hosts, {name: [p.ifname for p in plan.nodes[name].ports] for name in switches})
 
 
 def _deliver(receive: dict, hosts: dict[str, SimHost], node: str, ifname: str):
@@ -121,3 +123,14 @@ def totals(fabric: SimFabric) -> dict[str, int]:
 def _credit_links(fabric: SimFabric) -> list[CreditLink]:
     links = [link for sw in fabric.switches.values() if sw.ib is not None for link in sw.ib.links]
     return links + [host.ib.credits for host in fabric.hosts.values() if host.ib is not None]
+
+
+def pfcwd(fabric: SimFabric) -> dict[str, Any]:
+    """The PFC watchdogs' figures as the runner reports them: storms, restorations, drops, the ports stormed."""
+    counters = [c for sw in fabric.switches.values() for port in sw.mmu.counters for c in port]
+    return {"pfcwd_storms": sum(c.pfcwd_storms for c in counters),
+            "pfcwd_restorations": sum(sw.mmu.watchdog.restorations for sw in fabric.switches.values()
+                                      if sw.mmu.watchdog is not None),
+            "pfcwd_drops": sum(c.pfcwd_drops for c in counters),
+            "stormed_ports": sorted(f"{name}:{fabric.port_names[name][i]}" for name, sw in fabric.switches.items()
+                                    for i, port in enumerate(sw.mmu.counters) if any(c.pfcwd_storms for c in port))}

@@ -23,7 +23,8 @@ from emulator.fabric.topospec import build_topo
 from emulator.model.dcqcn import parse_cc
 from emulator.model.rc import RcConfig, default_timeout_ns
 from emulator.study.experiment import Variant
-from emulator.study.sim_fabric import build_sim_fabric, totals
+from emulator.study.sim_fabric import SimFabric, build_sim_fabric, pfcwd, totals
+from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, SAMPLE_S, StallTracker
 
 TICK_S = 10.0  # wall seconds between progress lines
 # Memory a simulated variant takes, measured (fattree,16 all-to-all: 1,047,552 QPs, 9.7 GB, 2 GiB of it the
@@ -47,6 +48,8 @@ class SimOutcome:
     run: CollectiveRun
     counters: dict[str, int]  # the fabric's counters over the measured iterations
     engine: dict[str, Any]  # events, wall and simulated time
+    stall: dict[str, Any] | None = None  # with ``deadlock``: the goodput watch's verdict (StallTracker.verdict)
+    pfcwd: dict[str, Any] | None = None  # with ``deadlock``: the PFC watchdogs' storms, restorations, drops
 
 
 def run_sim_variant(variant: Variant, log: Callable[[str], None],
@@ -83,11 +86,37 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None],
             f"in this one, {state.now_ns / 1e6:.3f} ms simulated, {state.events / 1e6:.1f} M events "
             f"({state.events / (now - built):,.0f}/s), {left}")
 
+    tracker = stuck = None
+    if variant.deadlock_ns is not None:  # the goodput watch, in simulated time
+        tracker = StallTracker(variant.deadlock_ns, variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS)
+        stuck = _watch_goodput(fabric, tracker)
     run = run_sim_collective(fabric.sim, fabric.hosts, variant.collective, variant.size, variant.iterations,
-                             variant.warmup, variant.senders, config, progress, ticker, measured_from)
+                             variant.warmup, variant.senders, config, progress, ticker, measured_from, stuck)
+    if tracker is not None and stuck is not None and stuck():
+        log(f"  {variant.name}: no frame reached any host for "
+            f"{(variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS) / 1e9:g} s (simulated): deadlocked; stopped")
     after = totals(fabric)
     wall = clock() - built
     engine = {"events": fabric.sim.events, "wall_s": round(wall, 3), "build_s": round(built - began, 3),
               "events_per_s": round(fabric.sim.events / wall) if wall > 0 else None,
               "simulated_ms": round(fabric.sim.now / 1e6, 6), "nodes": len(fabric_plan.nodes)}
-    return SimOutcome(run, {key: after[key] - baseline.get(key, 0) for key in after}, engine)
+    return SimOutcome(run, {key: after[key] - baseline.get(key, 0) for key in after}, engine,
+                      None if tracker is None else tracker.verdict(), None if tracker is None else pfcwd(fabric))
+
+
+def _watch_goodput(fabric: SimFabric, tracker: StallTracker) -> Callable[[], bool]:
+    """Sample the RDMA frames the hosts received every SAMPLE_S of simulated time, as the emulator's watch does
+    in real time; stop the engine once the tracker says nothing more will come.  Returns whether it did."""
+    sim, interval = fabric.sim, int(SAMPLE_S * 1e9)
+    state = {"stuck": False}
+
+    def sample() -> None:
+        tracker.sample(sim.now, sum(host.frames_received for host in fabric.hosts.values()))
+        if tracker.stuck(sim.now):
+            state["stuck"] = True
+            sim.stop()
+        else:
+            sim.after(interval, sample)
+
+    sample()  # before the first frame: the first progress counts from here, as the emulator's watch starts first
+    return lambda: state["stuck"]

@@ -16,6 +16,7 @@ import time
 from typing import Callable
 
 SAMPLE_S = 0.1
+GIVE_UP_AFTER_DEADLOCK_NS = 5 * 10**9  # a deadlock is watched this much longer: does it stay?
 
 
 class StallTracker:

@@ -264,9 +264,8 @@ def test_unknown_variant_key_message_in_full(tmp_path):
     ('cc = "dcqcn"\nfabric = "ib"', 'variant "a": key "cc": dcqcn is RoCE\'s congestion control'),
     ('backend = "ns3"', 'variant "a": key "backend": \'ns3\' is not one of emulator, sim'),
     ('backend = "sim"\ncapture = true', 'variant "a": backend "sim" writes no captures; set capture = false'),
-    ('backend = "sim"\ndeadlock = "5s"', 'variant "a": backend "sim" injects no faults and watches no deadlock yet; '
-                                         'remove "deadlock"'),
-    ('backend = "sim"\nfaults = [{ at = "0s", host = "h1", fault = "stall" }]', 'remove "faults"'),
+    ('backend = "sim"\nfaults = [{ at = "0s", host = "h1", fault = "stall" }]',
+     'variant "a": backend "sim" injects no faults yet; remove "faults"'),
 ])
 def test_variant_mistakes(tmp_path, extra, expected):
     assert expected in load_error(tmp_path, MINIMAL + extra + "\n")

@@ -132,3 +132,22 @@ def test_a_long_simulation_says_how_far_it_got_and_how_long_is_left():
     progress = [line for line in lines if "arrivals in this one" in line]
     assert progress and all(("s left" in line or "no arrival yet" in line) and "M events" in line for line in progress)
     assert outcome.engine["events"] > 0 and outcome.run.iterations
+
+
+def test_the_deadlock_experiment_deadlocks_in_simulated_time_and_the_watchdog_breaks_it():
+    """The built-in `deadlock` on the simulation backend: PFC alone stalls for good (the goodput watch, in
+    simulated time, gives up after deadlock + 5 s), the PFC watchdog's drops let the transport finish."""
+    import dataclasses
+
+    from emulator.study.runner import _run_sim_variant
+
+    pfc, watchdog = (dataclasses.replace(v, size=1 << 20, iterations=1)
+                     for v in load_experiment("deadlock", backend="sim").variants)
+    lines: list[str] = []
+    stuck, _ = _run_sim_variant(pfc, lines.append)
+    assert stuck["deadlocked"] is True and stuck["recovered_after_ms"] is None and stuck["iterations"] == 0
+    assert stuck["longest_stall_ms"] >= 10_000 and any("deadlocked; stopped" in line for line in lines)
+    broken, run = _run_sim_variant(watchdog, lines.append)
+    assert broken["deadlocked"] is False and broken["iterations"] == 1 and broken["verified"]
+    assert broken["pfcwd"]["pfcwd_storms"] > 0 and broken["pfcwd"]["pfcwd_drops"] > 0 and broken["retransmissions"] > 0
+    assert broken["pfcwd"]["stormed_ports"] and all(p.startswith("s") for p in broken["pfcwd"]["stormed_ports"])
