@@ -179,6 +179,11 @@ def backend_lines(variants: list[dict[str, Any]]) -> list[str]:
         agree = abs(worst[0]) <= BACKEND_AGREEMENT
         lines.append(f"mean CCT within {BACKEND_AGREEMENT:.0%} on every variant: {'yes' if agree else 'NO'} "
                      f"(largest difference {_signed(worst[0])}, {worst[1]})")
+    for emulated, sim in pairs:  # the goodput watch's verdicts (deadlock experiments)
+        if isinstance(emulated.get("deadlocked"), bool) and isinstance(sim.get("deadlocked"), bool):
+            same = emulated["deadlocked"] == sim["deadlocked"]
+            lines.append(f"{_base_name(emulated)}: deadlocked {str(emulated['deadlocked']).lower()} emulated, "
+                         f"{str(sim['deadlocked']).lower()} simulated{'' if same else ': VERDICTS DIFFER'}")
     lines += _sign_lines(pairs)
     unfaithful = sorted({_listed(e["name"]) for e, _ in pairs if _faithful(e) is False})
     if unfaithful:

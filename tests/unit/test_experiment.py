@@ -55,7 +55,7 @@ def test_builtin_names():
 def test_validate_runs_each_variant_on_both_backends():
     exp = load_experiment("validate")
     names = [v.name for v in exp.variants]
-    assert len(names) == 32 and names[:2] == ["incast-lossless-backendemulator", "incast-lossless-backendsim"]
+    assert len(names) == 36 and names[:2] == ["incast-lossless-backendemulator", "incast-lossless-backendsim"]
     for emulated, simulated in zip(exp.variants[::2], exp.variants[1::2]):
         assert (emulated.backend, simulated.backend) == ("emulator", "sim")
         assert dataclasses.replace(emulated, name="x", backend="sim", params={}) == \
