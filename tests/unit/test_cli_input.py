@@ -325,6 +325,20 @@ def test_run_list_prints_every_builtin_with_its_description(capsys, non_root):
     assert all(len(line.split(None, 1)[1]) > 20 for line in lines)
 
 
+def test_run_on_the_simulation_backend_needs_no_root(capsys, non_root, tmp_path):
+    code, out, err = run(capsys, "run", "smoke", "--backend", "sim", "--out", str(tmp_path))
+    assert code == 0, err
+    assert "incast-lossless" in out and "simulated" in err and "must run as root" not in err
+    [directory] = (tmp_path / "smoke").iterdir()
+    assert '"backend": "sim"' in (directory / "results.json").read_text()
+
+
+def test_run_on_the_emulator_needs_root(capsys, non_root, tmp_path):
+    code, out, err = run(capsys, "run", "smoke", "--backend", "emulator", "--out", str(tmp_path))
+    assert_one_line_error(code, out, err, "root")
+    assert not (tmp_path / "smoke").exists()
+
+
 def test_run_without_an_experiment_is_one_line(capsys, non_root):
     code, out, err = run(capsys, "run")
     assert_one_line_error(code, out, err, "run needs an experiment", "run --list")
