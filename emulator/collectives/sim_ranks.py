@@ -171,7 +171,8 @@ class SimProgress:
     @property
     def done(self) -> float:
         """The share of the run behind it, counting the current iteration by its arrivals."""
-        return (self.finished + (self.arrived / self.expected if self.expected else 0.0)) / self.total
+        current = self.arrived / self.expected if self.expected and self.finished < self.total else 0.0
+        return (self.finished + current) / self.total  # the last iteration's arrivals are in ``finished`` once done
 
 
 def run_sim_collective(sim: Simulator, hosts: dict[str, SimHost], collective: str, size: int, iterations: int,

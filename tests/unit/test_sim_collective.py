@@ -141,3 +141,11 @@ def test_injected_loss_takes_the_frames_the_emulators_link_model_would_and_the_t
     assert injected == 8  # the 5th frame from each of 4 hosts, and the 5th to each of them, once per run
     assert totals(fabric)["drops"] == injected
     assert result.warmup[0].retransmissions > 0 and result.warmup[0].verified and result.iterations[0].verified
+
+
+def test_progress_counts_each_iteration_once():
+    from emulator.collectives.sim_ranks import SimProgress
+
+    assert SimProgress(0, 0, 0, 2, 50, 100).done == 0.25
+    assert SimProgress(0, 0, 1, 2, 100, 100).done == 1.0  # the second iteration's arrivals all in, not yet summed
+    assert SimProgress(0, 0, 2, 2, 100, 100).done == 1.0  # the last one's arrivals are not counted twice
