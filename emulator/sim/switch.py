@@ -90,9 +90,11 @@ class SimSwitch:
                 self._drain(port)
         deadline = self.mmu.next_deadline()
         if self.ib is not None:
-            for port in self.ib.take_fc(self.sim.now):
-                self._drain(port)
             ib_deadline = self.ib.next_deadline()
+            if ib_deadline is not None and ib_deadline <= self.sim.now:  # some link has a flow-control packet due
+                for port in self.ib.take_fc(self.sim.now):
+                    self._drain(port)
+                ib_deadline = self.ib.next_deadline()
             if ib_deadline is not None and (deadline is None or ib_deadline < deadline):
                 deadline = ib_deadline
         self._timer.set(deadline)
