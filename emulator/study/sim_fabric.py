@@ -46,8 +46,8 @@ def build_sim_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | Non
     """The plan's nodes and links on a new :class:`Simulator`: lossless, lossy or ib (the subnet manager's LIDs
     and forwarding tables, the emulator's credit sizes); with ``cc`` every RNIC runs DCQCN at its link's rate,
     scaled as the emulator scales it (:func:`~emulator.model.dcqcn.at_link`, ``dilation`` from ``model``).
-    ``seed`` seeds every switch as the builder seeds its agent (ECMP's hash, ECN's draws, injected loss), so both
-    backends pick the same paths and lose the same frames."""
+    ``seed`` seeds every switch as the builder seeds its agent (ECMP's hash, ECN's draws, injected loss by frame
+    number on each link); paths still differ where the QP numbers in the UDP source port do."""
     if fabric not in ("lossless", "lossy", "ib"):
         raise ValueError(f"no {fabric!r} fabric: lossless, lossy or ib")
     sim = Simulator()
