@@ -248,7 +248,9 @@ class RcQueuePair:
         self.state = "INIT"
         self.remote_qpn = 0
         self.counters = dict.fromkeys(COUNTERS, 0)
-        self._completions: deque[Completion] = deque()
+        # Lists, not deques, for the two short queues: an empty deque holds a 64-slot block (760 B), and a
+        # simulated all-to-all on fattree,16 makes a million QPs.  Both stay a few entries long.
+        self._completions: list[Completion] = []
         # requester
         self.sq: deque[_SendOp] = deque()
         self.una = self.tx_psn = self.end_psn = self.high_psn = self.initial_psn & PSN_MASK
@@ -263,7 +265,7 @@ class RcQueuePair:
         self.nak_sent = False
         self.rq: deque[RecvWR] = deque()
         self.inbound: _Inbound | None = None
-        self.out: deque[_Reply | _ReadJob] = deque()
+        self.out: list[_Reply | _ReadJob] = []  # ACKs and NAKs (one pending ACK at most) and READ jobs (max_rd_atomic)
 
     # --- verbs ----------------------------------------------------------------------------
 
@@ -306,7 +308,8 @@ class RcQueuePair:
 
     def poll_completions(self, max_entries: int | None = None) -> list[Completion]:
         n = len(self._completions) if max_entries is None else min(max_entries, len(self._completions))
-        return [self._completions.popleft() for _ in range(n)]
+        taken, self._completions = self._completions[:n], self._completions[n:]
+        return taken
 
     # --- the I/O layer's side ---------------------------------------------------------------
 
@@ -546,7 +549,7 @@ class RcQueuePair:
     def _next_response(self) -> Packet:
         head = self.out[0]
         if isinstance(head, _Reply):
-            self.out.popleft()
+            self.out.pop(0)
             self.counters["packets_sent"] += 1
             if head.syndrome == SYNDROME_ACK:
                 self.counters["acks_sent"] += 1
@@ -554,7 +557,7 @@ class RcQueuePair:
         index, mtu = head.next_index, self.config.mtu
         head.next_index += 1
         if head.next_index == head.npkts:
-            self.out.popleft()
+            self.out.pop(0)
         if head.npkts == 1:
             opcode = Opcode.READ_RESPONSE_ONLY
         elif index == 0:
@@ -710,7 +713,7 @@ class RcQueuePair:
 
     def _repeat_read(self, packet: Packet) -> None:
         """A READ asked again (its responses were lost): answer again from that PSN."""
-        kept: deque[_Reply | _ReadJob] = deque()
+        kept: list[_Reply | _ReadJob] = []
         for entry in self.out:
             if isinstance(entry, _ReadJob):
                 remaining = psn_diff(packet.psn, entry.first_psn)
@@ -770,4 +773,4 @@ class RcQueuePair:
         while self.rq:
             self._complete(self.rq.popleft().wr_id, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0)
         if not keep_output:  # replies already queued (the NAK that explains the error) still go out
-            self.out = deque(entry for entry in self.out if isinstance(entry, _Reply))
+            self.out = [entry for entry in self.out if isinstance(entry, _Reply)]
