@@ -76,6 +76,23 @@ class RankPlan:
     def receive_count(self) -> int:
         return sum(len(step.receives) for step in self.steps)
 
+    @property
+    def receives_by_peer(self) -> dict[int, int]:
+        """How many WRITEs with immediate each peer sends this rank in an iteration: the receives to post."""
+        counts: dict[int, int] = {}
+        for step in self.steps:
+            for src in step.receives:
+                counts[src] = counts.get(src, 0) + 1
+        return counts
+
+    def reduce_input(self, iteration: int) -> float:
+        """Every float32 of this rank's data region before an all-reduce iteration: (rank + 1) x (iteration + 1)."""
+        return float((self.rank + 1) * (iteration + 1))
+
+    def reduce_result(self, iteration: int) -> float:
+        """Every float32 of the data region after the iteration: the inputs of its reduction group summed."""
+        return float((iteration + 1) * sum(rank + 1 for rank in self.reduce_group))
+
 
 def chunk_bytes(collective: str, size: int, ranks: int) -> int:
     """Bytes each step moves per rank."""

@@ -73,21 +73,16 @@ class Rank:
         """This iteration's input: all-reduce sums (rank + 1) * (iteration + 1) everywhere."""
         if self.reduce:
             values = np.frombuffer(self.data.buf, dtype=np.float32)
-            values[:] = (self.rank + 1) * (iteration + 1)
+            values[:] = self.plan.reduce_input(iteration)
 
     def verify(self, iteration: int) -> bool:
         if not self.reduce:
             return True
         values = np.frombuffer(self.data.buf, dtype=np.float32)
-        expected = (iteration + 1) * sum(rank + 1 for rank in self.plan.reduce_group)
-        return bool(np.all(values == expected))
+        return bool(np.all(values == self.plan.reduce_result(iteration)))
 
     def post_receives(self) -> None:
-        by_peer: dict[int, int] = {}
-        for step in self.plan.steps:
-            for src in step.receives:
-                by_peer[src] = by_peer.get(src, 0) + 1
-        for src, count in by_peer.items():
+        for src, count in self.plan.receives_by_peer.items():
             self.qps[src].post_recv([RecvWR(0, 0, 0, 0) for _ in range(count)])
 
     def run_iteration(self, iteration: int, start_ns: int) -> dict[str, Any]:

@@ -25,12 +25,12 @@ import numpy as np
 from emulator.collectives.algorithms import RankPlan, Step, plan
 from emulator.collectives.coordinator import START_MARGIN_NS, CollectiveRun, IterationResult, summarize
 from emulator.errors import FabricError
-from emulator.model.rc import Completion, RcConfig, SendWR, RecvWR, WcOpcode, WcStatus, WrOpcode
+from emulator.model.rc import Completion, RcQueuePair, SendWR, RecvWR, WcOpcode, WcStatus, WrOpcode
 from emulator.sim.engine import Simulator
 from emulator.sim.host import FlatMemory, SimHost
 from emulator.wire.pfc import PRIORITIES
 
-SLICE_EVENTS = 200_000  # events between looks at the clock (progress, the stall limit)
+SLICE_EVENTS = 200_000  # events between looks at the run: its progress, a watch that stopped it
 
 
 class SimRank:
@@ -41,7 +41,7 @@ class SimRank:
         self.plan = plans[rank]
         self.reduce = bool(self.plan.reduce_group)
         host.on_completion = self._completion
-        self.qps: dict[int, Any] = {}  # peer rank -> RcQueuePair
+        self.qps: dict[int, RcQueuePair] = {}  # peer rank -> its QP
         self.peer_of: dict[int, int] = {}  # qpn -> peer rank
         self.iteration = -1
         self.start = 0
@@ -52,9 +52,9 @@ class SimRank:
         """The QP number that talks to ``peer`` (one QP per peer)."""
         return peer + 1
 
-    def connect(self, ranks: list["SimRank"], config: RcConfig) -> None:
+    def connect(self, ranks: list["SimRank"], mtu: int) -> None:
         for peer in sorted(self.plan.peers):
-            self.qps[peer] = self.host.connect(self.qpn(peer), ranks[peer].host, self.qpn(self.rank), config)
+            self.qps[peer] = self.host.connect(self.qpn(peer), ranks[peer].host, self.qpn(self.rank), mtu)
             self.peer_of[self.qpn(peer)] = peer
 
     def _reset(self) -> None:
@@ -70,12 +70,8 @@ class SimRank:
         self._reset()
         self.iteration, self.start = iteration, start
         if self.reduce:
-            self._values()[:] = (self.rank + 1) * (iteration + 1)
-        by_peer: dict[int, int] = {}
-        for step in self.plan.steps:
-            for src in step.receives:
-                by_peer[src] = by_peer.get(src, 0) + 1
-        for src, count in by_peer.items():
+            self._values()[:] = self.plan.reduce_input(iteration)
+        for src, count in self.plan.receives_by_peer.items():
             for _ in range(count):
                 self.qps[src].post_recv(RecvWR(0, 0, 0, FlatMemory.KEY))
         self.host.sim.at(start, self._step_begins)
@@ -142,9 +138,7 @@ class SimRank:
     def verified(self) -> bool:
         if not self.reduce:
             return True
-        count = self.plan.data_bytes // 4
-        expected = (self.iteration + 1) * sum(rank + 1 for rank in self.plan.reduce_group)
-        return bool(np.all(self._values(0, count) == expected))
+        return bool(np.all(self._values(0, self.plan.data_bytes // 4) == self.plan.reduce_result(self.iteration)))
 
     def report(self) -> dict[str, Any]:
         """What the rank process reports for an iteration (:meth:`emulator.collectives.rank.Rank.run_iteration`)."""
@@ -176,7 +170,7 @@ class SimProgress:
 
 
 def run_sim_collective(sim: Simulator, hosts: dict[str, SimHost], collective: str, size: int, iterations: int,
-                       warmup: int, senders: int | None, config: RcConfig,
+                       warmup: int, senders: int | None, mtu: int,
                        progress: Callable[[int, int, IterationResult], None] | None = None,
                        ticker: Callable[[SimProgress], None] | None = None,
                        measured_from: Callable[[], None] | None = None,
@@ -239,7 +233,7 @@ def run_sim_collective(sim: Simulator, hosts: dict[str, SimHost], collective: st
         hosts[name].provide_memory(rank_plan.data_bytes + rank_plan.staging_bytes)
     ranks = [SimRank(r, plans, hosts[name], rank_done) for r, name in enumerate(names)]
     for rank in ranks:
-        rank.connect(ranks, config)
+        rank.connect(ranks, mtu)
     expected = sum(rank_plan.receive_count for rank_plan in plans)
     start(0)
     while len(warm) + len(measured) < total and state["failure"] is None:

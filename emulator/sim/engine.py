@@ -82,6 +82,10 @@ class Simulator:
             if heap or not self._refill():
                 return heap[0][0] if heap else None
 
+    def entries(self) -> int:
+        """Entries in the heaps, cancelled ones not yet popped included: what the engine holds in memory."""
+        return len(self._heap) + len(self._far)
+
     def _refill(self) -> bool:
         """The near heap is empty: move the far events of the next window over; whether there were any."""
         far, near, pop, push = self._far, self._heap, heapq.heappop, heapq.heappush

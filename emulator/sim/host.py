@@ -23,7 +23,7 @@ from typing import Callable
 
 from emulator.model.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
 from emulator.model.ib_port import IbFramer, IbPort
-from emulator.model.rc import AccessError, Completion, RcConfig, RcQueuePair
+from emulator.model.rc import AccessError, Completion, RcConfig, RcQueuePair, default_timeout_ns
 from emulator.sim.engine import Simulator, Timer
 from emulator.sim.link import PortQueue
 from emulator.wire.pfc import ETH_MAC_CONTROL, decode_pfc
@@ -84,7 +84,7 @@ class SimHost:
         self.completions: list[Completion] = []
         # Where completions go (a simulated rank's handler); None keeps them in ``completions``.
         self.on_completion: Callable[[Completion], None] | None = None
-        self.icrc_errors = self.unknown = self.pauses = 0
+        self.icrc_errors = self.unknown = self.pauses = self.malformed = 0
         self.frames_received = 0  # RDMA frames that arrived (the goodput watch's progress)
         self._ready: OrderedDict[int, None] = OrderedDict()  # QPNs that may have a packet to send, in turn order
         self._timers: dict[int, Timer] = {}
@@ -95,17 +95,20 @@ class SimHost:
             raise ValueError(f"{self.name}: memory is set before the QPs are made")
         self.memory = FlatMemory(max(size, 1))
 
-    def connect(self, qpn: int, peer: "SimHost", peer_qpn: int, config: RcConfig) -> RcQueuePair:
-        """An RC QP to ``peer``'s ``peer_qpn`` (both ends start at PSN 0)."""
-        qp = RcQueuePair(qpn, self.memory, config, 0)
+    def connect(self, qpn: int, peer: "SimHost", peer_qpn: int, mtu: int) -> RcQueuePair:
+        """An RC QP to ``peer``'s ``peer_qpn`` (both ends start at PSN 0), with the attributes the RNIC agent gives a
+        QP by default: the path MTU, and the ACK timeout for this host's link rate."""
+        rate = self.queue.wire.rate_bps
+        qp = RcQueuePair(qpn, self.memory, RcConfig(mtu=mtu, timeout_ns=default_timeout_ns(rate, mtu)), 0)
         qp.connect(peer_qpn, 0)
-        framer: Framer | IbFramer = Framer(self.mac, self.gateway_mac, self.ip, peer.ip, 49152 + (qpn & 0x3FFF)) \
-            if self.ib is None else self.ib.framer(qpn, peer_qpn, peer.ip, config.mtu)
+        port = 49152 + (qpn & 0x3FFF)  # the UDP source port: ECMP's entropy per QP
+        framer: Framer | IbFramer = Framer(self.mac, self.gateway_mac, self.ip, peer.ip, port) \
+            if self.ib is None else self.ib.framer(qpn, peer_qpn, peer.ip, mtu)
         self.qps[qpn] = (qp, framer, peer.ip)
         self._timers[qpn] = self.sim.timer(lambda: self._on_timer(qpn))
         if self.cc is not None:
-            self._rp[qpn] = (ReactionPoint(self.cc, self.queue.wire.rate_bps),
-                             Framer(self.mac, self.gateway_mac, self.ip, peer.ip, 49152 + (qpn & 0x3FFF), CNP_DSCP))
+            self._rp[qpn] = (ReactionPoint(self.cc, rate),
+                             Framer(self.mac, self.gateway_mac, self.ip, peer.ip, port, CNP_DSCP))
         return qp
 
     def kick(self, qpn: int) -> None:
@@ -132,7 +135,8 @@ class SimHost:
                     self.queue.on_pfc(quanta)
                 return
             decoded = decode(frame)
-            if decoded is None:
+            if decoded is None:  # no RoCEv2 packet we speak: dropped and counted, as the RNIC agent does
+                self.malformed += 1
                 return
             packet, source, good = decoded.packet, decoded.src_ip, decoded.icrc_ok
         self.frames_received += 1

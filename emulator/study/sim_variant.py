@@ -21,7 +21,6 @@ from emulator.collectives.sim_ranks import SimProgress, run_sim_collective
 from emulator.fabric.plan import make_plan
 from emulator.fabric.topospec import build_topo
 from emulator.model.dcqcn import parse_cc
-from emulator.model.rc import RcConfig, default_timeout_ns
 from emulator.study.experiment import Variant
 from emulator.study.sim_fabric import SimFabric, build_sim_fabric, pfcwd, totals
 from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, SAMPLE_S, StallTracker
@@ -59,8 +58,6 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None],
     fabric_plan = make_plan(build_topo(variant.topo), "sim", variant.link)
     fabric = build_sim_fabric(fabric_plan, variant.fabric, dict(variant.switch), cc=parse_cc(variant.cc),
                               dilation=variant.dilation if variant.model is not None else None, seed=variant.seed)
-    rate = fabric_plan.links[0][0].params.bw_bps
-    config = RcConfig(mtu=variant.mtu, timeout_ns=default_timeout_ns(rate, variant.mtu))
     built = clock()
     log(f"  {variant.name}: simulated fabric of {len(fabric_plan.nodes)} nodes built in {built - began:.1f} s")
     baseline: dict[str, int] = {}
@@ -91,7 +88,7 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None],
         tracker = StallTracker(variant.deadlock_ns, variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS)
         stuck = _watch_goodput(fabric, tracker)
     run = run_sim_collective(fabric.sim, fabric.hosts, variant.collective, variant.size, variant.iterations,
-                             variant.warmup, variant.senders, config, progress, ticker, measured_from, stuck)
+                             variant.warmup, variant.senders, variant.mtu, progress, ticker, measured_from, stuck)
     if tracker is not None and stuck is not None and stuck():
         log(f"  {variant.name}: no frame reached any host for "
             f"{(variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS) / 1e9:g} s (simulated): deadlocked; stopped")

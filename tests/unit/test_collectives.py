@@ -116,6 +116,17 @@ def test_multijob_is_an_allreduce_of_the_even_ranks_beside_an_incast_of_the_odd_
         plan("multijob", 2, 4096)
 
 
+def test_a_rank_knows_its_receives_per_peer_and_what_its_allreduce_should_sum_to():
+    ring = plan("allreduce", 4, 1 << 12)
+    assert ring[2].receives_by_peer == {1: 6}  # 2(N-1) steps, each from the previous rank
+    assert plan("alltoall", 4, 1 << 12)[0].receives_by_peer == {1: 1, 2: 1, 3: 1}
+    assert plan("incast", 4, 64)[0].receives_by_peer == {1: 1, 2: 1, 3: 1} and plan("incast", 4, 64)[1].receives_by_peer == {}
+    assert ring[2].reduce_input(iteration=1) == 6.0  # (rank + 1) x (iteration + 1)
+    assert ring[0].reduce_result(iteration=1) == 2 * (1 + 2 + 3 + 4)
+    job = plan("multijob", 5, 1 << 12)  # the even ranks reduce among themselves only
+    assert job[0].reduce_result(0) == 1 + 3 + 5 and job[1].reduce_group == ()
+
+
 def test_bad_parameters_are_one_line():
     with pytest.raises(FabricError, match="choose 1 to 7"):
         plan("incast", 8, 1024, senders=8)

@@ -7,7 +7,6 @@ import pytest
 from emulator.collectives.sim_ranks import run_sim_collective
 from emulator.errors import FabricError
 from emulator.fabric.plan import make_plan
-from emulator.model.rc import RcConfig, default_timeout_ns
 from emulator.model.rdma_params import message_wire_bytes
 from emulator.study.sim_fabric import build_sim_fabric, totals
 from topologies.fabrics import StarTopo
@@ -23,8 +22,7 @@ def fabric_of(hosts: int, fabric: str, buffer: str = "1MiB"):
 
 
 def run(fabric, collective: str, size: int, iterations: int = 2, warmup: int = 1, senders=None):
-    config = RcConfig(mtu=MTU, timeout_ns=default_timeout_ns(RATE, MTU))
-    return run_sim_collective(fabric.sim, fabric.hosts, collective, size, iterations, warmup, senders, config)
+    return run_sim_collective(fabric.sim, fabric.hosts, collective, size, iterations, warmup, senders, MTU)
 
 
 def link_us(nbytes: int, ib: bool = False) -> float:

@@ -5,20 +5,20 @@ from __future__ import annotations
 import pytest
 
 from emulator.fabric.plan import make_plan
-from emulator.model.rc import RcConfig, SendWR, WcStatus, WrOpcode
+from emulator.model.rc import SendWR, WcStatus, WrOpcode
 from emulator.model.rdma_params import message_wire_bytes
 from emulator.sim.host import FlatMemory
 from emulator.study.sim_fabric import build_sim_fabric
 from topologies import LeafSpineTopo, StarTopo
 
 MIB = 1 << 20
-CONFIG = RcConfig(mtu=4096)
+MTU = 4096
 
 
 def write(fabric, src: str, dst: str, qpn: int, length: int, offset: int) -> None:
     a, b = fabric.hosts[src], fabric.hosts[dst]
-    qp = a.connect(qpn, b, qpn, CONFIG)
-    b.connect(qpn, a, qpn, CONFIG)
+    qp = a.connect(qpn, b, qpn, MTU)
+    b.connect(qpn, a, qpn, MTU)
     qp.post_send(SendWR(qpn, WrOpcode.RDMA_WRITE, 0, length, FlatMemory.KEY, offset, FlatMemory.KEY))
     a.kick(qpn)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from emulator.model.rc import RcConfig, SendWR, WcStatus, WrOpcode
+from emulator.model.rc import SendWR, WcStatus, WrOpcode
 from emulator.model.rdma_params import message_wire_bytes
 from emulator.sim.host import FlatMemory, SimHost
 from emulator.sim.link import PortQueue, Wire
@@ -26,9 +26,9 @@ def rdma_star(hosts: int, rate: int, fabric: str = "lossless"):
     return sim, sw, nodes
 
 
-def write(src: SimHost, dst: SimHost, qpn: int, length: int, offset: int, config: RcConfig) -> None:
-    qp = src.connect(qpn, dst, qpn, config)
-    dst.connect(qpn, src, qpn, config)
+def write(src: SimHost, dst: SimHost, qpn: int, length: int, offset: int, mtu: int) -> None:
+    qp = src.connect(qpn, dst, qpn, mtu)
+    dst.connect(qpn, src, qpn, mtu)
     src.memory.data[:length] = bytes([src.name[-1].encode()[0]]) * length
     qp.post_send(SendWR(qpn, WrOpcode.RDMA_WRITE, 0, length, FlatMemory.KEY, offset, FlatMemory.KEY))
     src.kick(qpn)
@@ -36,8 +36,8 @@ def write(src: SimHost, dst: SimHost, qpn: int, length: int, offset: int, config
 
 def test_one_write_takes_its_link_time():
     sim, sw, (h1, h2) = rdma_star(2, GBIT)
-    config = RcConfig(mtu=1024)
-    write(h1, h2, 0x11, MIB, 0, config)
+    mtu = 1024
+    write(h1, h2, 0x11, MIB, 0, mtu)
     sim.run()
     [done] = h1.completions
     assert done.status == WcStatus.SUCCESS and h2.memory.data[:MIB] == b"1" * MIB
@@ -49,9 +49,9 @@ def test_one_write_takes_its_link_time():
 def test_an_n_to_1_rdma_incast_on_lossless_takes_n_link_times_and_drops_nothing():
     senders = 3
     sim, sw, nodes = rdma_star(senders + 1, GBIT)
-    config = RcConfig(mtu=1024)
+    mtu = 1024
     for i in range(1, senders + 1):
-        write(nodes[i], nodes[0], 0x10 + i, MIB // 2, (i - 1) * (MIB // 2), config)
+        write(nodes[i], nodes[0], 0x10 + i, MIB // 2, (i - 1) * (MIB // 2), mtu)
     sim.run()
     finish = max(c.timestamp for node in nodes[1:] for c in node.completions)
     assert all(c.status == WcStatus.SUCCESS for node in nodes[1:] for c in node.completions)
