@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from emulator.errors import one_line, shown
+from emulator.model.credits import FABRIC_REFRESH_NS
 from emulator.model.dcqcn import DcqcnParams
 from emulator.model.mmu import MmuConfig
 from emulator.wire.ib import MANAGEMENT_VL, SLS
@@ -114,6 +115,7 @@ class SwitchIbConfig(_Checked):
     vls: int = _within(1, MANAGEMENT_VL)  # data VLs: 0 to vls - 1
     vl_buffer: int = _at_least(1)  # bytes each VL of each port receives into
     peer_capacity: tuple[int, ...]  # per port: the bytes each VL of the peer receives into
+    fc_floor: int = _within(0, FABRIC_REFRESH_NS)  # ns: the least time a grown credit grant waits for more
 
     def check(self) -> None:
         _check_sl2vl(self.sl2vl, self.vls)
@@ -132,6 +134,7 @@ class HostIbConfig(_Checked):
     lids: dict[str, int]  # GID (a host's IPv4 address) -> LID
     capacity: int = _at_least(1)  # bytes each VL of the RNIC receives into
     peer_capacity: int = _at_least(1)  # bytes each VL of the switch port receives into
+    fc_floor: int = _within(0, FABRIC_REFRESH_NS)  # ns: the switch's; the least time a grown grant waits
 
     def check(self) -> None:
         _check_sl2vl(self.sl2vl, self.vls)

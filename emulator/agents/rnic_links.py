@@ -102,7 +102,7 @@ class IbLink(IbPort):
 
     def __init__(self, config: HostConfig, ib: HostIbConfig) -> None:
         super().__init__(config.mac, config.peer_mac, ib.lid, ib.lids, ib.sl, ib.sl2vl[ib.sl], ib.vls, ib.capacity,
-                         ib.peer_capacity, config.rate_bps, ETH_LEN + config.mtu)
+                         ib.peer_capacity, config.rate_bps, ETH_LEN + config.mtu, ib.fc_floor)
 
     def prepare(self, sock: socket.socket) -> None:
         """Nothing to filter: the socket is bound to the IB EtherType."""

@@ -94,7 +94,8 @@ def host_ib(plan: FabricPlan, node: NodePlan, mmu_configs: dict[str, MmuConfig],
     peer = node.ports[0].peer_node
     return HostIbConfig(lid=subnet.lids[node.name], sl=IB_SL, sl2vl=_sl2vl(subnet), vls=subnet.vls,
                         lids={n.ip: subnet.lids[n.name] for n in plan.hosts()},
-                        capacity=HOST_IB_BUFFER, peer_capacity=mmu_configs[peer].vl_buffer)
+                        capacity=HOST_IB_BUFFER, peer_capacity=mmu_configs[peer].vl_buffer,
+                        fc_floor=mmu_configs[peer].fc_floor)
 
 
 def switch_ib(plan: FabricPlan, node: NodePlan, mmu_configs: dict[str, MmuConfig],
@@ -108,7 +109,8 @@ def switch_ib(plan: FabricPlan, node: NodePlan, mmu_configs: dict[str, MmuConfig
     return SwitchIbConfig(lft={dlid: index_of[number] for dlid, number in subnet.lfts[node.name].items()
                                if number in index_of},
                           sl2vl=_sl2vl(subnet), vls=subnet.vls,
-                          vl_buffer=mmu_configs[node.name].vl_buffer, peer_capacity=peers)
+                          vl_buffer=mmu_configs[node.name].vl_buffer, peer_capacity=peers,
+                          fc_floor=mmu_configs[node.name].fc_floor)
 
 
 def _sl2vl(subnet: Subnet) -> tuple[int, ...]:

@@ -53,7 +53,9 @@ COUNTER_NAMES = ("packets_sent", "blocks_sent", "stalls", "fc_sent", "fc_receive
 FABRIC_REFRESH_NS = 50_000_000
 # ... and a grown grant goes out at most every 500 us (unless it grew by half the buffer): at 20 us
 # nearly every data packet was answered by a flow-control packet, which doubled the agents' work in an
-# all-reduce (every link busy both ways) and made it 1.7 times slower than on Ethernet.
+# all-reduce (every link busy both ways) and made it 1.7 times slower than on Ethernet.  The floor is
+# the agents' budget, not IB's: ``--switch fc_floor`` sets it (0: frames alone pace the grants, for a
+# modelled rate where 500 us is hundreds of frames and the simulation backend, which has no agents).
 FABRIC_MIN_INTERVAL_NS = 500_000
 # A fixed interval does not follow the frame: at 20 Mbit/s a 4 KiB frame takes 1.7 ms, so every data
 # packet still drew a flow-control packet.  A grant waits up to FC_COALESCE_FRAMES frame times instead
@@ -62,11 +64,11 @@ FABRIC_MIN_INTERVAL_NS = 500_000
 FC_COALESCE_FRAMES = 2
 
 
-def fabric_min_interval_ns(rate_bps: int, frame_bytes: int) -> int:
+def fabric_min_interval_ns(rate_bps: int, frame_bytes: int, floor_ns: int = FABRIC_MIN_INTERVAL_NS) -> int:
     """How long the emulated fabric lets a grown grant wait for more: FC_COALESCE_FRAMES times of the
-    link's longest frame, at least FABRIC_MIN_INTERVAL_NS and at most the refresh."""
+    link's longest frame, at least ``floor_ns`` (the switch's ``fc_floor``) and at most the refresh."""
     frames_ns = FC_COALESCE_FRAMES * frame_bytes * 8_000_000_000 // rate_bps
-    return min(FABRIC_REFRESH_NS, max(FABRIC_MIN_INTERVAL_NS, frames_ns))
+    return min(FABRIC_REFRESH_NS, max(floor_ns, frames_ns))
 
 
 class CreditViolation(Exception):

@@ -45,6 +45,7 @@ class IbPlaneSettings(Protocol):
     vls: int
     vl_buffer: int  # bytes each VL of each port receives into
     peer_capacity: Sequence[int]  # per port: the bytes each VL of the peer receives into
+    fc_floor: int  # ns: the least time a grown grant waits for more (credits.fabric_min_interval_ns)
 
 
 class IbPlane:
@@ -60,7 +61,8 @@ class IbPlane:
         self.vls = config.vls
         capacity = blocks(config.vl_buffer)
         self.links = [CreditLink(self.vls, capacity, blocks(config.peer_capacity[i]), refresh_ns=FABRIC_REFRESH_NS,
-                                 min_interval_ns=fabric_min_interval_ns(rates_bps[i], max_frames[i]))
+                                 min_interval_ns=fabric_min_interval_ns(rates_bps[i], max_frames[i],
+                                                                                 config.fc_floor))
                       for i in range(len(macs))]
         self.queues: list[list[deque[tuple[bytes, int, int, int]]]] = [
             [deque() for _ in range(self.vls)] for _ in macs]  # (frame, ingress port, ingress VL, IB bytes)

@@ -35,19 +35,21 @@ class IbPort:
 
     ``lids`` maps every GID (a host's IPv4 address) to its LID; ``capacity``
     and ``peer_capacity`` are the bytes each VL of this port and of the
-    switch port receive into; ``frame_bytes`` is the link's longest frame
-    (it paces the grants, :func:`~emulator.model.credits.fabric_min_interval_ns`).
+    switch port receive into; ``frame_bytes`` is the link's longest frame and
+    ``fc_floor_ns`` the switch's ``fc_floor`` (they pace the grants,
+    :func:`~emulator.model.credits.fabric_min_interval_ns`).
     """
 
     def __init__(self, mac: str, gateway_mac: str, lid: int, lids: dict[str, int], sl: int, vl: int, vls: int,
-                 capacity: int, peer_capacity: int, rate_bps: int, frame_bytes: int) -> None:
+                 capacity: int, peer_capacity: int, rate_bps: int, frame_bytes: int,
+                 fc_floor_ns: int) -> None:
         self.mac, self.gateway_mac = mac, gateway_mac
         self.lid = lid
         self.lids = lids
         self.ips = {lid_: ip for ip, lid_ in lids.items()}
         self.sl, self.vl = sl, vl
         self.credits = CreditLink(vls, blocks(capacity), blocks(peer_capacity), refresh_ns=FABRIC_REFRESH_NS,
-                                  min_interval_ns=fabric_min_interval_ns(rate_bps, frame_bytes))
+                                  min_interval_ns=fabric_min_interval_ns(rate_bps, frame_bytes, fc_floor_ns))
         self.waiting = False  # a frame waits for credit
         self.malformed = 0  # frames that are no IB packet we speak, or on a VL this link lacks
         self.credit_violations = 0  # data packets beyond the credit we granted

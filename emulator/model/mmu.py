@@ -35,6 +35,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
+from emulator.model.credits import FABRIC_MIN_INTERVAL_NS
 from emulator.model.pause import PauseState
 from emulator.model.pfcwd import Watchdog, WatchdogConfig
 from emulator.wire.pfc import PRIORITIES, pause_ns
@@ -61,6 +62,7 @@ class MmuConfig:
     kmax: int
     pmax: float
     vl_buffer: int = 0  # --fabric ib: receive buffer per VL per port (the IB plane's, not the MMU's)
+    fc_floor: int = FABRIC_MIN_INTERVAL_NS  # --fabric ib: the least time a grown credit grant waits for more
     pfcwd: WatchdogConfig | None = None  # the PFC watchdog of the lossless queues, or none
 
     def shared_pool(self, ports: int) -> int:

@@ -27,7 +27,10 @@ one-way delay d of its links and the frame size F = MTU + 14:
 rest lossy; ``--fabric lossy`` has no lossless priority, so no PFC.
 ``--fabric ib`` carries RDMA as native IB packets under credit-based flow
 control, with ``vl_buffer`` (default 16 MTU frames) of receive buffer per
-virtual lane and port; its IP traffic is handled as on a lossy fabric.  Any
+virtual lane and port, a grown credit grant sent after two frame times and
+at least ``fc_floor`` (default 500 us: what the agents can afford, see
+:mod:`emulator.model.credits`; 0 lets the frames alone pace it); its IP
+traffic is handled as on a lossy fabric.  Any
 value can be overridden with ``--switch key=value,...``.
 """
 
@@ -39,9 +42,10 @@ from typing import Any
 from emulator import bounds
 from emulator.errors import FabricError, shown
 from emulator.wire.pfc import MAX_QUANTA, PRIORITIES
+from emulator.model.credits import FABRIC_REFRESH_NS
 from emulator.model.mmu import MmuConfig
 from emulator.model.pfcwd import parse_pfcwd
-from emulator.units import format_size, parse_size
+from emulator.units import format_size, format_time, parse_size, parse_time
 
 FABRICS = ("lossless", "lossy", "ib")
 VL_BUFFER_FRAMES = 16  # IB: receive buffer per VL per port, in MTU frames
@@ -57,7 +61,7 @@ MAX_SWITCH_BYTES = 1 << 30  # any --switch size: the agent may hold that much in
 _PRIORITY = re.compile(r"\d{1,3}")
 SWITCH_OPTIONS = (
     "buffer", "reserve", "headroom", "alpha", "threshold", "xon_delta", "quanta",
-    "lossless", "strict", "ecn", "kmin", "kmax", "pmax", "vl_buffer", "pfcwd",
+    "lossless", "strict", "ecn", "kmin", "kmax", "pmax", "vl_buffer", "fc_floor", "pfcwd",
 )
 
 
@@ -131,6 +135,16 @@ def _bytes(text: str, key: str) -> int:
     return size
 
 
+def _time(text: str, key: str, high: int) -> int:
+    try:
+        value = parse_time(text)
+    except FabricError as err:
+        raise FabricError(f"--switch {key}: {err}") from None
+    if value > high:
+        raise FabricError(f"bad --switch {key}={shown(text)}: at most {format_time(high)}")
+    return value
+
+
 def parse_overrides(overrides: dict[str, str]) -> dict[str, Any]:
     """``--switch`` options as MmuConfig fields; every value checked."""
     changes: dict[str, Any] = {}
@@ -149,6 +163,8 @@ def parse_overrides(overrides: dict[str, str]) -> dict[str, Any]:
             changes[key] = _priorities(text, key)
         elif key == "pfcwd":
             changes[key] = parse_pfcwd(text)
+        elif key == "fc_floor":
+            changes[key] = _time(text, key, FABRIC_REFRESH_NS)
         elif text in ("on", "off"):
             changes[key] = text == "on"
         else:

@@ -82,7 +82,7 @@ def build_sim_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | Non
             sim, node.name, port.mac, port.peer_mac, node.ip or "", PortQueue(sim, wires[(node.name, port.ifname)]),
             memory_bytes, None if ib is None else IbPort(port.mac, port.peer_mac, ib.lid, ib.lids, ib.sl,
                                                          ib.sl2vl[ib.sl], ib.vls, ib.capacity, ib.peer_capacity,
-                                                         port.params.bw_bps, ETH_LEN + port.params.mtu),
+                                                         port.params.bw_bps, ETH_LEN + port.params.mtu, ib.fc_floor),
             None if cc is None else at_link(cc, port.params.bw_bps, dilation)[0])
     for name, sw in switches.items():
         for i, port in enumerate(plan.nodes[name].ports):

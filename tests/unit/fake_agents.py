@@ -141,7 +141,8 @@ def switch_config(tmp: str, ib: bool = False, mtus: tuple[int, ...] = (1500, 150
         occupancy_file=os.path.join(tmp, "s1.occupancy.csv"), ports=ports,
         routes={"10.0.0.1": ("s1-eth1",), "10.0.0.2": ("s1-eth2",), "10.0.0.3": ("s1-eth3",)},
         ib=SwitchIbConfig(lft={1: 0, 2: 1, 3: 2}, sl2vl=tuple(sl % 4 for sl in range(16)), vls=4,
-                          vl_buffer=mmu.vl_buffer, peer_capacity=(mmu.vl_buffer,) * 3) if ib else None,
+                          vl_buffer=mmu.vl_buffer, peer_capacity=(mmu.vl_buffer,) * 3, fc_floor=mmu.fc_floor)
+        if ib else None,
     )
 
 
@@ -158,7 +159,7 @@ def host_config(tmp: str, ib: bool = False, mtu: int = 1500) -> HostConfig:
         seed=7, ifname="h1-eth0", rate_bps=100_000_000, mtu=mtu, mac=HOST_MAC, peer_mac=GATEWAY_MAC,
         ip=HOST_IP, verbs=os.path.join(tmp, "h1.verbs"),
         ib=HostIbConfig(lid=1, sl=0, sl2vl=tuple(sl % 4 for sl in range(16)), vls=4, lids=LIDS,
-                        capacity=64 << 10, peer_capacity=16 * 1514) if ib else None,
+                        capacity=64 << 10, peer_capacity=16 * 1514, fc_floor=500_000) if ib else None,
     )
 
 

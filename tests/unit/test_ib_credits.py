@@ -495,3 +495,5 @@ def test_the_fabric_lets_a_grant_wait_two_frame_times_within_bounds():
     assert fabric_min_interval_ns(20_000_000, 4214) == 2 * 4214 * 400  # 400 ns a byte: 3.37 ms
     assert fabric_min_interval_ns(10**9, 1514) == FABRIC_MIN_INTERVAL_NS  # 24 us of frames: the floor
     assert fabric_min_interval_ns(1000, 4214) == FABRIC_REFRESH_NS  # never past the refresh
+    assert fabric_min_interval_ns(10**9, 1514, 0) == 2 * 1514 * 8  # no floor (--switch fc_floor=0): two frames
+    assert fabric_min_interval_ns(400 * 10**9, 4214, 0) == 2 * 4214 * 8 // 400  # 168 ns at 400 Gbit/s

@@ -54,3 +54,24 @@ def test_a_write_across_a_leaf_spine_goes_by_the_planned_routes():
     spines = [sum(c.tx_frames for port in fabric.switches[s].mmu.counters for c in port) for s in ("s3", "s4")]
     # 256 data frames (1 MiB at 4096) and 16 ACKs (one per 16 packets): each direction hashes to one spine.
     assert sum(spines) == 256 + 16 and max(spines) >= 256
+
+
+@pytest.mark.parametrize("switch, within", [
+    (None, (2.5, 3.5)),  # 16-frame VL buffers, grants paced to 500 us: credit-starved, ~2.9x the link time
+    ({"vl_buffer": "128KiB", "fc_floor": "0"}, (1.0, 1.08)),  # the link time and four 1 us cables (~1.05x)
+])
+def test_one_ib_flow_at_400_gbit_is_paced_by_the_switch_credit_settings(switch, within):
+    """The switch's ``vl_buffer`` and ``fc_floor`` reach both ends of every link (the switch's IB plane and the
+    host's port), and decide whether one flow fills a 400 Gbit/s link: what the scale experiment sets."""
+    plan = make_plan(StarTopo(n=2), "sim", {"bw": "400gbit", "delay": "1us", "mtu": 4200})
+    fabric = build_sim_fabric(plan, "ib", switch=switch, memory_bytes=4 * MIB)
+    floor = 0 if switch else 500_000
+    pacing = max(floor, 2 * 4214 * 8 // 400)  # credits.fabric_min_interval_ns: two frame times at least
+    assert {link.min_interval_ns for link in fabric.switches["s1"].ib.links} == {pacing}
+    assert {host.ib.credits.min_interval_ns for host in fabric.hosts.values()} == {pacing}
+    write(fabric, "h1", "h2", 0x11, 4 * MIB, 0)
+    fabric.sim.run(until=10_000_000)  # IB's flow-control refresh never lets the fabric go idle
+    [done] = fabric.hosts["h1"].completions
+    assert done.status == WcStatus.SUCCESS
+    link_ns = message_wire_bytes(4 * MIB, MTU, native_ib=True) * 8 / 400
+    assert within[0] * link_ns < done.timestamp < within[1] * link_ns, done.timestamp / link_ns

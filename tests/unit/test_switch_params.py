@@ -76,6 +76,7 @@ def test_defaults():
     assert config.pmax == pytest.approx(0.2)
     assert config.xon_delta == 2 * frame
     assert config.mtu_frame == frame
+    assert config.fc_floor == 500_000  # IB grants: the agents' budget (emulator.model.credits)
 
 
 def test_lossless_two_priorities_doubles_headroom_in_buffer():
@@ -104,6 +105,9 @@ def test_lossless_two_priorities_doubles_headroom_in_buffer():
     ("strict", "", "strict", frozenset()),
     ("ecn", "off", "ecn", False),
     ("ecn", "on", "ecn", True),
+    ("fc_floor", "0", "fc_floor", 0),
+    ("fc_floor", "20us", "fc_floor", 20_000),
+    ("fc_floor", "50ms", "fc_floor", 50_000_000),
 ])
 def test_overrides(key, text, field, value):
     config = derive_config("lossless", 10 * GBIT, 1000, 1500, 4, {key: text})
@@ -141,6 +145,9 @@ def test_reserve_override_enters_the_default_buffer():
     ({"reserve": "-5"}, ["-5"]),
     ({"kmin": "40KiB", "kmax": "10KiB"}, ["kmax", "kmin"]),
     ({"kmin": "10KiB", "kmax": "10KiB"}, ["kmax", "kmin"]),
+    ({"fc_floor": "51ms"}, ["fc_floor", "at most 50"]),
+    ({"fc_floor": "5"}, ["fc_floor", "unit"]),
+    ({"fc_floor": "-1us"}, ["fc_floor"]),
 ])
 def test_bad_overrides(overrides, words):
     with pytest.raises(FabricError) as err:
