@@ -49,6 +49,7 @@ import math
 import re
 from dataclasses import dataclass
 from decimal import Context, Decimal, localcontext
+from typing import TypeGuard
 
 from emulator.errors import FabricError, shown
 
@@ -171,7 +172,7 @@ def format_time(ns: int) -> str:
     return _format(ns, _TIME_LADDER)
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

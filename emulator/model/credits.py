@@ -275,8 +275,9 @@ class CreditLink:
         last = self._last_fc[vl]
         if last is None:
             return 0
-        if self._reply_at[vl] is not None:
-            return self._reply_at[vl]
+        reply_at = self._reply_at[vl]
+        if reply_at is not None:
+            return reply_at
         grown = (self._grant(vl) - self._granted[vl]) % MODULUS
         if grown >= self._urgent[vl]:
             return last

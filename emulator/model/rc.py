@@ -634,10 +634,11 @@ class RcQueuePair:
                 return
             inbound = _Inbound("write", view)
         else:
-            inbound = self.inbound
-            if inbound is None or inbound.kind != "write":
+            current = self.inbound
+            if current is None or current.kind != "write":
                 self._responder_error(NAK_INVALID_REQUEST, packet.psn)
                 return
+            inbound = current
             if needs_recv and not self.rq:
                 self._rnr(packet.psn)
                 return
@@ -673,13 +674,16 @@ class RcQueuePair:
                 return
             inbound = _Inbound("send", view, recv=recv)
         else:
-            inbound = self.inbound
-            if inbound is None or inbound.kind != "send" or opcode not in _SEND_CONTINUES:
+            current = self.inbound
+            if current is None or current.kind != "send" or opcode not in _SEND_CONTINUES:
                 self._responder_error(NAK_INVALID_REQUEST, packet.psn)
                 return
+            inbound = current
+        posted = inbound.recv
+        assert posted is not None  # a send's inbound is made with its receive
         end = inbound.offset + len(payload)
         if end > len(inbound.view):
-            self._complete(inbound.recv.wr_id, WcStatus.LOC_LEN_ERR, WcOpcode.RECV, 0)
+            self._complete(posted.wr_id, WcStatus.LOC_LEN_ERR, WcOpcode.RECV, 0)
             self.inbound = None
             self._responder_error(NAK_INVALID_REQUEST, packet.psn)
             return
@@ -688,7 +692,7 @@ class RcQueuePair:
         self.inbound = inbound
         last = opcode in _MESSAGE_ENDS
         if last:
-            self._complete(inbound.recv.wr_id, WcStatus.SUCCESS, WcOpcode.RECV, end,
+            self._complete(posted.wr_id, WcStatus.SUCCESS, WcOpcode.RECV, end,
                            packet.imm if opcode in HAS_IMM else None)
         self._accept(packet, last)
 

@@ -59,7 +59,7 @@ _PADS = (b"", b"\0", b"\0\0", b"\0\0\0")
 
 # The BTH and the extension headers each opcode carries, in wire order
 # (RETH before ImmDt on WRITE_ONLY_IMM), as one struct per opcode.
-_TRANSPORT = {
+_TRANSPORT: dict[int, struct.Struct] = {
     op: struct.Struct(
         "!BBHII" + ("QII" if op in HAS_RETH else "") + ("I" if op in HAS_IMM else "")
         + ("I" if op in HAS_AETH else "") + (f"{CNP_BODY_LEN}x" if op == _CNP else "")
