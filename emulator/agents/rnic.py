@@ -131,6 +131,7 @@ class Rnic:
         self._next_pd = 1
         self._next_cq = 1
         self._blocked: bytes | None = None
+        self._served: int | None = None  # the QP whose packet went last: the turn goes on after it
         self._deferred: list[tuple[int, int, list[SendWR]]] = []  # (start ns, qpn, WRs), by start
         self.counters = {"frames_sent": 0, "frames_received": 0, "bytes_sent": 0, "icrc_errors": 0,
                          "unknown_qp": 0, "send_blocked": 0, "credit_waits": 0, "rx_kernel_drops": 0,
@@ -323,10 +324,20 @@ class Rnic:
         return True
 
     def transmit(self, now: int) -> None:
-        """Pull packets from the QPs, one each in turn, until the kernel queue is full."""
+        """Pull packets from the QPs, one each in turn, until the kernel queue is full.
+
+        The turn goes on from the QP served last, across calls: each call
+        starts when the kernel's queue has room again, often for one frame,
+        and a turn begun afresh each time gave every such slot to the QP
+        made first (the simulated RNIC keeps its ready QPs in turn order too).
+        """
         if self._blocked is not None:
             return
         entries = [e for e in self.qps.values() if e.qp is not None]
+        for i, entry in enumerate(entries):
+            if entry.qpn == self._served:
+                entries = entries[i + 1:] + entries[:i + 1]
+                break
         while entries:
             ready = []
             for entry in entries:
@@ -340,6 +351,7 @@ class Rnic:
                         self.counters["paced_waits"] += 1
                 if packet is None:
                     continue
+                self._served = entry.qpn
                 frame = entry.framer.encode(packet)
                 if rp is not None and packet.opcode != Opcode.ACK:
                     before = rp.rate_bps
