@@ -174,13 +174,15 @@ def run_sim_collective(sim: Simulator, hosts: dict[str, SimHost], collective: st
                        progress: Callable[[int, int, IterationResult], None] | None = None,
                        ticker: Callable[[SimProgress], None] | None = None,
                        measured_from: Callable[[], None] | None = None,
-                       stopped: Callable[[], bool] | None = None) -> CollectiveRun:
+                       stopped: Callable[[], bool] | None = None,
+                       started: Callable[[int, int], None] | None = None) -> CollectiveRun:
     """Run ``warmup + iterations`` iterations of ``collective`` over ``hosts`` (rank order) in simulated time.
 
     Iterations start START_MARGIN_NS after the previous one ended, as the
     coordinator spaces them.  ``measured_from`` is called when the measured
-    iterations begin (the counters' baseline); ``ticker`` every SLICE_EVENTS
-    events.  A fabric that stops delivering (a PFC deadlock) ends as the
+    iterations begin (the counters' baseline); ``started(i, start_ns)`` as
+    iteration i is given its start instant (the coordinator's hook: faults
+    are timed from it); ``ticker`` every SLICE_EVENTS events.  A fabric that stops delivering (a PFC deadlock) ends as the
     RNICs end it: retries run out, and the failed completion is a FabricError;
     unless a watch stops the engine first (``stopped()`` then says so) and the
     run returns with the iterations that finished.
@@ -206,6 +208,8 @@ def run_sim_collective(sim: Simulator, hosts: dict[str, SimHost], collective: st
         paused_before.update(paused())
         pending.update(range(len(ranks)))
         at = sim.now + START_MARGIN_NS
+        if started is not None:
+            started(i, at)
         for rank in ranks:
             rank.begin(i, at)
 

@@ -18,21 +18,26 @@ transport's checks and the data to land.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Callable
 
 from emulator.model.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
 from emulator.model.ib_port import IbFramer, IbPort
 from emulator.model.rc import AccessError, Completion, RcConfig, RcQueuePair, default_timeout_ns
-from emulator.sim.engine import Simulator, Timer
+from emulator.model.switch_params import DEFAULT_LOSSLESS
+from emulator.sim.engine import Handle, Simulator, Timer
 from emulator.sim.link import PortQueue
-from emulator.wire.pfc import ETH_MAC_CONTROL, decode_pfc
+from emulator.wire.mac import mac_bytes
+from emulator.wire.pfc import ETH_MAC_CONTROL, MAX_QUANTA, PRIORITIES, decode_pfc, encode_pfc, pause_ns
 from emulator.wire.roce import CNP_DSCP, Framer, decode
 from emulator.wire.transport import Opcode, Packet
 
 NIC_FRAMES = 4  # frames the NIC queue holds before the RNIC stops pulling (the agent's socket: about a dozen)
 ROCE_PRIORITY = 3  # DSCP 26
 CNP_PRIORITY = CNP_DSCP >> 3  # 6: strict, ahead of data, as the RNIC agent sends its control frames first
+# What a stalled NIC holds unread: the RNIC agent's socket receive buffer (4 MiB, which the kernel doubles);
+# frames beyond it are lost (``stall_drops``), as the kernel drops them when the socket is full.
+STALL_BUFFER = 8 << 20
 
 
 class FlatMemory:
@@ -88,6 +93,12 @@ class SimHost:
         self.frames_received = 0  # RDMA frames that arrived (the goodput watch's progress)
         self._ready: OrderedDict[int, None] = OrderedDict()  # QPNs that may have a packet to send, in turn order
         self._timers: dict[int, Timer] = {}
+        # The stall fault: the frames its hung receive pipeline holds (None: not stalled), their bytes, the
+        # refresh of its endless pause, the pause frames it sent and the frames it lost.
+        self._stalled: deque[bytes] | None = None
+        self._stalled_bytes = 0
+        self._storm_refresh: Handle | None = None
+        self.storm_pfc_sent = self.stall_drops = 0
 
     def provide_memory(self, size: int) -> None:
         """The host's memory: ``size`` bytes (before any QP exists: the QPs keep the region they were made with)."""
@@ -117,8 +128,43 @@ class SimHost:
         self._pull()
         self._arm(qpn)
 
+    def stall(self) -> None:
+        """Fault ``stall``: the NIC's receive pipeline hangs (its RDMA frames wait unread) and the NIC pauses its
+        switch port on the lossless priorities without end, XOFF refreshed at half its pause time, as the host
+        agent does (SIGCOMM 2016's NIC pause storm).  PFC frames from the switch are still obeyed."""
+        if self._stalled is not None:
+            return
+        self._stalled = deque()
+        self._storm(MAX_QUANTA)
+
+    def resume(self) -> None:
+        """The stall ends: XON, and every held frame is taken at once."""
+        if self._stalled is None:
+            return
+        held, self._stalled, self._stalled_bytes = self._stalled, None, 0
+        self.sim.cancel(self._storm_refresh)
+        self._storm_refresh = None
+        self._storm(0)
+        for frame in held:
+            self.receive(frame)
+
+    def _storm(self, quanta: int) -> None:
+        frame = encode_pfc(mac_bytes(self.mac), dict.fromkeys(DEFAULT_LOSSLESS, quanta))
+        self.queue.enqueue(frame, PRIORITIES - 1)  # the agent sends it in priority 7's class
+        self.storm_pfc_sent += 1
+        if quanta:
+            self._storm_refresh = self.sim.after(pause_ns(MAX_QUANTA, self.queue.wire.rate_bps) // 2,
+                                                 self._storm, MAX_QUANTA)
+
     def receive(self, frame: bytes) -> None:
         """A frame's last bit arrived from the switch (a Wire's ``deliver``)."""
+        if self._stalled is not None and frame[12:14] != ETH_MAC_CONTROL:
+            if self._stalled_bytes + len(frame) > STALL_BUFFER:
+                self.stall_drops += 1
+            else:
+                self._stalled.append(frame)
+                self._stalled_bytes += len(frame)
+            return
         if self.ib is not None:
             accepted = self.ib.accept(self.sim.now, frame)
             if accepted is None:  # a flow-control packet (credit: send what waited) or garbage (counted)

@@ -67,6 +67,7 @@ DEFAULTS: dict[str, Any] = {"fabric": "lossless", "iterations": 10, "warmup": 1,
 # in simulated time (emulator.sim), what one VM cannot hold.
 BACKENDS = ("emulator", "sim")
 SIM_FABRICS = ("lossless", "lossy", "ib")  # what the simulation backend runs
+SIM_FAULTS = ("stall",)  # the faults it injects (sim/host.py)
 # Experiments run RoCE and IB at a 4096-byte path MTU, as most deployments do: a quarter of the frames of
 # 1024 for the same bytes, so a quarter of the agents' work per byte.  4200 is the link MTU RoCE fabrics
 # are usually given for it (4096 + 64 bytes of RoCEv2 headers, rounded up); without a `mtu` key the path
@@ -453,8 +454,9 @@ def _check_sim(fabric: str, capture: bool, values: dict[str, Any], faults: tuple
         raise FabricError(f'{context}: backend "sim" runs the {" and ".join(SIM_FABRICS)} fabrics, not {fabric!r} (yet)')
     if capture:
         raise FabricError(f'{context}: backend "sim" writes no captures; set capture = false')
-    if faults:
-        raise FabricError(f'{context}: backend "sim" injects no faults yet; remove "faults"')
+    if unsupported := sorted({fault.kind for fault in faults} - set(SIM_FAULTS)):
+        raise FabricError(f'{context}: backend "sim" injects the {", ".join(SIM_FAULTS)} fault, not '
+                          f'{", ".join(map(repr, unsupported))} (yet)')
 
 
 

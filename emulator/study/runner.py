@@ -268,7 +268,11 @@ def _run_sim_variant(variant: Variant, log: Callable[[str], None]) -> tuple[dict
                            "why": "simulated time: the models run at the time they model, whatever the CPU"}
     if outcome.stall is not None:
         summary.update(outcome.stall)
+    if outcome.pfcwd is not None:
         summary["pfcwd"] = outcome.pfcwd
+    if variant.faults:
+        summary["faults"] = outcome.faults
+        summary["paused_ms_by_host"] = outcome.paused_ms_by_host
     summary["engine"] = outcome.engine
     return summary, outcome.run
 

@@ -116,7 +116,7 @@ def totals(fabric: SimFabric) -> dict[str, int]:
         "ib_credit_stalls": sum(link.counters[vl]["stalls"] for link in _credit_links(fabric) for vl in link.counters),
         "cnps_received": sum(host.counters["cnps_received"] for host in fabric.hosts.values()),
         "paced_waits": sum(host.counters["paced_waits"] for host in fabric.hosts.values()),
-        "host_pfc_sent": 0,  # no faults simulated yet
+        "host_pfc_sent": sum(host.storm_pfc_sent for host in fabric.hosts.values()),  # the stall fault's pauses
     }
 
 

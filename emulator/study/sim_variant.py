@@ -24,6 +24,7 @@ from emulator.model.dcqcn import parse_cc
 from emulator.study.experiment import Variant
 from emulator.study.sim_fabric import SimFabric, build_sim_fabric, pfcwd, totals
 from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, SAMPLE_S, StallTracker
+from emulator.wire.pfc import PRIORITIES
 
 TICK_S = 10.0  # wall seconds between progress lines
 # Memory a simulated variant takes, measured (fattree,16 all-to-all: 1,047,552 QPs, 9.7 GB, 2 GiB of it the
@@ -48,7 +49,9 @@ class SimOutcome:
     counters: dict[str, int]  # the fabric's counters over the measured iterations
     engine: dict[str, Any]  # events, wall and simulated time
     stall: dict[str, Any] | None = None  # with ``deadlock``: the goodput watch's verdict (StallTracker.verdict)
-    pfcwd: dict[str, Any] | None = None  # with ``deadlock``: the PFC watchdogs' storms, restorations, drops
+    pfcwd: dict[str, Any] | None = None  # with ``deadlock`` or faults: the PFC watchdogs' storms, restorations, drops
+    faults: int = 0  # faults injected
+    paused_ms_by_host: dict[str, float] | None = None  # with faults: each host's time paused, over the whole run
 
 
 def run_sim_variant(variant: Variant, log: Callable[[str], None],
@@ -87,8 +90,22 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None],
     if variant.deadlock_ns is not None:  # the goodput watch, in simulated time
         tracker = StallTracker(variant.deadlock_ns, variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS)
         stuck = _watch_goodput(fabric, tracker)
+    injected = {"faults": 0}
+
+    def started(i: int, start_ns: int) -> None:
+        """The variant's faults in every measured iteration, timed from its start as the emulator's schedule is."""
+        if i < variant.warmup:
+            return
+        for fault in variant.faults:  # "stall" only: experiment.py refuses the others for this backend
+            host = fabric.hosts[fault.host]
+            fabric.sim.at(start_ns + fault.at_ns, host.stall)
+            injected["faults"] += 1
+            if fault.duration_ns is not None:
+                fabric.sim.at(start_ns + fault.at_ns + fault.duration_ns, host.resume)
+
     run = run_sim_collective(fabric.sim, fabric.hosts, variant.collective, variant.size, variant.iterations,
-                             variant.warmup, variant.senders, variant.mtu, progress, ticker, measured_from, stuck)
+                             variant.warmup, variant.senders, variant.mtu, progress, ticker, measured_from, stuck,
+                             started)
     if tracker is not None and stuck is not None and stuck():
         log(f"  {variant.name}: no frame reached any host for "
             f"{(variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS) / 1e9:g} s (simulated): deadlocked; stopped")
@@ -97,8 +114,12 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None],
     engine = {"events": fabric.sim.events, "wall_s": round(wall, 3), "build_s": round(built - began, 3),
               "events_per_s": round(fabric.sim.events / wall) if wall > 0 else None,
               "simulated_ms": round(fabric.sim.now / 1e6, 6), "nodes": len(fabric_plan.nodes)}
+    now = fabric.sim.now
     return SimOutcome(run, {key: after[key] - baseline.get(key, 0) for key in after}, engine,
-                      None if tracker is None else tracker.verdict(), None if tracker is None else pfcwd(fabric))
+                      None if tracker is None else tracker.verdict(),
+                      pfcwd(fabric) if tracker is not None or variant.faults else None, injected["faults"],
+                      {name: round(sum(host.queue.pause.paused_time(p, now) for p in range(PRIORITIES)) / 1e6, 3)
+                       for name, host in sorted(fabric.hosts.items())} if variant.faults else None)
 
 
 def _watch_goodput(fabric: SimFabric, tracker: StallTracker) -> Callable[[], bool]:

@@ -55,13 +55,16 @@ def test_builtin_names():
 def test_validate_runs_each_variant_on_both_backends():
     exp = load_experiment("validate")
     names = [v.name for v in exp.variants]
-    assert len(names) == 36 and names[:2] == ["incast-lossless-backendemulator", "incast-lossless-backendsim"]
+    assert len(names) == 42 and names[:2] == ["incast-lossless-backendemulator", "incast-lossless-backendsim"]
     for emulated, simulated in zip(exp.variants[::2], exp.variants[1::2]):
         assert (emulated.backend, simulated.backend) == ("emulator", "sim")
         assert dataclasses.replace(emulated, name="x", backend="sim", params={}) == \
             dataclasses.replace(simulated, name="x", params={})
     headline = {(v.fabric, v.collective, v.topo, v.size, v.link["bw"]) for v in load_experiment("headline").variants}
     assert headline <= {(v.fabric, v.collective, v.topo, v.size, v.link["bw"]) for v in exp.variants}
+    storm = {(v.topo, v.size, v.faults, tuple(sorted(v.switch.items())), v.iterations)
+             for v in load_experiment("pause-storm").variants}  # the NIC stall on both backends
+    assert storm <= {(v.topo, v.size, v.faults, tuple(sorted(v.switch.items())), v.iterations) for v in exp.variants}
 
 
 def test_headline():
@@ -264,8 +267,8 @@ def test_unknown_variant_key_message_in_full(tmp_path):
     ('cc = "dcqcn"\nfabric = "ib"', 'variant "a": key "cc": dcqcn is RoCE\'s congestion control'),
     ('backend = "ns3"', 'variant "a": key "backend": \'ns3\' is not one of emulator, sim'),
     ('backend = "sim"\ncapture = true', 'variant "a": backend "sim" writes no captures; set capture = false'),
-    ('backend = "sim"\nfaults = [{ at = "0s", host = "h1", fault = "stall" }]',
-     'variant "a": backend "sim" injects no faults yet; remove "faults"'),
+    ('backend = "sim"\nfaults = [{ at = "0s", host = "h1", fault = "slow", fraction = 0.5 }]',
+     'variant "a": backend "sim" injects the stall fault, not \'slow\' (yet)'),
 ])
 def test_variant_mistakes(tmp_path, extra, expected):
     assert expected in load_error(tmp_path, MINIMAL + extra + "\n")

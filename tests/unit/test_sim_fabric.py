@@ -75,3 +75,29 @@ def test_one_ib_flow_at_400_gbit_is_paced_by_the_switch_credit_settings(switch, 
     assert done.status == WcStatus.SUCCESS
     link_ns = message_wire_bytes(4 * MIB, MTU, native_ib=True) * 8 / 400
     assert within[0] * link_ns < done.timestamp < within[1] * link_ns, done.timestamp / link_ns
+
+
+def test_a_stalled_host_pauses_its_switch_port_and_takes_what_waited_when_it_resumes():
+    """Fault ``stall``: the NIC takes no RDMA frame and pauses its port without end (XOFF, then XON at resume);
+    the lossless fabric holds the write back and drops nothing; the held frames are taken at once after."""
+    plan = make_plan(StarTopo(n=2), "sim", {"bw": "100mbit", "mtu": 4200})
+    fabric = build_sim_fabric(plan, "lossless", memory_bytes=4 * MIB)
+    h2, sim = fabric.hosts["h2"], fabric.sim
+    write(fabric, "h1", "h2", 0x11, MIB, 0)
+    sim.at(1_000_000, h2.stall)
+    sim.at(51_000_000, h2.resume)
+    seen = {}
+    sim.at(2_000_000, lambda: seen.setdefault("stalled at 2 ms", h2.frames_received))
+    sim.at(50_000_000, lambda: seen.setdefault("stalled at 50 ms", h2.frames_received))
+    sim.run()
+    assert seen["stalled at 2 ms"] == seen["stalled at 50 ms"]  # the hung pipeline took nothing
+    [done] = fabric.hosts["h1"].completions
+    assert done.status == WcStatus.SUCCESS
+    link_ns = message_wire_bytes(MIB, MTU, native_ib=False) * 8 * 10  # 100 Mbit/s
+    assert 50_000_000 + link_ns * 0.98 < done.timestamp < 50_000_000 + link_ns * 1.05
+    port = fabric.switches["s1"].mmu.counters[1]  # s1's port to h2
+    assert sum(c.drops_threshold + c.drops_headroom for c in port) == 0
+    paused = fabric.switches["s1"].mmu.pause[1].paused_time(3, sim.now)  # h2's XOFF held the lossless queue
+    assert 49_000_000 < paused <= 50_000_000, paused
+    # One XOFF of 65535 quanta (335 ms at 100 Mbit/s, refreshed at half of it: not within 50 ms) and the XON.
+    assert (h2.storm_pfc_sent, h2.stall_drops) == (2, 0)
