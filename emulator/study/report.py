@@ -155,10 +155,12 @@ def backend_lines(variants: list[dict[str, Any]]) -> list[str]:
     drops, PFC frames, retransmissions, the differences, and whether the backends agree."""
     pairs = []
     for sim in (v for v in variants if v.get("backend") == "sim"):
-        for emulated in (v for v in variants if v.get("backend") == "emulator"):
-            if _same_but_backend(emulated) == _same_but_backend(sim):
-                pairs.append((emulated, sim))
-                break
+        twins = [v for v in variants if v.get("backend") == "emulator" and _same_but_backend(v) == _same_but_backend(sim)]
+        # A backend sweep's own twin first (its name less the suffix): variants that differ only in what the
+        # summary does not show (faults, iterations) must not pair across (validate's pause-storm and multi-job).
+        named = [v for v in twins if _base_name(v) == _base_name(sim)]
+        if named or twins:
+            pairs.append(((named or twins)[0], sim))
     if not pairs:
         return []
     rows, worst = [], None

@@ -422,3 +422,11 @@ def test_backend_lines_put_each_variant_beside_its_simulation_and_judge_them():
     assert any(line.startswith("mean CCT within 10% on every variant: NO (largest difference +13.3%")
                for line in backend_lines(variants))
     assert backend_lines([v for v in variants if v["backend"] == "sim"]) == []  # nothing to pair: no section
+    # Two variants alike in every shown setting (here: one with a fault, which the summary does not describe)
+    # pair with their own twins, by name.
+    calm = [_backend_variant("calm", backend, "lossless", 1000.0, 1000.0) for backend in ("emulator", "sim")]
+    storm = [_backend_variant("storm", backend, "lossless", mean, mean) for backend, mean in (("emulator", 2000.0),
+                                                                                            ("sim", 2050.0))]
+    rows = [line for line in backend_lines([calm[0], storm[0], calm[1], storm[1]]) if line.startswith(("calm", "storm"))]
+    assert [row.split()[:5] for row in rows] == [["calm", "lossless", "1.00", "1.00", "+0.0%"],
+                                                 ["storm", "lossless", "2.00", "2.05", "+2.5%"]]
