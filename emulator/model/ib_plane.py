@@ -61,8 +61,7 @@ class IbPlane:
         self.vls = config.vls
         capacity = blocks(config.vl_buffer)
         self.links = [CreditLink(self.vls, capacity, blocks(config.peer_capacity[i]), refresh_ns=FABRIC_REFRESH_NS,
-                                 min_interval_ns=fabric_min_interval_ns(rates_bps[i], max_frames[i],
-                                                                                 config.fc_floor))
+                                 min_interval_ns=fabric_min_interval_ns(rates_bps[i], max_frames[i], config.fc_floor))
                       for i in range(len(macs))]
         self.queues: list[list[deque[tuple[bytes, int, int, int]]]] = [
             [deque() for _ in range(self.vls)] for _ in macs]  # (frame, ingress port, ingress VL, IB bytes)

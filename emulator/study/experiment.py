@@ -435,7 +435,7 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     faults = _faults(values, plan, context)
     backend = _choice(values, "backend", BACKENDS, context)
     if backend == "sim":
-        _check_sim(fabric, capture, values, faults, context)
+        _check_sim(fabric, capture, faults, context)
     return Variant(
         name=name, fabric=fabric, collective=collective, topo=topo,
         size=_size(values["size"], collective, hosts, context),
@@ -448,7 +448,7 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     )
 
 
-def _check_sim(fabric: str, capture: bool, values: dict[str, Any], faults: tuple[Fault, ...], context: str) -> None:
+def _check_sim(fabric: str, capture: bool, faults: tuple[Fault, ...], context: str) -> None:
     """What the simulation backend does not do yet, refused before anything runs."""
     if fabric not in SIM_FABRICS:
         raise FabricError(f'{context}: backend "sim" runs the {" and ".join(SIM_FABRICS)} fabrics, not {fabric!r} (yet)')
@@ -457,7 +457,6 @@ def _check_sim(fabric: str, capture: bool, values: dict[str, Any], faults: tuple
     if unsupported := sorted({fault.kind for fault in faults} - set(SIM_FAULTS)):
         raise FabricError(f'{context}: backend "sim" injects the {", ".join(SIM_FAULTS)} fault, not '
                           f'{", ".join(map(repr, unsupported))} (yet)')
-
 
 
 def _faults(values: dict[str, Any], plan: FabricPlan, context: str) -> tuple[Fault, ...]:
