@@ -12,6 +12,21 @@ with ``model`` the fabric is described at its real rate and emulated as
 fast as this machine is faithful.  The cache names the machine
 (/etc/machine-id, CPUs, kernel); a calibration of another machine, or one
 that is not what this module writes, is refused in one line.
+
+Only emulated variants are recorded: a simulated one is faithful at any
+rate (the engine keeps its own time), so its rate says nothing of this
+machine.  The cache says so (``"backend": "emulator"``); a cache without
+that field was written by an older fabric-emu, which recorded simulated
+variants too (a simulated sweep replaced a measured 50 Mbit/s with
+800 Gbit/s), and is refused as any other unusable cache.
+
+The cache is read as hostile input (:mod:`emulator.study.safefiles`): no
+link is followed, only a regular file is opened (a FIFO would hang the
+read), at most ``MAX_BYTES`` are read, and every field is checked (rates
+within a link's range, points as the runner writes them).  It is written
+the same way: a temporary file in the cache's directory, never through a
+link, renamed over the cache when complete, mode 0644 (``calibration``
+needs no root).
 """
 
 from __future__ import annotations
@@ -19,16 +34,29 @@ from __future__ import annotations
 import json
 import os
 import platform
-from typing import Any
+from typing import Any, BinaryIO
 
-from emulator.errors import FabricError, shown
-from emulator.study.safefiles import read_bounded
+from emulator.errors import FabricError, printable, shown
+from emulator.fabric.plan import MAX_RATE, MIN_RATE
+from emulator.study.safefiles import Outputs, read_inside
 from emulator.units import format_rate, parse_rate
 
 CACHE = "/var/cache/fabric-emu/calibration.json"
 CALIBRATED = "calibrated"  # the link rate an experiment asks for with bw = "calibrated"
+BACKEND = "emulator"  # what the cache's rates were measured on; a cache without it is an older version's
 MAX_BYTES = 1 << 20
 MAX_SHAPES = 4096
+MAX_POINTS = 1024  # swept rates per shape
+MODE = 0o644  # root writes it, anyone may read it (`fabric-emu calibration` needs no root)
+RENEW = "run `fabric-emu run fidelity` to make a new one"
+
+
+class UnusableCache(FabricError):
+    """The cache is there but cannot be used; ``problem`` says why, without the remedy."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"{problem}; {RENEW}")
+        self.problem = problem
 
 
 def machine() -> dict[str, Any]:
@@ -47,10 +75,14 @@ def shape(topo: str, collective: str, fabric: str, mtu: int) -> str:
 
 
 def measured(variants: list[dict[str, Any]], swept_bw: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """Per shape: the fastest faithful swept rate (None if none was), and every point (bit/s, faithful)."""
+    """Per shape: the fastest faithful swept rate (None if none was), and every point (bit/s, faithful).
+
+    Emulated variants only: a simulated variant is faithful at any rate.
+    """
     shapes: dict[str, dict[str, Any]] = {}
     for variant in variants:
-        if variant["name"] not in swept_bw or not isinstance(variant.get("fidelity"), dict):
+        if variant.get("backend") != BACKEND or variant["name"] not in swept_bw \
+                or not isinstance(variant.get("fidelity"), dict):
             continue
         entry = shapes.setdefault(shape(variant["topo"], variant["collective"], variant["fabric"],
                                         variant["mtu"]),
@@ -68,31 +100,39 @@ def merge(old: dict[str, Any] | None, shapes: dict[str, dict[str, Any]], when: s
     """The cache with ``shapes`` measured ``when`` replacing what it knew of them."""
     known = dict(old["shapes"]) if old is not None and old["machine"] == machine() else {}
     known.update({key: {**entry, "measured_utc": when} for key, entry in shapes.items()})
-    return {"machine": machine(), "shapes": dict(sorted(known.items())[:MAX_SHAPES])}
+    return {"backend": BACKEND, "machine": machine(), "shapes": dict(sorted(known.items())[:MAX_SHAPES])}
 
 
 def save(calibration: dict[str, Any], path: str | None = None) -> None:
+    """Write the cache whole or not at all (renamed over it when complete), never through a link."""
     path = path or CACHE
-    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(calibration, f, indent=1)
-    os.replace(tmp, path)
+    directory, name = os.path.split(os.path.abspath(path))
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+    except OSError as err:
+        raise FabricError(f"cannot create {printable(directory)}: {err.strerror or err}") from None
+
+    def fill(f: BinaryIO) -> None:
+        os.fchmod(f.fileno(), MODE)
+        f.write(json.dumps(calibration, indent=1).encode())
+
+    with Outputs(directory) as outputs:
+        outputs.write(name, fill)
 
 
 def load(path: str | None = None) -> dict[str, Any] | None:
-    """The cache, checked; None if there is none.  Anything else wrong with it is a one-line FabricError."""
+    """The cache, checked; None if there is none.  Anything else wrong with it is a one-line UnusableCache."""
     path = path or CACHE
+    directory, name = os.path.split(os.path.abspath(path))
+    if not os.path.lexists(directory):
+        return None  # nothing was ever calibrated here
     try:
-        f = open(path, "rb")
-    except FileNotFoundError:
+        data = read_inside(directory, name, MAX_BYTES)
+    except FabricError as err:  # a link, a FIFO, a device, too large, unreadable
+        raise UnusableCache(f"the calibration cache is unusable: {err}") from None
+    if data is None:
         return None
-    except OSError as err:
-        raise FabricError(f"cannot read the calibration {shown(path)}: {err.strerror}") from None
-    data = read_bounded(f, MAX_BYTES, f"cannot read the calibration {shown(path)}",
-                        f"the calibration {shown(path)} is over {MAX_BYTES} bytes")
-    bad = FabricError(f"the calibration {shown(path)} is not one fabric-emu wrote; run `fabric-emu run fidelity` "
-                      "to make a new one")
+    bad = UnusableCache(f"the calibration {shown(path)} is not one fabric-emu wrote")
     try:
         calibration = json.loads(data)
     except (ValueError, RecursionError):
@@ -100,11 +140,31 @@ def load(path: str | None = None) -> dict[str, Any] | None:
     if not (isinstance(calibration, dict) and isinstance(calibration.get("machine"), dict)
             and isinstance(calibration.get("shapes"), dict) and len(calibration["shapes"]) <= MAX_SHAPES):
         raise bad
-    for entry in calibration["shapes"].values():
-        rate = entry.get("fastest_faithful_bps") if isinstance(entry, dict) else 0
-        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0):
-            raise bad
+    if "backend" not in calibration:
+        raise UnusableCache(f"the calibration {shown(path)} was written by an older fabric-emu, which recorded "
+                            "simulated variants too")
+    if calibration["backend"] != BACKEND or not all(map(_is_entry, calibration["shapes"].values())):
+        raise bad
     return calibration
+
+
+def _is_rate(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and MIN_RATE <= value <= MAX_RATE
+
+
+def _is_entry(entry: object) -> bool:
+    """A shape's entry as :func:`measured` and :func:`merge` make it: points of (rate, faithful), the fastest
+    faithful one, when."""
+    if not (isinstance(entry, dict) and set(entry) == {"fastest_faithful_bps", "points", "measured_utc"}
+            and isinstance(entry["measured_utc"], str) and isinstance(entry["points"], list)
+            and len(entry["points"]) <= MAX_POINTS):
+        return False
+    points = entry["points"]
+    if not all(isinstance(p, list) and len(p) == 2 and _is_rate(p[0]) and isinstance(p[1], bool) for p in points):
+        return False
+    fastest = entry["fastest_faithful_bps"]
+    return (fastest is None or _is_rate(fastest)) \
+        and fastest == max((rate for rate, faithful in points if faithful), default=None)
 
 
 def calibrated_rate(topo: str, collective: str, fabric: str, mtu: int, path: str | None = None) -> int:
@@ -135,9 +195,8 @@ def lines(calibration: dict[str, Any] | None, path: str | None = None) -> list[s
         return [f"no calibration on this machine ({path}): `fabric-emu run fidelity` makes one"]
     out = [f"calibration of this machine ({path}; {'this machine' if calibration['machine'] == machine() else 'ANOTHER machine'}):"]
     for key, entry in calibration["shapes"].items():
-        rate = entry.get("fastest_faithful_bps")
-        points = ", ".join(f"{format_rate(p[0])} {'yes' if p[1] else 'NO'}" for p in entry.get("points", [])
-                           if isinstance(p, list) and len(p) == 2 and isinstance(p[0], int))
+        rate = entry["fastest_faithful_bps"]
+        points = ", ".join(f"{format_rate(point)} {'yes' if faithful else 'NO'}" for point, faithful in entry["points"])
         out.append(f"  {shown(key)}: fastest faithful {format_rate(rate) if rate else 'none'}"
-                   f" (measured {shown(entry.get('measured_utc', '?'))}: {points})")
+                   f" (measured {shown(entry['measured_utc'])}: {points})")
     return out

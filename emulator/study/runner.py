@@ -119,20 +119,28 @@ def run_experiment(experiment: Experiment, out_root: str, log: Callable[[str], N
 
 def _calibrate(experiment: Experiment, results: dict[str, Any], log: Callable[[str], None],
                path: str | None = None) -> None:
-    """A run swept over the link rate measured where this machine keeps up: into the machine's calibration."""
+    """A run swept over the link rate measured where this machine keeps up: into the machine's calibration.
+
+    Emulated variants only (a simulated one is faithful at any rate).  A cache that cannot be used is replaced;
+    one that cannot be written is one line, and the results stand without it.
+    """
     swept = {v.name: v.params["bw"] for v in experiment.variants if "bw" in v.params}
     if not swept:
         return
     shapes = calibration.measured(results["variants"], swept)
+    if not shapes:
+        log("calibration: nothing recorded; only emulated variants with a fidelity verdict are (a simulation is "
+            "faithful at any rate)")
+        return
     try:
         old = calibration.load(path)
-    except FabricError as err:
-        log(f"{err}: replaced")
+    except calibration.UnusableCache as err:
+        log(f"{err.problem}: replaced")
         old = None
     try:
         calibration.save(calibration.merge(old, shapes, results["created_utc"]), path)
-    except OSError as err:  # the results stand without it
-        log(f"calibration not saved: {path or calibration.CACHE}: {err.strerror or err}")
+    except FabricError as err:
+        log(f"calibration not saved: {err}")
         return
     for key, entry in shapes.items():
         rate = entry["fastest_faithful_bps"]
