@@ -20,7 +20,7 @@ that field was written by an older fabric-emu, which recorded simulated
 variants too (a simulated sweep replaced a measured 50 Mbit/s with
 800 Gbit/s), and is refused as any other unusable cache.
 
-The cache is read as hostile input (:mod:`emulator.study.safefiles`): no
+The cache is read as hostile input (:mod:`emulator.safefiles`): no
 link is followed, only a regular file is opened (a FIFO would hang the
 read), at most ``MAX_BYTES`` are read, and every field is checked (rates
 within a link's range, points as the runner writes them).  It is written
@@ -38,7 +38,7 @@ from typing import Any, BinaryIO
 
 from emulator.errors import FabricError, printable, shown
 from emulator.fabric.plan import MAX_RATE, MIN_RATE
-from emulator.study.safefiles import Outputs, read_inside
+from emulator.safefiles import Outputs, read_inside
 from emulator.units import format_rate, parse_rate
 
 CACHE = "/var/cache/fabric-emu/calibration.json"

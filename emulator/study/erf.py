@@ -19,7 +19,7 @@ than the capture card's fixed slot), rlen (header and packet), lctr (loss
 counter, 0) and wlen (the packet's length), big-endian.
 
 Captures may come from anywhere: they are read with the strict reader of
-:mod:`emulator.study.pcapfile` and written with :class:`emulator.study.safefiles.Outputs`
+:mod:`emulator.study.pcapfile` and written with :class:`emulator.safefiles.Outputs`
 (temporary files renamed into place once every capture converted, never
 through a link), so a bad capture gives one line naming it and the offset
 and leaves no output behind.  ERF and pcap hold seconds in 32 bits: a frame
@@ -37,7 +37,7 @@ from emulator.errors import FabricError, printable
 from emulator.wire.ib import FC_LEN, LRH_AT, SLP, data_end, is_ib
 from emulator.wire.mac import ETH_LEN
 from emulator.study.pcapfile import read_frames
-from emulator.study.safefiles import Outputs, list_inside, open_inside
+from emulator.safefiles import Outputs, list_inside, open_inside
 
 LINKTYPE_ETHERNET = 1
 LINKTYPE_ERF = 197

@@ -47,7 +47,7 @@ from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, derive_config, parse_overrides
 from emulator.fabric.topospec import build_topo
 from emulator.study import calibration
-from emulator.study.safefiles import read_bounded
+from emulator.safefiles import read_bounded
 from emulator.units import format_size, format_time, parse_size, parse_time
 
 BUILTIN = resources.files("emulator.study") / "experiments"

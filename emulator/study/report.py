@@ -6,7 +6,7 @@ and needs nothing else: no root, no fabric, no agents, so a directory copied
 off the test machine reports the same.  It prints one comparison table
 (with lossy/lossless ratios and, for the straggler experiment, measured
 against predicted CCT) and writes PNG plots into ``DIR/plots`` through
-:class:`emulator.study.safefiles.Outputs`: never through a symbolic link, never
+:class:`emulator.safefiles.Outputs`: never through a symbolic link, never
 outside DIR, all plots or none.  Text from the directory is printed with
 its control characters escaped.
 
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, TextIO
 
 from emulator.errors import FabricError, printable
 from emulator.study.results import IterationRow, RateRow, Results, Sample, load_results
-from emulator.study.safefiles import Outputs
+from emulator.safefiles import Outputs
 from emulator.units import parse_rate
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ but the report is meant for directories copied from elsewhere, so
 everything here treats the directory as hostile (docs/results.md, "What
 report accepts"):
 
-- files are read through :mod:`emulator.study.safefiles`: regular files only, no
+- files are read through :mod:`emulator.safefiles`: regular files only, no
   symbolic link below DIR followed, at most :data:`MAX_JSON_BYTES` of a
   JSON file and :data:`MAX_CSV_BYTES` (and :data:`MAX_CSV_ROWS` rows) of a
   CSV file;
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, TypeVar
 
 from emulator.errors import SHOWN_CHARS, FabricError, printable, shown
-from emulator.study.safefiles import read_inside
+from emulator.safefiles import read_inside
 
 MAX_JSON_BYTES = 16 << 20  # results.json and config.json are kilobytes
 MAX_CSV_BYTES = 64 << 20  # iterations.csv and occupancy.csv: megabytes for long runs

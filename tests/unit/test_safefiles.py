@@ -5,7 +5,7 @@ import os
 import pytest
 
 from emulator.errors import FabricError
-from emulator.study.safefiles import Outputs, list_inside, open_inside, read_inside
+from emulator.safefiles import Outputs, list_inside, open_inside, read_inside
 
 
 @pytest.fixture

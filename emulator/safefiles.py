@@ -21,6 +21,11 @@ and may be a link):
 
 Every name below DIR is opened through a descriptor of the directory above,
 so nothing is read or written outside DIR whatever the names resolve to.
+
+The same holds where fabric-emu writes as root into a directory it did not
+make: the calibration cache in /var/cache/fabric-emu, a run's
+``--telemetry`` directory.  So this module sits in the base layer, below
+the fabric's teardown and the study's commands alike.
 """
 
 from __future__ import annotations
