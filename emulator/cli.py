@@ -21,7 +21,7 @@ import time
 from typing import Any, Callable, NoReturn, Sequence
 
 from emulator import bounds
-from emulator.fabric import runstate
+from emulator.fabric import output_dirs, runstate
 from emulator.errors import FabricError, listed
 from emulator.fabric.agent_control import query_agent
 from emulator.fabric.builder import Fabric
@@ -100,11 +100,15 @@ def _pick_run(run: str | None) -> runstate.RunState:
 
 def cmd_up(args: argparse.Namespace) -> int:
     fabric = _fabric(args)
+    made = output_dirs.prepare(fabric.capture_dir, fabric.telemetry_dir)  # in one line now, not at down
     try:
         fabric.start()
         fabric.detach()
     except BaseException:  # Ctrl-C or SIGTERM between the build and the hand-over too
-        fabric.stop()
+        try:
+            fabric.stop()
+        finally:
+            output_dirs.remove_if_empty(made)
         raise
     hosts = listed([f"{n.name}={n.ip}" for n in fabric.hosts], sep=" ")
     print(f"run {fabric.run_name} is up: {len(fabric.hosts)} hosts, {len(fabric.switches)} switches, "

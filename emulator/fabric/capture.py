@@ -41,11 +41,12 @@ import re
 import signal
 import subprocess
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
-from emulator.errors import FabricError
+from emulator.errors import FabricError, one_line, printable
 from emulator.kernel.processes import ProcessId, running, send_signal
 from emulator.fabric.runstate import create_file
+from emulator.safefiles import Outputs, open_inside
 
 if TYPE_CHECKING:
     from emulator.fabric.node import Node
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 START_TIMEOUT = 10.0  # seconds for one tcpdump to say "listening on"
 STOP_TIMEOUT = 10.0  # seconds for one tcpdump to exit after SIGINT
 RING_KIB = 16384  # tcpdump -B: the capture ring per link end
+CAPTURE_SUFFIXES = (".pcap", ".pcapng")  # a link end's capture while tcpdump writes it, and once converted
 
 
 class Captures:
@@ -184,24 +186,40 @@ def convert_to_pcapng(pcaps: list[str]) -> list[str]:
 
     A pcap already converted (by a teardown cut short) is taken as it is.
     editcap runs in a session of its own: a Ctrl-C at the terminal during
-    a teardown must not cut the conversion short.
+    a teardown must not cut the conversion short.  It reads the pcap and
+    writes the pcapng through descriptors opened here without following a
+    link (:mod:`emulator.safefiles`): this runs as root in a directory the
+    user chose, where a link put at a capture's name during the run must
+    neither be read into the capture nor written through.
     """
     paths, failures = [], []
     for pcap in pcaps:
         pcapng = pcap + "ng"
-        if not os.path.exists(pcap) and os.path.exists(pcapng):
+        if not os.path.lexists(pcap) and os.path.lexists(pcapng):
             paths.append(pcapng)
             continue
-        done = subprocess.run(["editcap", "-F", "pcapng", pcap, pcapng], capture_output=True, text=True,
-                              start_new_session=True)
-        if done.returncode == 0:
-            os.unlink(pcap)
-            paths.append(pcapng)
-        else:
-            failures.append(f"{pcap}: {done.stderr.strip()}")
+        directory, name = os.path.split(pcap)
+        try:
+            source = open_inside(directory, name)
+            if source is None:
+                raise FabricError(f"{printable(pcap)}: missing")
+            with source, Outputs(directory) as outputs:
+                outputs.write(name + "ng", lambda out: _editcap(pcap, source, out))
+        except FabricError as err:
+            failures.append(str(err))
+            continue
+        os.unlink(pcap)
+        paths.append(pcapng)
     if failures:
         raise FabricError("editcap could not convert " + "; ".join(failures))
     return paths
+
+
+def _editcap(pcap: str, source: BinaryIO, out: BinaryIO) -> None:
+    done = subprocess.run(["editcap", "-F", "pcapng", "-", "-"], stdin=source, stdout=out, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True)
+    if done.returncode != 0:
+        raise FabricError(f"{printable(pcap)}: {one_line(done.stderr)}")
 
 
 def kernel_drops(log: str) -> int:

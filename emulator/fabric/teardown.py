@@ -11,12 +11,14 @@ import json
 import os
 import shutil
 import subprocess
+from typing import BinaryIO
 
-from emulator.errors import FabricError
+from emulator.errors import FabricError, printable
 from emulator.fabric import runstate
 from emulator.fabric.capture import stop_detached
 from emulator.fabric.stats import with_totals
 from emulator.kernel.processes import terminate
+from emulator.safefiles import Outputs
 
 STOP_GRACE_S = 3.0  # for the agent processes to write their counters and exit, and per node:
 STOP_GRACE_PER_NODE_S = 0.01
@@ -64,11 +66,26 @@ def _stop_agents(state: runstate.RunState, children: dict[str, subprocess.Popen]
             child.wait(timeout=1)
 
 
+TELEMETRY_FILES = ("stats.json", "occupancy.csv", "rates.csv")  # what write_telemetry puts in its directory
+
+
 def write_telemetry(state: runstate.RunState, directory: str) -> None:
     """The agents' final counters as stats.json (with totals), every switch's
     queue occupancy series merged into occupancy.csv, and every RNIC's DCQCN
-    rate trace into rates.csv (when the fabric ran DCQCN)."""
-    os.makedirs(directory, exist_ok=True)
+    rate trace into rates.csv (when the fabric ran DCQCN).
+
+    Written as root into a directory the user chose (``up --telemetry``),
+    where whoever may write there could have put a link at one of these
+    names: each file goes to a fresh temporary file, opened without
+    following a link, and all are renamed over their names once complete
+    (:class:`emulator.safefiles.Outputs`); a link there is replaced, its
+    target left alone.  A directory that cannot be written is one line.
+    """
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as err:
+        raise FabricError(f"telemetry not written: cannot create {printable(directory)}: "
+                          f"{err.strerror or err}") from None
     final = {}
     for name in state.agents:
         try:
@@ -76,24 +93,28 @@ def write_telemetry(state: runstate.RunState, directory: str) -> None:
                 final[name] = json.load(f)
         except (OSError, ValueError):
             continue  # the agent died; its death was reported
-    with open(os.path.join(directory, "stats.json"), "w") as f:
-        json.dump(with_totals(state, final), f, indent=1)
-    _merge_series(state, directory, "occupancy.csv", always=True)
-    _merge_series(state, directory, "rates.csv", always=False)
+    stats = json.dumps(with_totals(state, final), indent=1).encode()
+    with Outputs(directory) as outputs:
+        outputs.write("stats.json", lambda f: f.write(stats))
+        _merge_series(state, outputs, "occupancy.csv", always=True)
+        _merge_series(state, outputs, "rates.csv", always=False)
 
 
-def _merge_series(state: runstate.RunState, directory: str, name: str, always: bool) -> None:
-    """Every agent's ``<node>.<name>`` (CSV, one header each) into ``<directory>/<name>``; written ``always``,
+def _merge_series(state: runstate.RunState, outputs: Outputs, name: str, always: bool) -> None:
+    """Every agent's ``<node>.<name>`` (CSV, one header each) into ``name`` of ``outputs``; written ``always``,
     or only when some agent wrote one (the rate trace exists only with congestion control)."""
     paths = [path for node in state.agents if os.path.exists(path := os.path.join(state.directory, f"{node}.{name}"))]
     if not paths and not always:
         return
-    with open(os.path.join(directory, name), "w") as out:
+
+    def merge(out: BinaryIO) -> None:
         header_written = False
         for path in paths:
-            with open(path) as f:
+            with open(path, "rb") as f:
                 header = f.readline()
                 if not header_written:
                     out.write(header)
                     header_written = True
                 shutil.copyfileobj(f, out)
+
+    outputs.write(name, merge)
