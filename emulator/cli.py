@@ -544,7 +544,8 @@ def _terminate(signum: int, _frame: object) -> None:
     global _stop_signal
     _stop_signal = signum
     for stop in STOP_SIGNALS:
-        signal.signal(stop, _already_stopping)
+        if signal.getsignal(stop) is _terminate:  # one the launcher left ignored stays so
+            signal.signal(stop, _already_stopping)
     raise SystemExit(128 + signum)
 
 
@@ -589,6 +590,14 @@ def _exit_now(signum: int, _frame: object) -> None:
     os._exit(128 + signum)
 
 
+def _ignored_by_launcher() -> set[int]:
+    """The stop signals this process was started with ignored: they stay ignored.  nohup ignores SIGHUP so
+    that a command outlives its terminal, and a shell without job control starts a background job with
+    SIGINT ignored so that Ctrl-C at the terminal does not reach it; handling SIGHUP anyway had ended a
+    `nohup fabric-emu run ... &` when its terminal closed."""
+    return {signum for signum in (signal.SIGINT, *STOP_SIGNALS) if signal.getsignal(signum) is signal.SIG_IGN}
+
+
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line; a number out of its range raises FabricError (from its type)."""
     parser = build_parser()
@@ -610,10 +619,14 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     global _stop_signal, _unwound, _python_hook
     _stop_signal, _unwound = None, False
-    for stop in STOP_SIGNALS:
-        signal.signal(stop, _terminate)
+    kept = _ignored_by_launcher()
     _python_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
     try:
+        if signal.SIGINT not in kept:  # in place of __main__'s, which ends the process during the imports
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        for stop in STOP_SIGNALS:
+            if stop not in kept:
+                signal.signal(stop, _terminate)
         args = _parse(argv)
         return args.func(args)
     except FabricError as err:
@@ -631,7 +644,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     finally:
         for stop in STOP_SIGNALS:
-            signal.signal(stop, _exit_now)
+            if stop not in kept:
+                signal.signal(stop, _exit_now)
         if not _unwound:
             sys.unraisablehook = _python_hook
 

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import tempfile
 
+from launcher_signals import stop_signals_at_default
+
 TINY = """
 name = "tiny"
 description = "two variants on star,3"
@@ -94,7 +96,7 @@ def test_ctrl_c_keeps_finished_variants_and_leaves_nothing(tmp_path):
     (tmp_path / "tiny.toml").write_text(TINY.replace('collective = "allreduce"', 'collective = "allreduce"\niterations = 500'))
     proc = subprocess.Popen([sys.executable, "-m", "emulator", "run", str(tmp_path / "tiny.toml"),
                              "--out", str(tmp_path / "results")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=stop_signals_at_default)
     seen = []
     while not any("allreduce-lossy iteration 3/" in line for line in seen):  # well into the second variant
         line = proc.stderr.readline()

@@ -16,6 +16,7 @@ import pytest
 from emulator.kernel import processes
 from emulator.fabric import runstate
 from emulator.kernel.netns import existing_namespaces
+from launcher_signals import stop_signals_at_default
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -155,9 +156,10 @@ def test_link_delay_is_modelled_and_said_so():
 
 # --- signals: Ctrl-C and SIGTERM during up, pingall and down; kill -9 during clean ---------------------
 #
-# Each command is started in a session of its own, as a shell starts a foreground job: Ctrl-C is
-# SIGINT to that process group (the command and the children it did not put in sessions of their
-# own), SIGTERM goes to the command alone, as `kill PID` sends it.  Moments are fixed delays
+# Each command is started in a session of its own, with its stop signals at their defaults whatever
+# started the suite, as an interactive shell starts a foreground job: Ctrl-C is SIGINT to that process
+# group (the command and the children it did not put in sessions of their own), SIGTERM goes to the
+# command alone, as `kill PID` sends it.  Moments are fixed delays
 # (0.3 s: often still in Python's start-up, before the command did anything) and points in the
 # command's progress.  Whatever the moment, nothing may be left: no namespace, no run directory,
 # and (checked by the no_leftovers fixture) no process.
@@ -168,7 +170,8 @@ class Command:
 
     def __init__(self, *args: str) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "emulator", *args], cwd=REPO, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                     preexec_fn=stop_signals_at_default)
         self.err: list[str] = []
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
