@@ -42,6 +42,7 @@ from emulator.kernel.packet_socket import unbound_packet_socket
 from emulator.kernel.rps import keep_flows_in_order
 from emulator.kernel.netns import entered
 from emulator.kernel.tc import PauseGates, leaf_class
+from emulator.kernel.drop_counters import NamespaceDrops
 
 EARLY_WAKE_NS = 1_000_000  # a timed post wakes the agent this much before its start (see _start_timed_posts)
 RX_BUFFER = 256 << 10  # the slow receiver's NIC buffer (a ConnectX-class NIC has a few hundred KiB per port)
@@ -75,6 +76,7 @@ class HostAgent(AgentBase):
         self.rate_bps, self.mtu = config.rate_bps, config.mtu
         self.rnic.pause_request = lambda on: self._nic_pause("slow", on)
         self.unordered = keep_flows_in_order([ifname], whole_link=config.ib is not None, rx_cpus=[config.rx_cpu])
+        self.kernel_counters: NamespaceDrops | None = None  # opened at the first stats request (most never come)
 
     def _on_frame(self, _fd: int, _mask: int, now: int) -> None:
         while True:
@@ -217,9 +219,19 @@ class HostAgent(AgentBase):
             "paused_now": [self.state.is_paused(p) for p in range(PRIORITIES)],
             "drops": {"malformed": self.malformed + self.rnic.malformed()},
             "rnic": self.rnic.stats(),
+            "kernel": self._kernel_drops(),
             "rps_failed": self.unordered,
             "fidelity": self._fidelity(),
         }
+
+    def _kernel_drops(self) -> dict[str, Any]:
+        """What the host's kernel dropped: its NIC's pause gates and HTB classes (tc), the veth, UDP sockets."""
+        try:
+            if self.kernel_counters is None:
+                self.kernel_counters = NamespaceDrops(self.netns, [self.ifname])
+            return self.kernel_counters.read()
+        except OSError as err:  # the namespace went first (a teardown): say so, the verdict counts it unaccounted
+            return {"error": f"{type(err).__name__}: {err}"}
 
     def _fidelity(self) -> dict[str, Any]:
         """The monitor's figures of this host (its RNIC's wire and its timers so far) and their verdict."""
@@ -240,6 +252,8 @@ class HostAgent(AgentBase):
         self.gates.close()
         if self.pfc_sock is not None:
             self.pfc_sock.close()
+        if self.kernel_counters is not None:
+            self.kernel_counters.close()
 
 
 def _fraction(text: str) -> float:

@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from emulator.agents.base import AgentBase
+from emulator.errors import FabricError
 from emulator.agents.loop import Loop
 from emulator.agents.config import PortConfig, RouteTable, SwitchConfig, check_routes, read
 from emulator.wire.mac import ETH_LEN, mac_bytes
@@ -44,6 +45,8 @@ from emulator.model.ib_plane import IB_DROPS, IbPlane
 from emulator.model.link import Link
 from emulator.model.mmu import Mmu
 from emulator.kernel.tc import leaf_class
+from emulator.kernel.drop_counters import NamespaceDrops
+from emulator.model.switch_params import derive_config
 
 SEND_FRAMES = 2  # SO_SNDBUF in link-MTU frames (the kernel doubles it): about two frames queued in the kernel
 RECV_BUFFER = 4 << 20
@@ -129,6 +132,9 @@ class SwitchAgent(AgentBase):
         self.ib = IbPlane([(p.mac, p.peer_mac) for p in config.ports], config.ib,
                           [p.max_frame for p in self.ports], [p.rate_bps for p in self.ports]) \
             if config.ib is not None else None
+        self.netns = config.netns
+        self.kernel_counters: NamespaceDrops | None = None  # opened at the first stats request
+        self.buffer_below_default = _buffer_below_default(config)
         self.occupancy = open(config.occupancy_file, "w", buffering=1 << 16)
         self.occupancy.write("time_ns,switch,port,priority,ingress_bytes,egress_bytes,egress_paused,xoff\n")
         for port in self.ports:
@@ -470,7 +476,17 @@ class SwitchAgent(AgentBase):
             totals["ib_credit_stalls"] = sum(entry["stalls"] for port in ports.values() for entry in port["ib"]["credits"])
             totals["tx_frames"] += sum(self.ib.forwarded)  # the IB plane's packets (the MMU carries none on ib)
         return {"switch": self.name, "scheduling": self.scheduling, "cpu": self.cpu, "ports": ports, "totals": totals,
-                "rps_failed": self.unordered, "fidelity": self._fidelity()}
+                "lossless": sorted(mmu.config.lossless), "buffer_below_default": self.buffer_below_default,
+                "kernel": self._kernel_drops(), "rps_failed": self.unordered, "fidelity": self._fidelity()}
+
+    def _kernel_drops(self) -> dict[str, Any]:
+        """What the switch's kernel dropped on its ports: their tc trees and veths (AF_PACKET's are the ports')."""
+        try:
+            if self.kernel_counters is None:
+                self.kernel_counters = NamespaceDrops(self.netns, [port.ifname for port in self.ports])
+            return self.kernel_counters.read()
+        except OSError as err:  # the namespace went first (a teardown): say so, the verdict counts it unaccounted
+            return {"error": f"{type(err).__name__}: {err}"}
 
     def _wire(self, port: Port) -> EgressWire:
         """The port's wire figures, its busy time and frames filled in from what it sent (the MMU's and IB's)."""
@@ -502,3 +518,24 @@ class SwitchAgent(AgentBase):
     def close(self) -> None:
         self._sample(self.now())
         self.occupancy.close()
+        if self.kernel_counters is not None:
+            self.kernel_counters.close()
+
+
+def _buffer_below_default(config: SwitchConfig) -> bool:
+    """Whether ``--switch`` set this switch's headroom or buffer below the defaults its links derive.
+
+    A lossless queue that overflows such a buffer lost frames as configured
+    (the headroom sweep does it on purpose); with the defaults it is a defect.
+    """
+    mmu = config.mmu
+    if not mmu.lossless:
+        return False
+    ports = config.ports
+    lossless = ":".join(str(p) for p in sorted(mmu.lossless))
+    try:
+        default = derive_config("lossless", max(p.rate_bps for p in ports), max(p.delay_ns for p in ports),
+                                max(p.mtu for p in ports), len(ports), {"lossless": lossless})
+    except FabricError:  # no default to compare with: nothing explains a loss
+        return False
+    return mmu.headroom < default.headroom or mmu.buffer < default.buffer

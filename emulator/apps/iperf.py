@@ -30,6 +30,8 @@ class IperfResult:
     received_bps: float
     lost_packets: int | None
     retransmits: int | None
+    sent_packets: int | None = None  # UDP: datagrams the client sent (its sum_sent)
+    out_of_order: int | None = None  # UDP: datagrams the receiver got behind a later one
 
 
 def _wait_listening(server: Node, port: int, deadline: float) -> None:
@@ -72,7 +74,8 @@ def run_flows(flows: list[tuple[Node, Node]], seconds: int, udp_bps: int | None 
             received = end["sum_received"]["bits_per_second"]
             if udp_bps is not None:
                 results.append(IperfResult(client.name, server.name, "udp", udp_bps, received,
-                                           end["sum"]["lost_packets"], None))
+                                           end["sum"]["lost_packets"], None, report["end"]["sum_sent"]["packets"],
+                                           sum(s["udp"].get("out_of_order", 0) for s in end["streams"])))
             else:
                 results.append(IperfResult(client.name, server.name, "tcp", None, received, None,
                                            report["end"]["sum_sent"].get("retransmits")))

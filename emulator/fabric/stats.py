@@ -7,6 +7,7 @@ from typing import Any
 from emulator.errors import FabricError
 from emulator.fabric import runstate
 from emulator.fabric.agent_control import query_agent
+from emulator.fabric.losses import account
 from emulator.kernel.processes import running
 
 
@@ -46,22 +47,41 @@ def with_totals(state: runstate.RunState, stats: dict[str, dict[str, Any]]) -> d
         totals[key] = sum(h["rnic"][key] for h in hosts.values() if "rnic" in h)
     totals["malformed"] = (sum(s["totals"]["malformed"] for s in switches.values())
                            + sum(h["drops"]["malformed"] for h in hosts.values()))
-    return {"run": state.run, "fabric": state.fabric, "totals": totals, "fidelity": fidelity(stats),
-            "switches": switches, "hosts": hosts}
+    losses = account(switches, hosts)
+    totals["lost_lossless_unexplained"] = losses["lossless_unexplained"]
+    return {"run": state.run, "fabric": state.fabric, "totals": totals, "fidelity": fidelity(stats, losses),
+            "losses": losses, "switches": switches, "hosts": hosts}
 
 
-def fidelity(stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The run's verdict: faithful while every agent kept up; the worst figures, and who did not keep up."""
+def explained_by_faults(stats: dict[str, Any], faults: str) -> dict[str, Any]:
+    """``stats`` (of :func:`with_totals`) with its losses and verdict judged again, ``faults`` explaining any loss.
+
+    For a caller that injected faults itself (an experiment's ``faults``):
+    a fault that left no trace in the counters still explains a loss.
+    """
+    agents = {**stats["switches"], **stats["hosts"]}
+    losses = account(stats["switches"], stats["hosts"], fault=faults)
+    totals = {**stats["totals"], "lost_lossless_unexplained": losses["lossless_unexplained"]}
+    return {**stats, "totals": totals, "losses": losses, "fidelity": fidelity(agents, losses)}
+
+
+def fidelity(stats: dict[str, dict[str, Any]], losses: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run's verdict: faithful while every agent kept up and no lossless-class frame was lost unexplained;
+    the worst figures, and who did not keep up or lost what where (``losses`` of :func:`account`)."""
     figures = [s["fidelity"] for s in stats.values() if "fidelity" in s]
+    unfaithful = {name: list(s["fidelity"]["reasons"]) for name, s in stats.items()
+                  if "fidelity" in s and not s["fidelity"]["faithful"]}
+    for name, reasons in (losses["reasons"] if losses else {}).items():
+        unfaithful.setdefault(name, []).extend(reasons)
 
     def worst(part: str, key: str) -> Any:
         values = [f[part][key] for f in figures if f.get(part) and f[part][key] is not None]
         return max(values) if values else None
 
     return {
-        "faithful": all(f["faithful"] for f in figures),
-        "unfaithful": {name: s["fidelity"]["reasons"] for name, s in sorted(stats.items())
-                       if "fidelity" in s and not s["fidelity"]["faithful"]},
+        "faithful": all(f["faithful"] for f in figures) and not unfaithful,
+        "unfaithful": dict(sorted(unfaithful.items())),
+        "lost_lossless_unexplained": losses["lossless_unexplained"] if losses else 0,
         "stall_share": worst("wire", "stall_share"),
         "longest_stall_ns": worst("wire", "longest_stall_ns"),
         "lag_p99_ns": worst("lag", "p99_ns"),

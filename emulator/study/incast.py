@@ -35,11 +35,12 @@ class IncastResult:
 def run_incast(fabric: str, protocol: str, senders: int = 3, bw: str = "50mbit", seconds: int = 5,
                switch: dict[str, str] | None = None, capture: str | None = None,
                telemetry: str | None = None, log: Callable[[str], None] | None = None,
-               delay: str | None = None, mtu: int | None = None) -> IncastResult:
+               delay: str | None = None, mtu: int | None = None, name: str | None = None) -> IncastResult:
     """``senders`` hosts of ``star,senders+1`` send to the last host, in priority 3.
 
     UDP flows offer the full link rate each; TCP flows are greedy.  Links
-    have the fabric's default delay and MTU unless ``delay`` or ``mtu`` say.
+    have the fabric's default delay and MTU unless ``delay`` or ``mtu`` say;
+    ``name`` names the run (default: a random name).
     """
     rate = parse_rate(bw)
     link: dict[str, Any] = {"bw": bw}
@@ -48,7 +49,7 @@ def run_incast(fabric: str, protocol: str, senders: int = 3, bw: str = "50mbit",
     if mtu is not None:
         link["mtu"] = mtu
     with Fabric(StarTopo(n=senders + 1), link=link, fabric=fabric, switch=switch, capture=capture,
-                telemetry=telemetry, spec=f"star,{senders + 1}", log=log) as net:
+                telemetry=telemetry, spec=f"star,{senders + 1}", log=log, name=name) as net:
         switch_ports = {p.ifname: p.peer_node for p in net.plan.nodes["s1"].ports}
         receiver = net.hosts[-1]
         flows = run_flows([(h, receiver) for h in net.hosts[:-1]], seconds,

@@ -34,6 +34,7 @@ from emulator.fabric.agent_control import query_agent
 from emulator.fabric.builder import Fabric
 from emulator.fabric.link_state import set_link
 from emulator.fabric.plan import hop_distances, link_params, make_plan
+from emulator.fabric.stats import explained_by_faults
 from emulator.model.dcqcn import parse_cc
 from emulator.study.sim_variant import run_sim_variant, sim_variant_bytes
 from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, GoodputWatch, StallTracker
@@ -198,12 +199,15 @@ def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
                     f"{(variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS) / 1e9:g} s: deadlocked; the ranks were stopped")
                 run = CollectiveRun([node.name for node in net.hosts], [], [])
         stats = net.stats()
+    if variant.faults:  # the variant's own faults explain a loss even where they left no trace in the counters
+        stats = explained_by_faults(stats, "the variant's faults")
     after = {key: stats["totals"][key] for key in COUNTERS}
     fabric_delta = {key: after[key] - baseline[0][key] for key in COUNTERS}
     if not run.iterations:
         summary = stopped_summary(variant, run, fabric_delta, stats["fidelity"])
     else:
         summary = summarize_variant(variant, run, fabric_delta, stats["fidelity"])
+    summary["losses"] = stats["losses"]
     if tracker is not None:
         summary.update(tracker.verdict())
     if tracker is not None or variant.faults:
@@ -274,6 +278,7 @@ def _run_sim_variant(variant: Variant, log: Callable[[str], None]) -> tuple[dict
         summary = stopped_summary(variant, outcome.run, outcome.counters, {})
     summary["fidelity"] = {"faithful": True, "unfaithful": {},
                            "why": "simulated time: the models run at the time they model, whatever the CPU"}
+    summary["losses"] = None  # the simulation's drops are its switches' (``drops``); no kernel loses a frame
     if outcome.stall is not None:
         summary.update(outcome.stall)
     if outcome.pfcwd is not None:

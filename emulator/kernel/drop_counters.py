@@ -1,0 +1,217 @@
+"""Where the kernel of one namespace dropped frames: tc qdiscs and classes, interfaces, IPv4, UDP sockets.
+
+A frame of a lossless run can be lost outside the switch model: in a
+host's pause gate (the gate's TBF, its queue, the HTB class above it; see
+:mod:`emulator.kernel.tc`), in a veth (the peer's backlog full), or at a
+receiving socket whose buffer was full.  The kernel counts each; this
+module reads the counts of one namespace on demand, never per frame: a
+netlink dump of the interfaces (IFLA_STATS64), of the qdiscs and of each
+interface's classes (TCA_STATS2), and the namespace's /proc/net/snmp
+(IPv4 and UDP errors).
+
+tc attributes a drop to every qdisc on the frame's way up: a frame the
+gate queue of priority p refuses is counted by that queue, by the gate
+(TBF), by HTB class 1:1p and by the HTB root.  So a priority's tc drops
+are the largest count along its chain (not their sum), and the root's
+drops beyond its classes' are the ones no class took (a filter's verdict):
+they cannot be given a priority.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from typing import Any
+
+from emulator.kernel.netns import entered
+from emulator.kernel.tc import PRIORITIES, ROOT, open_route_socket
+
+_NLMSG_DONE, _NLMSG_ERROR = 3, 2
+_NLM_F_REQUEST, _NLM_F_DUMP = 0x1, 0x300
+_RTM_GETLINK, _RTM_NEWLINK = 18, 16
+_RTM_GETQDISC, _RTM_NEWQDISC = 38, 36
+_RTM_GETTCLASS, _RTM_NEWTCLASS = 42, 40
+_IFLA_IFNAME, _IFLA_STATS64 = 3, 23
+_TCA_KIND, _TCA_STATS, _TCA_STATS2 = 1, 3, 7
+_TCA_STATS_QUEUE = 3
+_NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED and NLA_F_NET_BYTEORDER
+_TC_H_ROOT = 0xFFFFFFFF
+_STATS64_RX_DROPPED, _STATS64_TX_DROPPED = 6, 7  # u64 fields of struct rtnl_link_stats64
+_UDP_FIELDS = {"InErrors": "in_errors", "RcvbufErrors": "rcvbuf_errors", "SndbufErrors": "sndbuf_errors",
+               "InCsumErrors": "csum_errors", "MemErrors": "mem_errors"}
+# IPv4's: a bad header (checksum included), an address not ours, no room, no route.
+_IP_FIELDS = {"InHdrErrors": "in_hdr_errors", "InAddrErrors": "in_addr_errors", "InDiscards": "in_discards",
+              "OutDiscards": "out_discards", "OutNoRoutes": "out_no_routes"}
+_DUMP_REPLY_MAX = 1 << 16
+
+
+def attributes(data: bytes, at: int = 0) -> dict[int, bytes]:
+    """Netlink attributes from ``at`` to the end of ``data``, by type (the last of a type wins).
+
+    A truncated attribute ends the list: what the kernel sent is trusted
+    only as far as its lengths hold.
+    """
+    found = {}
+    while at + 4 <= len(data):
+        length, kind = struct.unpack_from("HH", data, at)
+        if length < 4 or at + length > len(data):
+            break
+        found[kind & _NLA_TYPE_MASK] = data[at + 4:at + length]
+        at += (length + 3) & ~3
+    return found
+
+
+def messages(reply: bytes) -> list[tuple[int, bytes]]:
+    """The (type, payload) netlink messages of one datagram; a truncated one ends it."""
+    found = []
+    at = 0
+    while at + 16 <= len(reply):
+        length, kind = struct.unpack_from("IH", reply, at)
+        if length < 16 or at + length > len(reply):
+            break
+        found.append((kind, reply[at + 16:at + length]))
+        at += (length + 3) & ~3
+    return found
+
+
+def link_drops(payload: bytes) -> tuple[str, int, dict[str, int]] | None:
+    """An RTM_NEWLINK message's interface name, index and rx/tx drops (None without both attributes)."""
+    if len(payload) < 16:
+        return None
+    ifindex = struct.unpack_from("i", payload, 4)[0]
+    found = attributes(payload, 16)  # after struct ifinfomsg
+    name, stats = found.get(_IFLA_IFNAME), found.get(_IFLA_STATS64)
+    if name is None or stats is None or len(stats) < 8 * (_STATS64_TX_DROPPED + 1):
+        return None
+    rx, tx = struct.unpack_from("QQ", stats, 8 * _STATS64_RX_DROPPED)
+    return name.split(b"\0", 1)[0].decode(errors="replace"), ifindex, {"rx_dropped": rx, "tx_dropped": tx}
+
+
+def tc_drops(payload: bytes) -> tuple[int, int, int, str, int] | None:
+    """An RTM_NEWQDISC/RTM_NEWTCLASS message: (ifindex, handle, parent, kind, drops), None if it has no stats."""
+    if len(payload) < 20:
+        return None
+    _family, ifindex, handle, parent, _info = struct.unpack_from("BxxxiIII", payload)
+    found = attributes(payload, 20)
+    kind = found.get(_TCA_KIND, b"").split(b"\0", 1)[0].decode(errors="replace")
+    queue = attributes(found.get(_TCA_STATS2, b"")).get(_TCA_STATS_QUEUE)
+    if queue is not None and len(queue) >= 12:  # struct gnet_stats_queue: qlen, backlog, drops, ...
+        return ifindex, handle, parent, kind, struct.unpack_from("I", queue, 8)[0]
+    legacy = found.get(_TCA_STATS)
+    if legacy is not None and len(legacy) >= 16:  # struct tc_stats: bytes (u64), packets, drops, ...
+        return ifindex, handle, parent, kind, struct.unpack_from("I", legacy, 12)[0]
+    return None
+
+
+def _priority_of_class(classid: int) -> int | None:
+    """The priority of an HTB leaf class 1:10 .. 1:17, else None."""
+    if classid >> 16 == ROOT >> 16 and 0x10 <= classid & 0xFFFF < 0x10 + PRIORITIES:
+        return (classid & 0xFFFF) - 0x10
+    return None
+
+
+def tree_drops(qdiscs: list[tuple[int, int, str, int]], classes: list[tuple[int, int]]) -> dict[str, Any]:
+    """One interface's tc drops: per priority the largest count along its chain, and what no class took.
+
+    ``qdiscs`` are (handle, parent, kind, drops), ``classes`` (classid,
+    drops).  A qdisc belongs to a priority when its parent is that
+    priority's HTB class or a qdisc of that priority (the gate below the
+    class, the gate's queue below the gate).
+    """
+    by_priority = [0] * PRIORITIES
+    for classid, drops in classes:
+        if (p := _priority_of_class(classid)) is not None:
+            by_priority[p] = max(by_priority[p], drops)
+    owner: dict[int, int] = {}  # qdisc handle -> priority
+    pending = list(qdiscs)
+    while pending:  # parents before children, whatever order the dump gave
+        left = []
+        for handle, parent, kind, drops in pending:
+            p = _priority_of_class(parent)
+            if p is None:
+                p = owner.get(parent & 0xFFFF0000)
+            if p is None:
+                left.append((handle, parent, kind, drops))
+                continue
+            owner[handle] = p
+            by_priority[p] = max(by_priority[p], drops)
+        if len(left) == len(pending):
+            break
+        pending = left
+    root = sum(drops for handle, parent, _kind, drops in qdiscs if parent == _TC_H_ROOT)
+    # HTB counts a child's drop at the leaf class and at the root: the root's surplus took no class.
+    class_sum = sum(drops for classid, drops in classes if _priority_of_class(classid) is not None)
+    unowned = [drops for handle, parent, _kind, drops in pending if parent != _TC_H_ROOT and handle not in owner]
+    return {"by_priority": by_priority, "unattributed": max(0, root - class_sum) + sum(unowned)}
+
+
+def snmp_errors(snmp: str, protocol: str, fields: dict[str, str]) -> dict[str, int]:
+    """Counters ``fields`` (theirs -> ours) of a /proc/net/snmp text's ``protocol:`` header and value lines."""
+    lines = [line.split() for line in snmp.splitlines() if line.startswith(f"{protocol}:")]
+    if len(lines) < 2:
+        return dict.fromkeys(fields.values(), 0)
+    values = dict(zip(lines[0][1:], lines[1][1:]))
+    return {ours: int(values[theirs]) if values.get(theirs, "").isdigit() else 0 for theirs, ours in fields.items()}
+
+
+def udp_errors(snmp: str) -> dict[str, int]:
+    """The UDP error counters of a /proc/net/snmp text."""
+    return snmp_errors(snmp, "Udp", _UDP_FIELDS)
+
+
+def ip_errors(snmp: str) -> dict[str, int]:
+    """The IPv4 error counters of a /proc/net/snmp text."""
+    return snmp_errors(snmp, "Ip", _IP_FIELDS)
+
+
+class NamespaceDrops:
+    """The drop counters of one namespace's interfaces ``ifnames``, read on demand.
+
+    Opened once, in the namespace (the route socket and the snmp file stay
+    bound to it, whichever thread reads them later).
+    """
+
+    def __init__(self, netns: str, ifnames: list[str]) -> None:
+        self.ifnames = list(ifnames)
+        self._nl = open_route_socket(netns)
+        with entered(netns):
+            self._snmp = os.open("/proc/thread-self/net/snmp", os.O_RDONLY | os.O_CLOEXEC)
+        self._seq = 0
+
+    def _dump(self, kind: int, header: bytes) -> list[tuple[int, bytes]]:
+        self._seq += 1
+        self._nl.send(struct.pack("IHHII", 16 + len(header), kind, _NLM_F_REQUEST | _NLM_F_DUMP, self._seq, 0)
+                      + header)
+        found = []
+        while True:
+            for reply_kind, payload in messages(self._nl.recv(_DUMP_REPLY_MAX)):
+                if reply_kind == _NLMSG_DONE:
+                    return found
+                if reply_kind == _NLMSG_ERROR:
+                    error = -struct.unpack_from("i", payload)[0] if len(payload) >= 4 else 0
+                    raise OSError(error, f"netlink dump {kind}: {os.strerror(error)}")
+                found.append((reply_kind, payload))
+
+    def read(self) -> dict[str, Any]:
+        """``interfaces``: per interface its rx/tx drops and tc drops; ``ip``, ``udp``: the namespace's errors."""
+        interfaces: dict[str, dict[str, Any]] = {}
+        indexes: dict[str, int] = {}
+        for kind, payload in self._dump(_RTM_GETLINK, struct.pack("BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0)):
+            if kind == _RTM_NEWLINK and (found := link_drops(payload)) and found[0] in self.ifnames:
+                interfaces[found[0]], indexes[found[0]] = found[2], found[1]
+        qdiscs: dict[int, list[tuple[int, int, str, int]]] = {}
+        for kind, payload in self._dump(_RTM_GETQDISC, struct.pack("BxxxiIII", socket.AF_UNSPEC, 0, 0, 0, 0)):
+            if kind == _RTM_NEWQDISC and (found := tc_drops(payload)):
+                qdiscs.setdefault(found[0], []).append(found[1:])
+        for name, ifindex in indexes.items():
+            classes = [(found[1], found[4]) for kind, payload in
+                       self._dump(_RTM_GETTCLASS, struct.pack("BxxxiIII", socket.AF_UNSPEC, ifindex, 0, 0, 0))
+                       if kind == _RTM_NEWTCLASS and (found := tc_drops(payload))]
+            interfaces[name]["tc"] = tree_drops(qdiscs.get(ifindex, []), classes)
+        snmp = os.pread(self._snmp, 1 << 16, 0).decode(errors="replace")
+        return {"interfaces": interfaces, "ip": ip_errors(snmp), "udp": udp_errors(snmp)}
+
+    def close(self) -> None:
+        self._nl.close()
+        os.close(self._snmp)
