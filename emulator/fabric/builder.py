@@ -33,7 +33,8 @@ from emulator.fabric.capacity import check_capacity
 from emulator.fabric.capture import Captures
 from emulator.errors import FabricError, shown
 from emulator.kernel.ethtool import disable_offloads
-from emulator.fabric.features import Features, probe_features, probe_namespace
+from emulator.fabric.features import Features, probe_features
+from emulator.fabric.names import probe_namespace
 from emulator.fabric.node import Node
 from emulator.kernel.netns import create_namespace, entered, existing_namespaces
 from emulator.fabric.placement import check_workers, default_workers, node_cpus, place, process_cpus

@@ -15,6 +15,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from emulator.errors import FabricError
 from emulator.kernel.netns import create_namespace, entered, remove_namespace
+from emulator.fabric.names import probe_namespace
 from emulator.fabric.plan import FabricPlan
 from emulator.units import format_time
 
@@ -46,10 +47,6 @@ class Features:
             return f"kernel features: {found}"
         shown = ", ".join(format_time(d) for d in delays)
         return f"kernel features: {found}; link delay {shown} modelled by the switch agents"
-
-
-def probe_namespace(run: str) -> str:
-    return f"{run}-probe"
 
 
 def probe_features(plan: FabricPlan) -> Features:

@@ -12,7 +12,10 @@ state record, a directory found under the run root.
 - A node name is 1 to 10 lowercase letters, digits and hyphens, starting
   with a letter (h1, s1, leaf-1).  Ten, because its interfaces are called
   ``<node>-eth<N>`` and Linux allows 15 bytes (IFNAMSIZ) for ``<node>-eth0``.
-- A namespace name is ``<run>-<node>``: at most 23 characters.
+- A namespace name is ``<run>-<node>``: at most 23 characters.  The run's
+  scratch namespace for the kernel probe is ``<run>--probe``: a node's name
+  starts with a letter, so no node's namespace can have that name (it was
+  ``<run>-probe``, which a node called ``probe`` had too).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ IFNAMSIZ = 15  # bytes of an interface name, without the terminating NUL
 RUN_NAME = re.compile(r"[a-z][a-z0-9]{0,11}")
 NODE_NAME = re.compile(r"[a-z][a-z0-9-]{0,%d}" % (IFNAMSIZ - len("-eth0") - 1))
 IFNAME = re.compile(r"(?P<node>[a-z][a-z0-9-]*)-eth[0-9]{1,3}")
+PROBE = "-probe"  # what follows "<run>-" in the probe's namespace: not a node name (it starts with a hyphen)
 
 
 def check_run_name(name: object) -> str:
@@ -55,7 +59,13 @@ def namespace_name(run: str, node: str) -> str:
     return f"{run}-{node}"
 
 
+def probe_namespace(run: str) -> str:
+    """The scratch namespace where ``run`` probes the kernel's qdiscs."""
+    return namespace_name(run, PROBE)
+
+
 def owns_namespace(run: str, namespace: str) -> bool:
-    """Whether ``namespace`` is one ``run`` may have created: ``<run>-<node name>``."""
+    """Whether ``namespace`` is one ``run`` may have created: ``<run>-<node name>``, or its probe's."""
     prefix = run + "-"
-    return namespace.startswith(prefix) and NODE_NAME.fullmatch(namespace[len(prefix):]) is not None
+    return namespace == probe_namespace(run) or (namespace.startswith(prefix)
+                                                 and NODE_NAME.fullmatch(namespace[len(prefix):]) is not None)

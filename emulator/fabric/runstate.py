@@ -513,7 +513,7 @@ def destroy(state: RunState, removed: Removed | None = None) -> Removed:
         recorded = [proc for proc in state.recorded_processes() if proc not in found]
         removed.processes += processes.terminate(found + recorded)
         present = existing_namespaces()
-        for name in dict.fromkeys(state.namespaces):  # a node called "probe" shares the probe's name
+        for name in dict.fromkeys(state.namespaces):  # a record of an older fabric-emu may name one twice
             if name in present:
                 remove_namespace(name)
                 removed.namespaces.append(name)

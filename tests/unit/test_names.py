@@ -52,8 +52,8 @@ def test_the_longest_names_fit_the_kernel_limits():
 
 
 @pytest.mark.parametrize("namespace, owned", [
-    ("demo1-h1", True), ("demo1-probe", True), ("demo1-leaf-1", True),
-    ("demo1h1", False), ("demo12-h1", False), ("demo1-", False), ("demo1-../x", False), ("demo1-H1", False),
+    ("demo1-h1", True), ("demo1-probe", True), ("demo1--probe", True), ("demo1-leaf-1", True),
+    ("demo1--h1", False), ("other--probe", False), ("demo1h1", False), ("demo12-h1", False), ("demo1-", False), ("demo1-../x", False), ("demo1-H1", False),
     ("other-h1", False), ("demo1-h1/x", False), ("demo1-n2345678901", False),
 ])
 def test_a_run_owns_only_namespaces_with_its_prefix(namespace, owned):
@@ -79,3 +79,13 @@ def test_the_plan_accepts_hyphenated_node_names():
     plan = make_plan(_topo("h1", "rack-2"), "demo1")
     assert plan.nodes["rack-2"].netns == "demo1-rack-2"
     assert plan.nodes["rack-2"].ports[0].ifname == "rack-2-eth0"
+
+
+def test_a_node_called_probe_keeps_its_namespace_apart_from_the_kernel_probes():
+    """The probe's scratch namespace was <run>-probe, a node called probe's namespace too: the probe's is now a
+    name no node's can have, and the run's record owns it."""
+    plan = make_plan(_topo("h1", "probe"), "demo1")
+    probe = names.probe_namespace("demo1")
+    assert plan.nodes["probe"].netns == "demo1-probe"
+    assert probe not in {node.netns for node in plan.nodes.values()}
+    assert names.owns_namespace("demo1", probe) and len(names.probe_namespace("r" * 12)) <= 23
