@@ -135,18 +135,27 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    """The runs on this machine.  Without root, a run's record cannot be read (its directory is root's, mode
+    0700): such a run is listed by its name alone, and one line says so."""
     found = runstate.scan()
     for line in found.refused:
         progress(line)
     existing = found.runs
+    if found.private:
+        progress(f"without root only the runs' names are listed ({len(found.private)} of them): their records are "
+                 "root's; sudo fabric-emu list shows them whole")
     if args.json:
         print(json.dumps([{"run": s.run, "topo": s.topo, "nodes": s.nodes, "owner_pid": s.owner_pid,
-                           "detached": s.detached} for s in existing], indent=1))
+                           "detached": s.detached} for s in existing]
+                         + [{"run": run, "topo": None, "nodes": None, "owner_pid": None, "detached": None}
+                            for run in found.private], indent=1))
         return 0
-    if not existing:
+    if not existing and not found.private:
         print("no fabric is up")
         return 0
     print(f"{'RUN':10} {'TOPOLOGY':20} {'HOSTS':>5} {'SWITCHES':>8}  STATUS")
+    for run in found.private:
+        print(f"{run:10} {'-':20} {'-':>5} {'-':>8}  unknown without root")
     for s in existing:
         kinds = [n["kind"] for n in s.nodes.values()]
         alive = s.agents_running()

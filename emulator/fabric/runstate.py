@@ -18,10 +18,12 @@ names under RUN_ROOT.  What fails a check is reported in one line and left
 alone: a bad record, an entry of the run root that is not a run name, a
 symbolic link, something not owned by us.
 
-The run root is created mode 0700.  If it exists with a wider mode it is
-narrowed to 0700 (it is ours: a real directory owned by us); if it is a
-symbolic link, not a directory, or owned by someone else, fabric-emu refuses
-to use it.  Files in it are created mode 0600.
+The run root is created mode 0755, and an existing one of ours (a real
+directory owned by us) is set to 0755: anyone may read the runs' names, which
+their namespaces in /run/netns show anyone already, so that ``list`` works
+without root; each run's directory is 0700, so its record, logs and sockets
+stay root's.  A run root that is a symbolic link, not a directory, or owned by
+someone else is refused.  Files in it are created mode 0600.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from emulator.kernel.processes import ProcessId
 from emulator.model.switch_params import FABRICS
 
 RUN_ROOT = "/run/fabric-emu"
+ROOT_MODE = 0o755  # the runs' names for anyone (list without root); each run's directory is 0700
 STATE_FILE = "state.json"
 MAX_RECORD_BYTES = 16 << 20  # a fat-tree of 16 000 hosts records about 4 MiB
 MAX_TEXT = 4096  # characters of the topology spec and of a directory path
@@ -289,15 +292,15 @@ def _why(err: OSError) -> str:
 
 
 def ensure_root() -> None:
-    """Create RUN_ROOT mode 0700, or narrow an existing one of ours to 0700."""
+    """Create RUN_ROOT mode ROOT_MODE, or set an existing one of ours to it (an older fabric-emu made it 0700)."""
     with contextlib.suppress(FileExistsError):
-        os.mkdir(RUN_ROOT, 0o700)
+        os.mkdir(RUN_ROOT, ROOT_MODE)
     fd = _open_root()
     if fd is None:
         raise FabricError(f"cannot use {RUN_ROOT}: it vanished while being created")
     try:
-        if stat.S_IMODE(os.fstat(fd).st_mode) != 0o700:
-            os.fchmod(fd, 0o700)
+        if stat.S_IMODE(os.fstat(fd).st_mode) != ROOT_MODE:
+            os.fchmod(fd, ROOT_MODE)
     finally:
         os.close(fd)
 
@@ -389,6 +392,7 @@ class Scan:
     runs: list[RunState] = field(default_factory=list)  # oldest first
     orphans: list[str] = field(default_factory=list)  # run directories without a state record
     refused: list[str] = field(default_factory=list)  # one line each: what was left alone and why
+    private: list[str] = field(default_factory=list)  # runs whose record only root may read (a scan without root)
 
 
 def scan() -> Scan:
@@ -416,6 +420,8 @@ def scan() -> Scan:
             found.runs.append(_read_record(entry))
         except FileNotFoundError:
             found.orphans.append(entry)
+        except PermissionError:
+            found.private.append(entry)
         except BadRecord as err:
             found.refused.append(f"{os.path.join(path, STATE_FILE)}: {err}; left alone")
     found.runs.sort(key=lambda s: s.created)

@@ -107,17 +107,18 @@ def test_modes_are_explicit_whatever_the_umask(run_root):
             f.write("x")
     finally:
         os.umask(old)
-    assert mode(run_root) == 0o700
+    assert mode(run_root) == 0o755  # the runs' names for anyone (list without root), nothing more
     assert mode(run_root / "zzdemo") == 0o700
     assert mode(run_root / "zzdemo" / "state.json") == 0o600
     assert mode(run_root / "zzdemo" / "h1.log") == 0o600
 
 
-def test_a_wider_run_root_is_narrowed_to_0700(run_root):
+@pytest.mark.parametrize("found", [0o777, 0o700], ids=["wider", "an-older-fabric-emu's"])
+def test_an_existing_run_root_is_set_to_0755(run_root, found):
     run_root.mkdir(mode=0o755)
-    os.chmod(run_root, 0o777)
+    os.chmod(run_root, found)
     make_state().save()
-    assert mode(run_root) == 0o700
+    assert mode(run_root) == 0o755
 
 
 def test_create_file_never_writes_through_a_link(run_root, outside):
