@@ -13,6 +13,7 @@ and may be a link):
 - only regular files are read; a FIFO or a device is refused before it is
   opened, so opening one cannot hang or have side effects;
 - :func:`read_inside` reads at most a stated number of bytes;
+- :func:`append_inside` appends to a regular file, never through a link;
 - :class:`Outputs` writes each output to a fresh temporary file
   (O_CREAT|O_EXCL|O_NOFOLLOW) in the target directory and renames them all
   over their names only when every one is complete: a link at an output's
@@ -147,6 +148,25 @@ def read_bounded(f: BinaryIO, limit: int, unreadable: str, too_large: str) -> by
     if len(data) > limit:
         raise FabricError(too_large)
     return data
+
+
+def append_inside(directory: str, name: str) -> BinaryIO:
+    """The regular file ``name`` (one component) of ``directory``, open for appending, never through a link.
+
+    For a file this program created and goes on adding to (the runner's
+    CSV files): what is at its name now must still be a regular file.
+    """
+    shown = printable(os.path.join(directory, name))
+    fd = _open_directory(directory)
+    try:
+        file_fd = _open_below(fd, name, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK, stat.S_ISREG, "regular file",
+                              shown)
+    finally:
+        os.close(fd)
+    if file_fd is None:
+        raise FabricError(f"cannot write {shown}: it was removed")
+    os.set_blocking(file_fd, True)
+    return os.fdopen(file_fd, "ab")
 
 
 def list_inside(directory: str) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import multiprocessing
 import json
 import math
@@ -42,6 +43,7 @@ from emulator.model.rc import RcConfig, default_timeout_ns
 from emulator.model.dilation import modelled_us
 from emulator.model.rdma_params import ROCE_OVERHEAD, message_wire_bytes
 from emulator.fabric.topospec import build_topo
+from emulator.safefiles import Outputs, append_inside
 from emulator.study import calibration
 from emulator.study.stats import percentile
 from emulator.units import format_rate, format_size
@@ -77,12 +79,10 @@ def run_experiment(experiment: Experiment, out_root: str, log: Callable[[str], N
         _write_json(os.path.join(directory, "config.json"), config)
         _write_json(os.path.join(directory, "results.json"), results)
         for name, fields in (("iterations.csv", ITERATION_FIELDS), ("flows.csv", FLOW_FIELDS)):
-            with open(os.path.join(directory, name), "w", newline="") as f:
-                csv.writer(f).writerow(fields)
-    except OSError as err:
+            _write_file(os.path.join(directory, name), _csv([fields]))
+    except FabricError as err:
         shutil.rmtree(directory, ignore_errors=True)
-        raise FabricError(f"--out {out_root!r}: cannot write {err.filename or directory!r}: "
-                          f"{err.strerror or err}") from None
+        raise FabricError(f"--out {out_root!r}: {err}") from None
     log(f"results go to {directory}")
     numbers = {variant.name: number for number, variant in enumerate(experiment.variants, start=1)}
 
@@ -495,17 +495,20 @@ def with_bound_check(fidelity: dict[str, Any], mean_us: float, bound_us: float, 
 
 
 def _append_rows(directory: str, name: str, iterations: list[IterationResult]) -> None:
-    with open(os.path.join(directory, "iterations.csv"), "a", newline="") as f:
-        writer = csv.writer(f)
-        for it in iterations:
-            writer.writerow([name, it.iteration, it.start_ns, round(it.cct_us, 1), round(it.start_skew_us, 1),
-                             it.last_src, it.last_dst, it.cause, it.retransmissions, round(it.paused_us, 1)])
-    with open(os.path.join(directory, "flows.csv"), "a", newline="") as f:
-        writer = csv.writer(f)
-        for it in iterations:
-            for flow in it.flows:
-                writer.writerow([name, it.iteration, flow.src, flow.dst, flow.bytes, round(flow.fct_us, 1),
-                                 flow.retransmissions, flow.timeouts])
+    """A variant's rows onto iterations.csv and flows.csv, never through a link (the runner writes as root)."""
+    with append_inside(directory, "iterations.csv") as f:
+        f.write(_csv([[name, it.iteration, it.start_ns, round(it.cct_us, 1), round(it.start_skew_us, 1),
+                       it.last_src, it.last_dst, it.cause, it.retransmissions, round(it.paused_us, 1)]
+                      for it in iterations]))
+    with append_inside(directory, "flows.csv") as f:
+        f.write(_csv([[name, it.iteration, flow.src, flow.dst, flow.bytes, round(flow.fct_us, 1),
+                       flow.retransmissions, flow.timeouts] for it in iterations for flow in it.flows]))
+
+
+def _csv(rows: list[list[Any]]) -> bytes:
+    text = io.StringIO()
+    csv.writer(text).writerows(rows)
+    return text.getvalue().encode()
 
 
 def _add_predictions(experiment: Experiment, summaries: list[dict[str, Any]]) -> None:
@@ -561,8 +564,11 @@ def prediction(variant: Variant, baseline_mean_us: float) -> dict[str, Any]:
             "predicted_rto_us": round(baseline_mean_us + hit * rto_us, 1)}
 
 
+def _write_file(path: str, data: bytes) -> None:
+    """``path`` whole or not at all: a fresh temporary file beside it, renamed over it; never through a link."""
+    with Outputs(os.path.dirname(path)) as outputs:
+        outputs.write(os.path.basename(path), lambda f: f.write(data))
+
+
 def _write_json(path: str, data: dict[str, Any]) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)
+    _write_file(path, json.dumps(data, indent=1).encode())

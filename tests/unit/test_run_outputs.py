@@ -172,3 +172,38 @@ def test_a_directory_a_run_that_is_up_writes_into_is_refused(run_root, tmp_path)
         output_dirs.prepare(None, directory)
     one_line(info, f"--telemetry {directory}: run setel1 (up) writes there; give each run a directory of its own")
     assert output_dirs.prepare(directory, None) == [directory]  # its captures are another matter
+
+
+# --- the runner's results directory ---------------------------------------------------------------
+
+
+def test_the_runners_files_are_never_written_through_a_link(tmp_path, outside):
+    """The runner writes results.json (once through a temporary <name>.tmp, a name anyone could predict) and
+    appends to iterations.csv and flows.csv as root: a link at any of those names is replaced or refused, what
+    it points to left alone."""
+    from emulator.collectives.coordinator import Flow, IterationResult
+    from emulator.study import runner
+
+    directory = tmp_path / "results"
+    directory.mkdir()
+    os.symlink(outside, directory / "results.json.tmp")
+    os.symlink(outside, directory / "results.json")
+    runner._write_json(str(directory / "results.json"), {"complete": False})
+    assert outside.read_text() == "the user's own file"
+    assert json.loads((directory / "results.json").read_text()) == {"complete": False}
+    for name, fields in (("iterations.csv", runner.ITERATION_FIELDS), ("flows.csv", runner.FLOW_FIELDS)):
+        runner._write_file(str(directory / name), runner._csv([fields]))
+    row = IterationResult(0, 5, 1.25, 2.0, 0.5, "h2", "h1", "queueing", 0, 0.0, True,
+                          [Flow("h2", "h1", 4096, 1.25, 0, 0)])
+    runner._append_rows(str(directory), "v", [row])
+    assert (directory / "iterations.csv").read_text().splitlines()[1] == "v,0,5,1.2,2.0,h2,h1,queueing,0,0.0"
+    assert (directory / "flows.csv").read_text().splitlines()[1] == "v,0,h2,h1,4096,1.2,0,0"
+    for name in ("iterations.csv", "flows.csv"):
+        os.rename(directory / name, tmp_path / name)
+        os.symlink(outside, directory / name)
+        with pytest.raises(FabricError) as info:
+            runner._append_rows(str(directory), "v", [row])
+        one_line(info, f"{name} is a symbolic link: not followed")
+        assert outside.read_text() == "the user's own file"
+        os.unlink(directory / name)
+        os.rename(tmp_path / name, directory / name)
