@@ -207,3 +207,16 @@ def test_the_runners_files_are_never_written_through_a_link(tmp_path, outside):
         assert outside.read_text() == "the user's own file"
         os.unlink(directory / name)
         os.rename(tmp_path / name, directory / name)
+
+
+def test_appending_refuses_a_fifo_without_opening_it_and_a_missing_file(tmp_path):
+    """A FIFO at a CSV's name: refused before it is opened (an open for writing would wait for a reader)."""
+    from emulator.safefiles import append_inside
+
+    os.mkfifo(tmp_path / "iterations.csv")
+    with pytest.raises(FabricError) as info:
+        append_inside(str(tmp_path), "iterations.csv")
+    one_line(info, "iterations.csv is not a regular file")
+    with pytest.raises(FabricError) as info:
+        append_inside(str(tmp_path), "flows.csv")
+    one_line(info, "flows.csv: it was removed")
