@@ -22,7 +22,7 @@ from typing import Any, Callable, NoReturn, Sequence
 
 from emulator import bounds
 from emulator.fabric import output_dirs, runstate
-from emulator.errors import FabricError, listed
+from emulator.errors import FabricError, listed, printable
 from emulator.fabric.agent_control import query_agent
 from emulator.fabric.builder import Fabric
 from emulator.fabric.link_state import set_link
@@ -383,7 +383,7 @@ def cmd_pcap(args: argparse.Namespace) -> int:
 
     paths = convert_directory(args.directory)
     if not paths:
-        raise FabricError(f"no .pcapng captures in {args.directory}")
+        raise FabricError(f"no .pcapng captures in {printable(args.directory)}")
     for path in paths:
         print(path)
     return 0

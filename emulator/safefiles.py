@@ -18,7 +18,12 @@ and may be a link):
   (O_CREAT|O_EXCL|O_NOFOLLOW) in the target directory and renames them all
   over their names only when every one is complete: a link at an output's
   name is replaced, never written through, and a command that fails leaves
-  no output behind (nor the output directory, when it created it).
+  no output behind (nor the output directory, when it created it).  A
+  command killed with SIGKILL cannot remove its temporary files: the next
+  :class:`Outputs` in that directory does, when no other is writing there
+  (each holds a shared flock on the directory while it writes, and removes
+  what it finds only under an exclusive one); only regular files named as
+  ours (``.fabric-emu-<16 hex digits>.tmp``) go, and no link is followed.
 
 Every name below DIR is opened through a descriptor of the directory above,
 so nothing is read or written outside DIR whatever the names resolve to.
@@ -31,7 +36,9 @@ the fabric's teardown and the study's commands alike.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import secrets
 import stat
 from types import TracebackType
@@ -43,6 +50,7 @@ from emulator.units import format_size
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _BELOW = os.O_NOFOLLOW | os.O_CLOEXEC
 NAME_MAX = 255  # bytes in one file name (Linux)
+TEMPORARY = re.compile(r"\.fabric-emu-[0-9a-f]{16}\.tmp")  # the names of Outputs' temporary files
 
 
 def _open_directory(path: str) -> int:
@@ -198,6 +206,7 @@ class Outputs:
         self._fd: int | None = None
         try:
             self._fd = self._open_target()
+            self._claim()
         except BaseException:
             self._discard()
             raise
@@ -219,6 +228,31 @@ class Outputs:
         if fd is None:
             raise FabricError(f"cannot create {shown}: it was removed meanwhile")
         return fd
+
+    def _claim(self) -> None:
+        """Hold the target directory shared while these outputs are pending (the descriptor's close lets go); first,
+        if no other Outputs holds it, in any process, remove the temporary files one killed with SIGKILL left."""
+        assert self._fd is not None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # another command is writing here: the temporary files are its own
+        except OSError:
+            return  # a file system without flock on directories: nothing is known to be stale
+        else:
+            self._remove_stale()
+        fcntl.flock(self._fd, fcntl.LOCK_SH)
+
+    def _remove_stale(self) -> None:
+        """Remove every regular file of the target named as our temporary files are (unlink follows no link)."""
+        assert self._fd is not None
+        for name in filter(TEMPORARY.fullmatch, os.listdir(self._fd)):
+            st = _lstat_below(self._fd, name, printable(os.path.join(self.path, name)))
+            if st is not None and stat.S_ISREG(st.st_mode):
+                try:
+                    os.unlink(name, dir_fd=self._fd)
+                except OSError:
+                    pass  # gone meanwhile, or the directory is not writable: writing the outputs will say so
 
     def __enter__(self) -> Outputs:
         return self
@@ -243,7 +277,7 @@ class Outputs:
         path = printable(os.path.join(self.path, name))
         if len(os.fsencode(name)) > NAME_MAX:
             raise FabricError(f"cannot write {path}: the name is longer than {NAME_MAX} bytes")
-        temporary = f".fabric-emu-{secrets.token_hex(8)}.tmp"
+        temporary = f".fabric-emu-{secrets.token_hex(8)}.tmp"  # TEMPORARY
         try:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _BELOW, 0o666, dir_fd=self._fd)
         except OSError as err:

@@ -272,6 +272,14 @@ def test_cli_prints_one_line_and_no_traceback(captures):
     assert done.stdout == "" and os.listdir(d) == ["h1-eth0.pcapng"]
 
 
+def test_a_directory_without_captures_is_named_on_one_line(tmp_path):
+    d = tmp_path / "caps\n\x1b[2Jx"  # a newline and a terminal escape in the name the user gave
+    d.mkdir()
+    code, out, err = run_cli("pcap", str(d))
+    assert_one_line_error(code, err, f"no .pcapng captures in {tmp_path}/caps\\n\\x1b[2Jx")
+    assert out == "" and os.listdir(d) == []
+
+
 # --- fuzzing -----------------------------------------------------------------------------------------
 
 BASES = [CAPTURE, pcapng(list(zip(STAMPS, FRAMES)), ">", 6), classic_pcap(list(zip(STAMPS, FRAMES))),

@@ -269,6 +269,28 @@ def test_report_follows_no_linked_telemetry_directory(sandbox):
     assert str(err.value) == f"{sandbox}/d/telemetry is a symbolic link: not followed"
 
 
+def test_report_removes_the_temporary_files_a_sigkill_left_and_nothing_else(tmp_path):
+    """A report killed with SIGKILL while writing its plots leaves a temporary file nothing would remove; the next
+    report removes it.  A link or a directory of such a name, and other names, stay (nor is a link followed)."""
+    sandbox = str(tmp_path)
+    build(sandbox, small=True)
+    plots = os.path.join(sandbox, "d", "plots")
+    os.mkdir(plots)
+    with open(os.path.join(plots, ".fabric-emu-0123456789abcdef.tmp"), "wb") as f:
+        f.write(PNG_SIGNATURE)  # half a plot, as the killed report left it
+    os.symlink(os.path.join(sandbox, "outside.txt"), os.path.join(plots, ".fabric-emu-aaaaaaaaaaaaaaaa.tmp"))
+    os.mkdir(os.path.join(plots, ".fabric-emu-bbbbbbbbbbbbbbbb.tmp"))
+    for name in (".fabric-emu-0123.tmp", "notes.tmp"):
+        with open(os.path.join(plots, name), "w") as f:
+            f.write("the user's")
+    before = snapshot(sandbox)
+    code, _, err = run_cli("report", os.path.join(sandbox, "d"))
+    assert (code, err) == (0, "")
+    plots_written = {os.path.join("d", "plots", name) for name in ("cct_cdf.png", "cct_per_iteration.png")}
+    assert changed(before, snapshot(sandbox)) == {"d/plots/.fabric-emu-0123456789abcdef.tmp"} | plots_written
+    assert not os.path.lexists(os.path.join(plots, ".fabric-emu-0123456789abcdef.tmp"))
+
+
 def test_report_needs_no_root():
     """As nobody (in a forked child, when the suite runs as root) on a directory nobody owns."""
     root = tempfile.mkdtemp()

@@ -132,6 +132,28 @@ def test_no_output_no_directory(sandbox):
     assert os.listdir(sandbox / "d") == []
 
 
+def test_temporary_files_of_a_killed_command_go_when_no_other_writes_there(sandbox):
+    d = sandbox / "d"
+    (d / ".fabric-emu-0123456789abcdef.tmp").write_bytes(b"half an output")  # left by a SIGKILL
+    os.symlink(sandbox / "outside.txt", d / ".fabric-emu-aaaaaaaaaaaaaaaa.tmp")  # our name, not our kind: stays
+    with Outputs(str(d)) as outputs:
+        outputs.write("a.pcap", lambda f: f.write(b"A"))
+    assert sorted(os.listdir(d)) == [".fabric-emu-aaaaaaaaaaaaaaaa.tmp", "a.pcap"]
+    assert (sandbox / "outside.txt").read_text() == "the user's own file"
+
+
+def test_temporary_files_of_a_command_still_writing_stay(sandbox):
+    """Its shared lock on the directory says it is alive: another command's outputs there take nothing of it."""
+    d = sandbox / "d"
+    with Outputs(str(d)) as first:
+        first.write("a.pcap", lambda f: f.write(b"A"))
+        [temporary] = os.listdir(d)
+        with Outputs(str(d)) as second:
+            second.write("b.pcap", lambda f: f.write(b"B"))
+        assert temporary in os.listdir(d)
+    assert sorted(os.listdir(d)) == ["a.pcap", "b.pcap"]
+
+
 def test_a_link_at_an_output_name_is_replaced_not_followed(sandbox):
     plots = sandbox / "d" / "plots"
     plots.mkdir()
