@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -130,8 +131,9 @@ def main() -> int:
                 result = run_incast("lossless", "udp", senders=3, bw=args.bw, seconds=args.seconds,
                                     capture=directory, name=f"{args.prefix}{number}")
                 text, record = row(number, capture, result)
-            except (FabricError, OSError) as err:  # on a shared machine a run another process broke is a row
-                failure = f"{type(err).__name__}: {err}" if isinstance(err, OSError) else str(err)
+            except (FabricError, OSError, subprocess.SubprocessError) as err:  # on a shared machine a run another
+                # process broke (its namespaces removed, its iperf3 killed) is a row, not the soak's end
+                failure = str(err) if isinstance(err, FabricError) else f"{type(err).__name__}: {err}"
                 text, record = f"{number:4d} {'on ' if capture else 'off'} FAILED: {failure}", \
                     {"run": number, "capture": capture, "failed": failure}
             finally:

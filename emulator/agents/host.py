@@ -225,7 +225,7 @@ class HostAgent(AgentBase):
         }
 
     def _kernel_drops(self) -> dict[str, Any]:
-        """What the host's kernel dropped: its NIC's pause gates and HTB classes (tc), the veth, UDP sockets."""
+        """What the host's kernel dropped: its NIC's tc tree (the pause gates), the veth, IPv4, UDP sockets."""
         try:
             if self.kernel_counters is None:
                 self.kernel_counters = NamespaceDrops(self.netns, [self.ifname])

@@ -5,16 +5,17 @@ host's pause gate (the gate's TBF, its queue, the HTB class above it; see
 :mod:`emulator.kernel.tc`), in a veth (the peer's backlog full), or at a
 receiving socket whose buffer was full.  The kernel counts each; this
 module reads the counts of one namespace on demand, never per frame: a
-netlink dump of the interfaces (IFLA_STATS64), of the qdiscs and of each
-interface's classes (TCA_STATS2), and the namespace's /proc/net/snmp
-(IPv4 and UDP errors).
+netlink dump of the interfaces (IFLA_STATS64) and of the qdiscs
+(TCA_STATS2), and the namespace's /proc/net/snmp (IPv4 and UDP errors).
 
 tc attributes a drop to every qdisc on the frame's way up: a frame the
 gate queue of priority p refuses is counted by that queue, by the gate
 (TBF), by HTB class 1:1p and by the HTB root.  So a priority's tc drops
-are the largest count along its chain (not their sum), and the root's
-drops beyond its classes' are the ones no class took (a filter's verdict):
-they cannot be given a priority.
+are the largest count along its chain of qdiscs below class 1:1p (not
+their sum; the class adds nothing: every drop below it is its leaf
+qdisc's), and the root's drops beyond those of the qdiscs right below its
+classes are the ones no class took (a filter's verdict): they cannot be
+given a priority.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ _NLMSG_DONE, _NLMSG_ERROR = 3, 2
 _NLM_F_REQUEST, _NLM_F_DUMP = 0x1, 0x300
 _RTM_GETLINK, _RTM_NEWLINK = 18, 16
 _RTM_GETQDISC, _RTM_NEWQDISC = 38, 36
-_RTM_GETTCLASS, _RTM_NEWTCLASS = 42, 40
 _IFLA_IFNAME, _IFLA_STATS64 = 3, 23
 _TCA_KIND, _TCA_STATS, _TCA_STATS2 = 1, 3, 7
 _TCA_STATS_QUEUE = 3
 _NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED and NLA_F_NET_BYTEORDER
+_LINK_WANTED = frozenset((_IFLA_IFNAME, _IFLA_STATS64))
+_TC_WANTED = frozenset((_TCA_KIND, _TCA_STATS, _TCA_STATS2))
+_QUEUE_WANTED = frozenset((_TCA_STATS_QUEUE,))
 _TC_H_ROOT = 0xFFFFFFFF
 _STATS64_RX_DROPPED, _STATS64_TX_DROPPED = 6, 7  # u64 fields of struct rtnl_link_stats64
 _UDP_FIELDS = {"InErrors": "in_errors", "RcvbufErrors": "rcvbuf_errors", "SndbufErrors": "sndbuf_errors",
@@ -46,18 +49,25 @@ _IP_FIELDS = {"InHdrErrors": "in_hdr_errors", "InAddrErrors": "in_addr_errors", 
 _DUMP_REPLY_MAX = 1 << 16
 
 
-def attributes(data: bytes, at: int = 0) -> dict[int, bytes]:
-    """Netlink attributes from ``at`` to the end of ``data``, by type (the last of a type wins).
+def attributes(data: bytes, at: int = 0, wanted: frozenset[int] | None = None) -> dict[int, bytes]:
+    """Netlink attributes from ``at`` to the end of ``data``, by type (the first of a type wins).
 
-    A truncated attribute ends the list: what the kernel sent is trusted
-    only as far as its lengths hold.
+    With ``wanted``, only those, and the walk ends once all were found (an
+    interface's message has some fifty attributes; a stats request reads
+    two).  A truncated attribute ends the list: what the kernel sent is
+    trusted only as far as its lengths hold.
     """
-    found = {}
-    while at + 4 <= len(data):
+    found: dict[int, bytes] = {}
+    end = len(data)
+    while at + 4 <= end:
         length, kind = struct.unpack_from("HH", data, at)
-        if length < 4 or at + length > len(data):
+        if length < 4 or at + length > end:
             break
-        found[kind & _NLA_TYPE_MASK] = data[at + 4:at + length]
+        kind &= _NLA_TYPE_MASK
+        if (wanted is None or kind in wanted) and kind not in found:
+            found[kind] = data[at + 4:at + length]
+            if wanted is not None and len(found) == len(wanted):
+                break
         at += (length + 3) & ~3
     return found
 
@@ -80,7 +90,7 @@ def link_drops(payload: bytes) -> tuple[str, int, dict[str, int]] | None:
     if len(payload) < 16:
         return None
     ifindex = struct.unpack_from("i", payload, 4)[0]
-    found = attributes(payload, 16)  # after struct ifinfomsg
+    found = attributes(payload, 16, _LINK_WANTED)  # after struct ifinfomsg
     name, stats = found.get(_IFLA_IFNAME), found.get(_IFLA_STATS64)
     if name is None or stats is None or len(stats) < 8 * (_STATS64_TX_DROPPED + 1):
         return None
@@ -89,13 +99,13 @@ def link_drops(payload: bytes) -> tuple[str, int, dict[str, int]] | None:
 
 
 def tc_drops(payload: bytes) -> tuple[int, int, int, str, int] | None:
-    """An RTM_NEWQDISC/RTM_NEWTCLASS message: (ifindex, handle, parent, kind, drops), None if it has no stats."""
+    """An RTM_NEWQDISC message: (ifindex, handle, parent, kind, drops), None if it has no stats."""
     if len(payload) < 20:
         return None
     _family, ifindex, handle, parent, _info = struct.unpack_from("BxxxiIII", payload)
-    found = attributes(payload, 20)
+    found = attributes(payload, 20, _TC_WANTED)
     kind = found.get(_TCA_KIND, b"").split(b"\0", 1)[0].decode(errors="replace")
-    queue = attributes(found.get(_TCA_STATS2, b"")).get(_TCA_STATS_QUEUE)
+    queue = attributes(found.get(_TCA_STATS2, b""), 0, _QUEUE_WANTED).get(_TCA_STATS_QUEUE)
     if queue is not None and len(queue) >= 12:  # struct gnet_stats_queue: qlen, backlog, drops, ...
         return ifindex, handle, parent, kind, struct.unpack_from("I", queue, 8)[0]
     legacy = found.get(_TCA_STATS)
@@ -111,18 +121,15 @@ def _priority_of_class(classid: int) -> int | None:
     return None
 
 
-def tree_drops(qdiscs: list[tuple[int, int, str, int]], classes: list[tuple[int, int]]) -> dict[str, Any]:
+def tree_drops(qdiscs: list[tuple[int, int, str, int]]) -> dict[str, Any]:
     """One interface's tc drops: per priority the largest count along its chain, and what no class took.
 
-    ``qdiscs`` are (handle, parent, kind, drops), ``classes`` (classid,
-    drops).  A qdisc belongs to a priority when its parent is that
-    priority's HTB class or a qdisc of that priority (the gate below the
-    class, the gate's queue below the gate).
+    ``qdiscs`` are (handle, parent, kind, drops).  A qdisc belongs to a
+    priority when its parent is that priority's HTB class or a qdisc of
+    that priority (the gate below the class, the gate's queue below the
+    gate).
     """
     by_priority = [0] * PRIORITIES
-    for classid, drops in classes:
-        if (p := _priority_of_class(classid)) is not None:
-            by_priority[p] = max(by_priority[p], drops)
     owner: dict[int, int] = {}  # qdisc handle -> priority
     pending = list(qdiscs)
     while pending:  # parents before children, whatever order the dump gave
@@ -140,8 +147,8 @@ def tree_drops(qdiscs: list[tuple[int, int, str, int]], classes: list[tuple[int,
             break
         pending = left
     root = sum(drops for handle, parent, _kind, drops in qdiscs if parent == _TC_H_ROOT)
-    # HTB counts a child's drop at the leaf class and at the root: the root's surplus took no class.
-    class_sum = sum(drops for classid, drops in classes if _priority_of_class(classid) is not None)
+    # HTB counts a leaf qdisc's drop at the root too: the root's surplus took no class.
+    class_sum = sum(drops for handle, parent, _kind, drops in qdiscs if _priority_of_class(parent) is not None)
     unowned = [drops for handle, parent, _kind, drops in pending if parent != _TC_H_ROOT and handle not in owner]
     return {"by_priority": by_priority, "unattributed": max(0, root - class_sum) + sum(unowned)}
 
@@ -205,10 +212,7 @@ class NamespaceDrops:
             if kind == _RTM_NEWQDISC and (found := tc_drops(payload)):
                 qdiscs.setdefault(found[0], []).append(found[1:])
         for name, ifindex in indexes.items():
-            classes = [(found[1], found[4]) for kind, payload in
-                       self._dump(_RTM_GETTCLASS, struct.pack("BxxxiIII", socket.AF_UNSPEC, ifindex, 0, 0, 0))
-                       if kind == _RTM_NEWTCLASS and (found := tc_drops(payload))]
-            interfaces[name]["tc"] = tree_drops(qdiscs.get(ifindex, []), classes)
+            interfaces[name]["tc"] = tree_drops(qdiscs.get(ifindex, []))
         snmp = os.pread(self._snmp, 1 << 16, 0).decode(errors="replace")
         return {"interfaces": interfaces, "ip": ip_errors(snmp), "udp": udp_errors(snmp)}
 

@@ -50,17 +50,16 @@ def test_netlink_link_and_tc_messages_are_read_and_truncation_stops_them():
 
 
 def test_tc_drops_are_the_largest_along_a_priority_chain_not_their_sum():
-    # A gate queue (33:) drop is counted by it, the gate (23:), class 1:13 and the root: 6 drops, not 24.
+    # A gate queue (33:) drop is counted by it, the gate (23:) and the root (and class 1:13): 6 drops, not 18.
     qdiscs = [(0x330000, 0x230001, "pfifo", 6), (0x230000, 0x10013, "tbf", 6), (ROOT, NO_PARENT, "htb", 8),
               (0x80010000, 0x10011, "pfifo_fast", 1)]  # priority 1's default leaf
-    classes = [(0x10001, 0), (0x10013, 6), (0x10011, 1)]
-    drops = tree_drops(qdiscs, classes)
+    drops = tree_drops(qdiscs)
     assert drops["by_priority"] == [0, 1, 0, 6, 0, 0, 0, 0]
     assert drops["unattributed"] == 1  # the root dropped one frame no class took (8 - 6 - 1)
     # Parents listed after their children still chain; a qdisc under nothing known is unattributed.
     assert tree_drops([(0x330000, 0x230001, "pfifo", 2), (0x230000, 0x10013, "tbf", 2),
-                       (0x990000, 0x880001, "pfifo", 3)], [])["by_priority"][3] == 2
-    assert tree_drops([(0x990000, 0x880001, "pfifo", 3)], [])["unattributed"] == 3
+                       (0x990000, 0x880001, "pfifo", 3)])["by_priority"][3] == 2
+    assert tree_drops([(0x990000, 0x880001, "pfifo", 3)])["unattributed"] == 3
 
 
 def test_ip_and_udp_errors_come_from_their_snmp_lines():
