@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from importlib import resources
 from typing import Any, Iterator
 
-from emulator import bounds
+from emulator import __version__, bounds
 from emulator.collectives.algorithms import COLLECTIVES, SENDER_COLLECTIVES, chunk_bytes
 from emulator.errors import FabricError, one_line, printable, shown
 from emulator.fabric.builder import PACKAGE_PARENT
@@ -223,6 +223,7 @@ def run_config(experiment: Experiment, features: dict[str, bool] | None,
         "description": experiment.description,
         "source": experiment.source,
         "created_utc": _utc(now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "version": __version__,
         "git_commit": git_commit(PACKAGE_PARENT),
         "kernel": os.uname().release,
         "python": platform.python_version(),

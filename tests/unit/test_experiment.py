@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+import emulator
 from emulator.study import experiment
 from emulator.errors import FabricError
 from emulator.study.experiment import (Fault, Variant, builtin_names, host_count, load_experiment, results_directory,
@@ -415,6 +416,7 @@ def test_run_config():
     assert config["description"] == exp.description
     assert config["created_utc"] == "2026-12-03T08:30:00Z"
     assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?|unknown", config["git_commit"])
+    assert config["version"] == emulator.__version__ and re.fullmatch(r"\d+\.\d+\.\d+", config["version"])
     assert config["kernel"] == os.uname().release and isinstance(config["kernel"], str)
     assert re.fullmatch(r"3\.\d+\.\d+.*", config["python"])
     assert config["cpus"] == os.cpu_count()
