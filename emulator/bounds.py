@@ -37,6 +37,7 @@ WORKERS = (1, 256)  # --workers: data-plane processes
 DEMO_SECONDS = (1, 3600)  # demo --seconds
 ITERATIONS = (1, 10_000)  # experiment iterations
 WARMUP = (0, 1_000)  # experiment warm-up iterations
+SLOW_FRACTION = (1e-6, 0.999999)  # fault slow: the share of its link rate a host takes (the command line and the agent)
 
 _WHOLE_TEXT = re.compile(r"[+-]?\d+")
 _MAX_DIGITS = 30  # a range's bounds have fewer; longer digit strings are out of range unread

@@ -121,9 +121,19 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    """Take a run down, under its lock (after a ``link`` or ``fault`` under way); a run another process holds
+    (an experiment, a ``with Fabric``) is that process's to end, unless ``--force``."""
     require_root()
-    state = _pick_run(args.run)
-    removed = finish_run(state)
+    picked = _pick_run(args.run)
+    with runstate.run_lock(picked.run) as present:
+        if not present:
+            raise FabricError(f"run {picked.run} was taken down meanwhile")
+        state = runstate.load(picked.run)  # as it is now
+        held = state.holder()
+        if held and not state.detached and not args.force:
+            raise FabricError(f"run {state.run} is {held}, which removes it when it ends: left alone; "
+                              f"fabric-emu down --run {state.run} --force takes it down now")
+        removed = finish_run(state)
     print(f"run {state.run} is down: {removed.summary()}")
     for line in removed.refused:
         progress(line)
@@ -215,12 +225,15 @@ def cmd_pingall(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
+    """Remove what runs left behind; runs in use are left alone and listed (``--force`` removes them too)."""
     require_root()
-    removed = runstate.clean_all()
+    removed = runstate.clean(args.run, force=args.force)
     print(removed.summary())
+    for line in removed.left:
+        print(line)
     for line in removed.refused:
         progress(line)
-    return 1 if removed.refused else 0
+    return 1 if removed.refused or (args.run and removed.left) else 0
 
 
 def cmd_fault(args: argparse.Namespace) -> int:
@@ -238,10 +251,13 @@ def cmd_fault(args: argparse.Namespace) -> int:
         request = f"slow {args.fraction}"
     elif args.fraction is not None:
         raise FabricError(f"fault {args.fault} takes no fraction")
-    try:
-        reply = query_agent(runstate.control_socket(state.run, args.node), request)
-    except (OSError, ValueError) as err:
-        raise FabricError(f"the agent of {args.node} did not answer: {err}") from None
+    with runstate.run_lock(state.run) as present:  # not while a down or clean removes the run
+        if not present:
+            raise FabricError(f"run {state.run} was taken down meanwhile")
+        try:
+            reply = query_agent(runstate.control_socket(state.run, args.node), request)
+        except (OSError, ValueError) as err:
+            raise FabricError(f"the agent of {args.node} did not answer: {err}") from None
     if "error" in reply:
         raise FabricError(f"{args.node}: {reply['error']}")
     if "slow" in reply:
@@ -438,6 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("down", help="tear a running fabric down")
     p.add_argument("--run", help="which run (default: the only one)")
+    p.add_argument("--force", action="store_true",
+                   help="also a run another process holds (an experiment): it loses its fabric")
     p.set_defaults(func=cmd_down)
 
     p = sub.add_parser("list", help="list the fabrics on this machine")
@@ -458,7 +476,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ping N ordered host pairs drawn at random (--seed), not all of them")
     p.set_defaults(func=cmd_pingall)
 
-    p = sub.add_parser("clean", help="remove everything any run left behind")
+    p = sub.add_parser("clean", help="remove what runs left behind (runs in use are left alone and listed)")
+    p.add_argument("--run", help="only this run")
+    p.add_argument("--force", action="store_true",
+                   help="also runs in use: held by a live process (an experiment) or up with agents running")
     p.set_defaults(func=cmd_clean)
 
     p = sub.add_parser("fault", help="inject a fault into a running fabric: fault HOST stall|resume")
@@ -468,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stall: the host's NIC stops receiving and pauses its switch port without end; slow "
                         "FRACTION: it takes frames at that share of its link rate, pausing its port when its buffer "
                         "fills; resume: ends either")
-    p.add_argument("fraction", nargs="?", type=_real("fraction", (1e-6, 0.999999)), default=None,
+    p.add_argument("fraction", nargs="?", type=_real("fraction", bounds.SLOW_FRACTION), default=None,
                    help="slow only: the share of the link rate, above 0 and below 1")
     p.set_defaults(func=cmd_fault)
 

@@ -9,8 +9,11 @@ config's ``stats_file``.
 
 The control socket never blocks the loop: a request is read as it
 arrives, a reply written as the client takes it, and a client that has not
-finished within CONTROL_TIMEOUT_NS is dropped.  Only root or the agent's
-own user may connect (mode 0600 and SO_PEERCRED).
+finished within CONTROL_TIMEOUT_NS is dropped.  At most CONTROL_CLIENTS_MAX
+are served at once; a new client takes the place of the oldest, so clients
+that connect and say nothing cannot lock the others out (16 of them once
+made ``stats`` call a healthy switch dead).  Only root or the agent's own
+user may connect (mode 0600 and SO_PEERCRED).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 from emulator.agents.config import AgentConfig
 from emulator.agents.loop import Handler, Loop
+from emulator.errors import FabricError
 from emulator.model.fidelity import Durations
 
 SO_PEERCRED = 17
@@ -83,7 +87,7 @@ class AgentBase:
         self.timer_kind: str | None = "link"
         self.control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         bind_private(self.control, config.control)
-        self.control.listen(8)
+        self.control.listen(CONTROL_CLIENTS_MAX)
         self.control.setblocking(False)
         self.watch(self.control.fileno(), select.EPOLLIN, self._on_control)
         self.control_clients: dict[int, _ControlClient] = {}
@@ -129,9 +133,11 @@ class AgentBase:
                 conn, _ = self.control.accept()
             except BlockingIOError:
                 return
-            if len(self.control_clients) >= CONTROL_CLIENTS_MAX or not trusted_peer(conn):
+            if not trusted_peer(conn):
                 conn.close()
                 continue
+            if len(self.control_clients) >= CONTROL_CLIENTS_MAX:  # the oldest has had the longest to finish
+                self._close_control(min(self.control_clients, key=lambda fd: self.control_clients[fd].deadline))
             conn.setblocking(False)
             client = _ControlClient(conn, now + CONTROL_TIMEOUT_NS)
             self.control_clients[conn.fileno()] = client
@@ -178,8 +184,8 @@ class AgentBase:
                 self.reset_fidelity()
                 return {"reset": True}
             return self.command(request)
-        except (OSError, ValueError) as err:  # also UnicodeDecodeError; commands raise ValueError for bad input
-            return {"error": str(err)}
+        except (OSError, ValueError, FabricError) as err:  # also UnicodeDecodeError; bad input: ValueError, or
+            return {"error": str(err)}  # FabricError from a range of emulator.bounds
 
     def expire_control(self, now: int) -> None:
         """Drop control clients that have not finished within CONTROL_TIMEOUT_NS."""

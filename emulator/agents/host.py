@@ -17,8 +17,10 @@ refreshed at half its pause time): SIGCOMM 2016's NIC pause storm.
 ``slow FRACTION`` makes the RNIC take frames at that fraction of its link
 rate through a NIC buffer of RX_BUFFER bytes that pauses the switch port
 (XOFF) when it fills to its headroom and lets it go (XON) once drained
-(:mod:`emulator.model.rx_pipeline`): the slow receiver.  ``resume`` ends
-either: XON, and every held frame taken at once.
+(:mod:`emulator.model.rx_pipeline`): the slow receiver; ``slow`` again
+changes the rate (FRACTION in :data:`emulator.bounds.SLOW_FRACTION`, the
+command line's range).  ``resume`` ends either: XON, and every held frame
+taken at once.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import select
 import socket
 from typing import Any
 
+from emulator import bounds
 from emulator.agents.base import AgentBase
 from emulator.agents.loop import Loop
 from emulator.agents.config import HostConfig
@@ -161,14 +164,17 @@ class HostAgent(AgentBase):
                 self._nic_pause("stall", True)
             return {"stalled": True}
         if request[:1] == ["slow"] and len(request) == 2:
-            fraction = _fraction(request[1])
+            fraction = bounds.real("slow", request[1], bounds.SLOW_FRACTION)  # the command line's range
+            rate_bps = max(1, round(self.rate_bps * fraction))
+            if self.rnic.slow is not None:  # slow already: the new rate from now on, the frames held keep their turn
+                self.rnic.slow.set_rate(now, rate_bps)
+                return {"slow": fraction}
             # The buffer keeps its headroom (what the switch still sends after XOFF, the switch's own formula)
             # free; at fast rates that headroom outgrows RX_BUFFER, and the buffer grows to twice it.
             headroom = default_headroom(self.rate_bps, 0, self.mtu)
             buffer = max(RX_BUFFER, 2 * headroom)
             xoff = buffer - headroom
-            self.rnic.set_slow(now, RxPipeline(max(1, round(self.rate_bps * fraction)), buffer, xoff,
-                                               max(0, xoff - 2 * (self.mtu + 14))))
+            self.rnic.set_slow(now, RxPipeline(rate_bps, buffer, xoff, max(0, xoff - 2 * (self.mtu + 14))))
             return {"slow": fraction}
         if request == ["resume"]:
             self.rnic.set_slow(now, None)
@@ -254,14 +260,3 @@ class HostAgent(AgentBase):
             self.pfc_sock.close()
         if self.kernel_counters is not None:
             self.kernel_counters.close()
-
-
-def _fraction(text: str) -> float:
-    """A slow receiver's share of its link rate: above 0, below 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"slow {text!r}: expected a fraction of the link rate, e.g. 0.25") from None
-    if not 0 < value < 1:
-        raise ValueError(f"slow {text!r}: the fraction is above 0 and below 1")
-    return value

@@ -397,7 +397,10 @@ class SwitchAgent(AgentBase):
 
     def command(self, request: list[str]) -> dict[str, Any]:
         """``pfc IFNAME PRIORITY QUANTA``: send one PFC frame out of a port; ``routes``: take the routes file's
-        table (a link went down or up), checked first: a bad file changes nothing."""
+        table (a link went down or up), checked first: a bad file changes nothing; ``held-routes``: the table it
+        forwards by (host address -> its ECMP ports), so that a check can compare it with the run's record."""
+        if request == ["held-routes"]:
+            return {"routes": {socket.inet_ntoa(ip): [port.ifname for port in ports] for ip, ports in self.routes.items()}}
         if request == ["routes"]:
             if self.routes_file is None:
                 raise ValueError("this switch has no routes file")

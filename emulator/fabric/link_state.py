@@ -10,6 +10,17 @@ file and taken by its agent (``routes``).  A link whose loss would leave a
 switch without a path to a host is refused.  The links down are recorded
 in ``links_down.json``.  Ethernet fabrics only: the ib fabric routes by its
 subnet manager's forwarding tables.
+
+A change holds the run's lock (:func:`emulator.fabric.runstate.run_lock`)
+from reading the record to the last agent's answer, and every file is
+replaced whole, so the kernel's cables, ``links_down.json`` and the routes
+the agents hold agree whatever runs at the same time: two ``link`` commands
+once read the same record, one of the two cables pulled went unrecorded,
+and an agent read its routes file while the other command rewrote it.  A
+change is all or nothing: if an agent does not take its new routes (it
+stopped answering, or the run is being taken down), the cable and every
+switch's routes are put back; what could not be put back is said, and the
+record keeps what the kernel holds.
 """
 
 from __future__ import annotations
@@ -18,8 +29,10 @@ import json
 import os
 from typing import Any
 
+from pyroute2.netlink.exceptions import NetlinkError
+
 from emulator.agents.config import RouteTable, dump
-from emulator.errors import FabricError, shown
+from emulator.errors import FabricError, one_line, shown
 from emulator.fabric import runstate
 from emulator.fabric.agent_control import query_agent
 from emulator.fabric.plan import SwitchGraph, routes_over
@@ -31,8 +44,7 @@ MAX_GRAPH_BYTES = 64 << 20
 
 
 def save_graph(directory: str, graph: SwitchGraph) -> None:
-    with runstate.create_file(os.path.join(directory, GRAPH_FILE)) as f:
-        json.dump({"links": graph.links, "hosts": graph.hosts}, f)
+    runstate.replace_file(os.path.join(directory, GRAPH_FILE), json.dumps({"links": graph.links, "hosts": graph.hosts}))
 
 
 def load_graph(directory: str) -> SwitchGraph:
@@ -55,10 +67,21 @@ def links_down(directory: str) -> set[frozenset[str]]:
 
 
 def set_link(state: runstate.RunState, a: str, b: str, up: bool) -> str:
-    """Take the link between switches ``a`` and ``b`` down (``up`` False) or bring it back; what was done."""
+    """Take the link between switches ``a`` and ``b`` down (``up`` False) or bring it back; what was done.
+
+    FabricError (one line) if it is refused, or if it failed and was undone (the line says what was put back).
+    """
     if state.fabric == "ib":
         raise FabricError("links go down on the Ethernet fabrics only: the ib fabric routes by its subnet "
                           "manager's forwarding tables")
+    with runstate.run_lock(state.run) as present, runstate.uninterrupted():
+        if not present:
+            raise FabricError(f"run {state.run} was taken down meanwhile")
+        return _change(state, a, b, up)
+
+
+def _change(state: runstate.RunState, a: str, b: str, up: bool) -> str:
+    """:func:`set_link` under the run's lock: the record read, the cable, the record written, the routes."""
     graph = load_graph(state.directory)
     ends = graph.link(a, b)
     if ends is None:
@@ -66,23 +89,78 @@ def set_link(state: runstate.RunState, a: str, b: str, up: bool) -> str:
     down = links_down(state.directory)
     pair = frozenset((a, b))
     wanted = down - {pair} if up else down | {pair}
+    change = f"link {a}-{b} {'up' if up else 'down'}"
     if wanted == down:
         return f"link {a}-{b} is {'up' if up else 'down'} already"
     try:
         routes = routes_over(graph.without(wanted))
     except FabricError as err:
         raise FabricError(f"link {a}-{b} stays up: without it the {err}") from None
-    for switch, ifname in ((a, ends[0]), (b, ends[1])):
-        set_link_up(state.nodes[switch]["netns"], ifname, up)
+    cable = [(state.nodes[a]["netns"], ends[0]), (state.nodes[b]["netns"], ends[1])]
+    try:
+        _set_cable(cable, up)
+    except FabricError as err:
+        raise FabricError(f"{change} failed, nothing changed: {err}") from None
+    _record(state.directory, wanted)  # the kernel's cables, from here on
+    refused = _give_routes(state, routes)
+    if refused:
+        undone = _undo(state, graph, cable, up, down, refused)
+        raise FabricError(f"{change} failed: {'; '.join(refused.values())}; {undone}")
+    return f"{change}: routes of {len(routes)} switches recomputed"
+
+
+def _set_cable(cable: list[tuple[str, str]], up: bool) -> None:
+    """Both ends of a cable up or down; if the second end fails, the first is put back."""
+    done: list[tuple[str, str]] = []
+    for netns, ifname in cable:
+        try:
+            set_link_up(netns, ifname, up)
+        except (FabricError, OSError, NetlinkError) as err:
+            failed = f"{ifname} in {netns}: {one_line(str(err)) or type(err).__name__}"
+            for back in done:
+                try:
+                    set_link_up(*back, not up)
+                except (FabricError, OSError, NetlinkError):
+                    failed += f", and {back[1]} could not be put back"
+            raise FabricError(failed) from None
+        done.append((netns, ifname))
+
+
+def _record(directory: str, links: set[frozenset[str]]) -> None:
+    runstate.replace_file(os.path.join(directory, DOWN_FILE), json.dumps(sorted(sorted(p) for p in links)))
+
+
+def _give_routes(state: runstate.RunState, routes: dict[str, dict[str, list[str]]]) -> dict[str, str]:
+    """Write each switch's routes file and have its agent take it; why, for each switch that did not."""
+    refused = {}
     for switch, table in routes.items():
-        with runstate.create_file(os.path.join(state.directory, f"{switch}.routes.json")) as f:
-            f.write(dump(RouteTable({ip: tuple(ifnames) for ip, ifnames in table.items()})))
-        reply = query_agent(runstate.control_socket(state.run, switch), "routes")
+        runstate.replace_file(os.path.join(state.directory, f"{switch}.routes.json"),
+                              dump(RouteTable({ip: tuple(ifnames) for ip, ifnames in table.items()})))
+        try:
+            reply = query_agent(runstate.control_socket(state.run, switch), "routes")
+        except (OSError, ValueError) as err:
+            refused[switch] = f"{switch}'s agent does not answer ({one_line(str(err)) or type(err).__name__})"
+            continue
         if "error" in reply:
-            raise FabricError(f"{switch} refused its new routes: {reply['error']}")
-    with runstate.create_file(os.path.join(state.directory, DOWN_FILE)) as f:
-        json.dump(sorted(sorted(p) for p in wanted), f)
-    return f"link {a}-{b} {'up' if up else 'down'}: routes of {len(routes)} switches recomputed"
+            refused[switch] = f"{switch} refused its new routes: {one_line(str(reply['error']))}"
+    return refused
+
+
+def _undo(state: runstate.RunState, graph: SwitchGraph, cable: list[tuple[str, str]], up: bool,
+          down: set[frozenset[str]], refused: dict[str, str]) -> str:
+    """Put the cable back and every switch's routes as they were (``refused``: the switches that did not take the
+    change); what was done, for the end of the line."""
+    try:
+        _set_cable(cable, not up)
+    except FabricError as err:
+        return (f"the cable could not be put back ({err}): links_down.json records it {'up' if up else 'down'}; "
+                f"fabric-emu down --run {state.run} removes the run")
+    _record(state.directory, down)
+    again = _give_routes(state, routes_over(graph.without(down)))
+    kept = sorted(set(again) - set(refused))  # took the change, then not its undo
+    if kept:
+        return f"the cable was put back, but {', '.join(kept)} kept the new routes: {again[kept[0]]}"
+    return "the cable and the routes were put back"
 
 
 def _strings(value: Any, count: int) -> bool:

@@ -23,7 +23,15 @@ directory owned by us) is set to 0755: anyone may read the runs' names, which
 their namespaces in /run/netns show anyone already, so that ``list`` works
 without root; each run's directory is 0700, so its record, logs and sockets
 stay root's.  A run root that is a symbolic link, not a directory, or owned by
-someone else is refused.  Files in it are created mode 0600.
+someone else is refused.  Files in it are created mode 0600, and a record file is replaced
+whole (:func:`replace_file`), so that a reader never sees half of one.
+
+A run in use is not cleanup's to take: ``clean`` leaves a run whose owner
+still runs (an experiment, a ``with Fabric``, an ``up`` still building) or
+whose agents still run after ``up`` detached it (:func:`holder`), and says
+so; ``force`` removes those too.  The commands that change a running fabric
+(``link``, ``fault``, ``down``, ``clean``, and a runner's own teardown) take
+the run's lock (:func:`run_lock`) and so act one after the other.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import fcntl
 import ipaddress
 import json
 import os
@@ -39,6 +48,7 @@ import shutil
 import signal
 import stat
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any, Callable, Iterable, Iterator
 
@@ -56,10 +66,16 @@ MAX_RECORD_BYTES = 16 << 20  # a fat-tree of 16 000 hosts records about 4 MiB
 MAX_TEXT = 4096  # characters of the topology spec and of a directory path
 PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT
 DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+LOCK_WAIT_S = 10.0  # how long a command waits for the lock of a run another command is changing
+LOCK_POLL_S = 0.01
 
 
 class BadRecord(FabricError):
     """A state record that fails a check; the text says which."""
+
+
+class RunBusy(FabricError):
+    """Another command held a run's lock for longer than the wait."""
 
 
 @dataclass
@@ -91,11 +107,7 @@ class RunState:
         text = json.dumps(asdict(self), indent=1)
         if len(text) > MAX_RECORD_BYTES:
             raise FabricError(f"the record of run {self.run} would exceed {MAX_RECORD_BYTES >> 20} MiB")
-        directory = _make_run_dir(self.run)
-        tmp = os.path.join(directory, STATE_FILE + ".tmp")
-        with create_file(tmp) as f:
-            f.write(text)
-        os.replace(tmp, os.path.join(directory, STATE_FILE))
+        replace_file(os.path.join(_make_run_dir(self.run), STATE_FILE), text)
 
     def note_started(self, pids: Iterable[int]) -> None:
         """Record when each of ``pids`` started, so that only that process is ever signalled."""
@@ -120,6 +132,15 @@ class RunState:
 
     def agents_running(self) -> int:
         return sum(1 for pid in self.agents.values() if (proc := self.process(pid)) and processes.running(proc))
+
+    def holder(self) -> str | None:
+        """What keeps the run in use, for a message: its owner still running (an experiment, a ``with
+        Fabric``, an ``up`` still building), or agents still running after ``up`` detached it; None when nothing
+        does (its runner died, or every agent did), so that only cleanup can end it."""
+        if not self.detached:
+            return f"held by pid {self.owner_pid}" if self.owner_alive() else None
+        running = self.agents_running()
+        return f"up ({running}/{len(self.agents)} agents running)" if running else None
 
 
 # --- checks ------------------------------------------------------------------------------
@@ -340,6 +361,20 @@ def create_file(path: str, binary: bool = False) -> IO[Any]:
     return os.fdopen(fd, "wb" if binary else "w")
 
 
+def replace_file(path: str, text: str) -> None:
+    """Write a file of a run whole or not at all: a temporary file beside it (0600, no link followed), renamed
+    over ``path``, so that a reader (an agent taking its routes, another command) sees the old text or the new."""
+    tmp = path + ".tmp"
+    try:
+        with create_file(tmp) as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def new_run_name() -> str:
     """A short random run name; namespaces are called <run>-<node>."""
     while True:
@@ -395,8 +430,9 @@ class Scan:
     private: list[str] = field(default_factory=list)  # runs whose record only root may read (a scan without root)
 
 
-def scan() -> Scan:
-    """Every entry of the run root, checked; nothing is followed that fails a check."""
+def scan(only: str | None = None) -> Scan:
+    """Every entry of the run root (or only the one named ``only``), checked; nothing is followed that fails a
+    check."""
     found = Scan()
     fd = _open_root()
     if fd is None:
@@ -406,6 +442,8 @@ def scan() -> Scan:
     finally:
         os.close(fd)
     for entry in entries:
+        if only is not None and entry != only:
+            continue
         path = os.path.join(RUN_ROOT, entry)
         if not RUN_NAME.fullmatch(entry):
             found.refused.append(f"{RUN_ROOT}: entry {shown(entry)} is not a run name; left alone")
@@ -426,6 +464,69 @@ def scan() -> Scan:
             found.refused.append(f"{os.path.join(path, STATE_FILE)}: {err}; left alone")
     found.runs.sort(key=lambda s: s.created)
     return found
+
+
+# --- the lock of a run ------------------------------------------------------------------------
+
+
+_held: dict[tuple[str, int], int] = {}  # (run, thread) -> how many times that thread of this process took its lock
+
+
+@contextlib.contextmanager
+def run_lock(run: str, wait_s: float | None = None) -> Iterator[bool]:
+    """Hold the lock of run ``run`` for the body; yields whether the run is still there.
+
+    The commands that change a running fabric take it (``link``, ``fault``, ``down``, ``clean``, a runner's
+    teardown), so each acts on what the one before it left, never on half of it: two ``link`` commands once
+    read the same links_down.json and one of the two cables pulled went unrecorded.  It is an flock on the
+    run's directory itself (opened without following a link, ours or root's): nothing is created for it, so
+    nothing can be planted in its place, left behind, or slip into a directory a teardown is removing.  A
+    teardown removes the directory while holding the lock, so whoever waited finds it gone (False).  A thread
+    that holds it already takes it again at once.  RunBusy (one line) after ``wait_s`` (LOCK_WAIT_S).
+    """
+    key = (check_run_name(run), threading.get_ident())
+    if key in _held:
+        _held[key] += 1
+        try:
+            yield os.path.isdir(run_dir(run))
+        finally:
+            _held[key] -= 1
+        return
+    path = run_dir(run)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = None
+    except OSError as err:
+        raise FabricError(f"{path}: {_not_own_dir(path) or _why(err)}; left alone") from None
+    if fd is None:
+        yield False
+        return
+    try:
+        owner = os.fstat(fd).st_uid
+        if not _trusted(owner):
+            raise FabricError(f"{path}: owned by uid {owner}, neither root nor us; left alone")
+        _take(fd, run, LOCK_WAIT_S if wait_s is None else wait_s)
+        _held[key] = 1
+        try:
+            yield os.fstat(fd).st_nlink > 0  # a removed directory has no link left
+        finally:
+            del _held[key]
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _take(fd: int, run: str, wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise RunBusy(f"run {run} is busy: another command (link, fault, down, clean or its runner's "
+                              f"teardown) still held it after {wait_s:g} s; try again") from None
+            time.sleep(LOCK_POLL_S)
 
 
 def runs() -> list[RunState]:
@@ -476,12 +577,13 @@ def uninterrupted() -> Iterator[None]:
 
 @dataclass
 class Removed:
-    """What a cleanup removed, for the user to read, and what it left alone."""
+    """What a cleanup removed, for the user to read, what it refused and what it left alone in use."""
 
     processes: list[int] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
     directories: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)  # runs in use, one line each: who holds them, how to end them
 
     def summary(self) -> str:
         if not (self.processes or self.namespaces or self.directories):
@@ -527,14 +629,54 @@ def destroy(state: RunState, removed: Removed | None = None) -> Removed:
     return removed
 
 
-def clean_all() -> Removed:
-    """Remove every run on this machine, also those whose runner died; report what is not ours."""
+def left_alone(state: RunState, held: str) -> str:
+    """The line that says why cleanup left run ``state`` (in use: ``held``) and how it ends."""
+    if state.detached:
+        return f"run {state.run} is {held}: left alone; fabric-emu down --run {state.run} takes it down"
+    return (f"run {state.run} is {held}, which removes it when it ends: left alone; "
+            f"fabric-emu clean --run {state.run} --force removes it now")
+
+
+def clean(only: str | None = None, force: bool = False) -> Removed:
+    """Remove what runs left behind: every run no live process holds (its runner died, or its agents all did),
+    run directories without a record; report what is not ours, and the runs in use it left (``force``: removes
+    those too).  ``only``: that run alone.
+
+    Each run is removed under its lock, its record read again there: a ``down`` or ``link`` under way
+    finishes first.
+    """
+    if only is not None:
+        check_run_name(only)
     removed = Removed()
     with uninterrupted():
-        found = scan()
+        found = scan(only)
         removed.refused += found.refused
         for state in found.runs:
-            destroy(state, removed)
+            held = state.holder()
+            if held and not force:
+                removed.left.append(left_alone(state, held))
+                continue
+            _locked(state.run, removed, force)
         for name in found.orphans:
-            remove_run_dir(name, removed)
+            _locked(name, removed, force)
     return removed
+
+
+def _locked(run: str, removed: Removed, force: bool) -> None:
+    """Remove run ``run`` (or its directory without a record) under its lock, as its record is now."""
+    try:
+        with run_lock(run) as present:
+            if not present:
+                return  # removed meanwhile
+            now = scan(run)
+            removed.refused += now.refused
+            for state in now.runs:
+                held = state.holder()
+                if held and not force:
+                    removed.left.append(left_alone(state, held))
+                else:
+                    destroy(state, removed)
+            for name in now.orphans:
+                remove_run_dir(name, removed)
+    except RunBusy as err:
+        removed.refused.append(f"{err}; left alone")

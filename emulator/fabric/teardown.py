@@ -34,20 +34,29 @@ def finish_run(state: runstate.RunState, children: dict[str, subprocess.Popen] |
     Signals that arrive meanwhile wait until the run is gone.  The run is
     removed even if its captures cannot be converted or its telemetry not
     written; that error is raised afterwards.
+
+    It holds the run's lock (``fabric-emu down`` takes it first), so a
+    ``link`` or ``fault`` under way finishes before the agents stop.  If
+    another command keeps the lock past its wait (say one stopped with
+    Ctrl-Z), the teardown goes on without it: a run must never outlive its
+    owner because of a stranger.
     """
-    failure: FabricError | None = None
-    captures = {ifname: proc for ifname, pid in state.captures.items() if (proc := state.process(pid))}
-    if captures and state.capture_dir:
+    with contextlib.ExitStack() as lock:
+        with contextlib.suppress(runstate.RunBusy):
+            lock.enter_context(runstate.run_lock(state.run))
+        failure: FabricError | None = None
+        captures = {ifname: proc for ifname, pid in state.captures.items() if (proc := state.process(pid))}
+        if captures and state.capture_dir:
+            try:
+                stop_detached(captures, state.capture_dir)
+            except FabricError as err:
+                failure = err
         try:
-            stop_detached(captures, state.capture_dir)
-        except FabricError as err:
-            failure = err
-    try:
-        _stop_agents(state, children or {})
-        if state.telemetry_dir:
-            write_telemetry(state, state.telemetry_dir)
-    finally:
-        removed = runstate.destroy(state)
+            _stop_agents(state, children or {})
+            if state.telemetry_dir:
+                write_telemetry(state, state.telemetry_dir)
+        finally:
+            removed = runstate.destroy(state)
     if failure:
         raise failure
     return removed

@@ -49,6 +49,14 @@ class RxPipeline:
             return True
         return None
 
+    def set_rate(self, now: int, rate_bps: int) -> None:
+        """Take frames at ``rate_bps`` from ``now`` on: the rest of the head frame and every frame behind it."""
+        if not 0 < rate_bps:
+            raise ValueError(f"bad receive pipeline rate {rate_bps}")
+        if self.head_done is not None and self.head_done > now:
+            self.head_done = now + (self.head_done - now) * self.rate_bps // rate_bps
+        self.rate_bps = rate_bps
+
     def next_deadline(self) -> int | None:
         return self.head_done
 

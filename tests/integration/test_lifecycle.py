@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -94,6 +95,87 @@ def test_clean_after_runner_killed_with_sigkill():
     assert not leftover
     assert not os.path.exists(state.directory)
     assert cli("clean").stdout.strip() == "nothing to remove"
+
+
+HELD = """
+name = "scheld"
+topo = "star,3"
+link = { bw = "20mbit" }
+size = "64KiB"
+iterations = 150
+warmup = 0
+
+[[variants]]
+name = "incast"
+fabric = "lossless"
+collective = "incast"
+"""
+
+
+def _run_of(pid: int, timeout: float = 60) -> runstate.RunState:
+    """The run process ``pid`` holds, once its every agent runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for state in runstate.runs():
+            if state.owner_pid == pid and state.agents and state.agents_running() == len(state.agents):
+                return state
+        time.sleep(0.1)
+    pytest.fail(f"pid {pid} built no run")
+
+
+def test_clean_leaves_a_run_that_is_up_and_one_an_experiment_holds(tmp_path):
+    """Issue 23: clean removed a run that was up (3/3 agents running) and killed an experiment at iteration
+    145 of 201.  Now both survive, clean says what it left alone, and still removes a crashed run's debris."""
+    crashed = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import time
+        from emulator.fabric.builder import Fabric
+        from topologies import StarTopo
+        with Fabric(StarTopo(n=2), name="scstale") as net:
+            print("up", flush=True)
+            time.sleep(120)
+    """)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert crashed.stdout.readline().strip() == "up"
+    crashed.kill()
+    crashed.wait()
+    crashed.stdout.close()
+    up = cli("up", "--topo", "star,2", "--name", "sckeep")
+    assert up.returncode == 0, up.stderr
+    (tmp_path / "scheld.toml").write_text(HELD)
+    experiment = Command("run", str(tmp_path / "scheld.toml"), "--out", str(tmp_path / "results"))
+    try:
+        held = _run_of(experiment.proc.pid)
+        experiment.wait_for("incast iteration 3/150")
+        listing = cli("list").stdout
+        assert f"held by pid {experiment.proc.pid}" in listing and "up (3/3 agents running)" in listing, listing
+        clean = cli("clean")
+        print(f"$ fabric-emu clean\n{clean.stdout}{clean.stderr}", end="")
+        assert clean.returncode == 0, clean.stderr
+        assert clean.stdout.startswith("removed ") and "scstale-h1" in clean.stdout.splitlines()[0]
+        assert ("run sckeep is up (3/3 agents running): left alone; fabric-emu down --run sckeep takes it down"
+                in clean.stdout.splitlines())
+        assert (f"run {held.run} is held by pid {experiment.proc.pid}, which removes it when it ends: left alone; "
+                f"fabric-emu clean --run {held.run} --force removes it now" in clean.stdout.splitlines())
+        assert not any(n.startswith("scstale-") for n in existing_namespaces())
+        assert _intact("sckeep") and _intact(held.run)
+        down = cli("down", "--run", held.run)  # the experiment's to end
+        assert down.returncode == 1 and down.stderr == (
+            f"fabric-emu: run {held.run} is held by pid {experiment.proc.pid}, which removes it when it ends: "
+            f"left alone; fabric-emu down --run {held.run} --force takes it down now\n")
+        assert cli("clean", "--run", "sckeep").returncode == 1 and _intact("sckeep")
+        code, _ = experiment.finish()
+        assert code == 0, "".join(experiment.err)
+        assert "incast iteration 150/150" in "".join(experiment.err)
+        ping = cli("exec", "--run", "sckeep", "h1", "--", "ping", "-c1", "-W2", "10.0.0.2")
+        assert ping.returncode == 0, ping.stdout
+    finally:
+        if experiment.proc.poll() is None:
+            experiment.interrupt(signal.SIGINT)
+            experiment.finish()
+        forced = cli("clean", "--run", "sckeep", "--force")
+    assert forced.returncode == 0 and "sckeep-s1" in forced.stdout, forced.stdout + forced.stderr
+    [stamp] = os.listdir(tmp_path / "results" / "scheld")
+    results = json.load(open(tmp_path / "results" / "scheld" / stamp / "results.json"))
+    assert results["complete"] and results["variants"][0]["iterations"] == 150 and results["variants"][0]["verified"]
 
 
 def test_without_capabilities_one_line_exit_2_nothing_created():
@@ -340,13 +422,13 @@ def test_kill_9_during_clean_then_clean_again_leaves_nothing(tmp_path, moment):
     up = cli("up", "--topo", "star,3", "--name", "sigclean", "--capture", str(tmp_path / "caps"))
     assert up.returncode == 0, up.stderr
     state = runstate.load("sigclean")
-    clean = Command("clean")
+    clean = Command("clean", "--run", "sigclean", "--force")  # the run is up: clean leaves it without --force
     if moment == "tearing-down":
         _teardown_begun(state)
     else:
         time.sleep(float(moment[:-1]))
     clean.interrupt(signal.SIGKILL)
     assert clean.finish()[0] == -signal.SIGKILL
-    again = cli("clean")
+    again = cli("clean", "--run", "sigclean", "--force")
     assert again.returncode == 0 and again.stderr == "", again.stderr
     _gone("sigclean")

@@ -36,7 +36,7 @@ def no_side_effects(monkeypatch, tmp_path):
     monkeypatch.setattr(emulator.fabric.builder.Fabric, "start", trap)
     monkeypatch.setattr(emulator.fabric.builder, "create_namespace", trap)
     monkeypatch.setattr(runstate, "destroy", trap)
-    monkeypatch.setattr(runstate, "clean_all", trap)
+    monkeypatch.setattr(runstate, "clean", trap)
     monkeypatch.setattr(runstate, "RUN_ROOT", str(tmp_path / "fabric-emu"))
     # main() installs a SIGTERM handler; give pytest its own back
     saved = signal.getsignal(signal.SIGTERM)

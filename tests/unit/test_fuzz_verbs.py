@@ -23,11 +23,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from emulator import bounds
+from emulator.agents import base as agentlib
 from emulator.agents import rnic as rnic_module
 from emulator.agents.memory import ACCESS_ALL
 from emulator.agents.verbs_messages import BadRequest, decode
 from emulator.model.rc import WrOpcode
-from fake_agents import App, close_agent, fake_wire, make_rnic, make_switch, sealed_memfd
+from fake_agents import App, close_agent, fake_wire, make_host, make_rnic, make_switch, sealed_memfd
 
 assert fake_wire  # a fixture, used by name below (rnic: conftest.py)
 
@@ -291,4 +293,62 @@ def test_an_overlong_or_binary_control_request_gets_an_error(fake_wire, tmp_path
         assert "error" in agent._answer(b"pfc s1-eth1 3 " + b"9" * 5000)
         assert "error" in agent._answer(b"pfc s1-eth1 99 1")
     finally:
+        close_agent(agent)
+
+
+def _ask(agent, client: socket.socket, request: bytes) -> dict:
+    """Send ``request`` from a connected ``client``, let the agent accept and serve every client once; the reply."""
+    client.sendall(request)
+    agent._on_control(0, select.EPOLLIN, time.monotonic_ns())
+    for fd in list(agent.control_clients):
+        agent._on_control_client(fd, select.EPOLLIN, time.monotonic_ns())
+    reply = b""
+    while not reply.endswith(b"\n"):
+        chunk = client.recv(1 << 16)
+        assert chunk, "the agent closed the connection without a reply"
+        reply += chunk
+    return json.loads(reply)
+
+
+def test_idle_control_clients_cannot_lock_a_stats_request_out(fake_wire, tmp_path):
+    """Issue 23: with 16 clients connected and silent, a 17th (fabric-emu stats) was closed at once, and stats
+    called a healthy switch not answering.  The newest client takes the oldest one's place."""
+    agent = make_switch(str(tmp_path))
+    path = str(tmp_path / "s1.sock")
+    idle = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(agentlib.CONTROL_CLIENTS_MAX)]
+    stats = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        for client in idle:
+            client.connect(path)
+            agent._on_control(0, select.EPOLLIN, time.monotonic_ns())
+        assert len(agent.control_clients) == agentlib.CONTROL_CLIENTS_MAX
+        stats.connect(path)
+        assert _ask(agent, stats, b"stats\n")["switch"] == "s1"
+        assert idle[0].recv(10) == b""  # the oldest silent client made room
+        assert len(agent.control_clients) == agentlib.CONTROL_CLIENTS_MAX - 1  # the others wait for their deadline
+    finally:
+        for client in [*idle, stats]:
+            client.close()
+        close_agent(agent)
+
+
+def test_slow_again_changes_the_rate_and_the_range_is_the_command_lines(fake_wire, tmp_path):
+    """Issue 23: `fault h1 slow 0.5` then `slow 0.1` reported 0.1 while the NIC kept 0.5; and the control socket
+    took `slow 1e-300`, below the command line's floor."""
+    agent = make_host(str(tmp_path))  # 100 Mbit/s
+    try:
+        assert agent._answer(b"slow 0.5") == {"slow": 0.5}
+        assert agent.stats()["fault"]["slow"]["rate_bps"] == 50_000_000
+        assert agent._answer(b"slow 0.1") == {"slow": 0.1}
+        assert agent.stats()["fault"]["slow"]["rate_bps"] == 10_000_000
+        low, high = bounds.SLOW_FRACTION
+        for refused in ("1e-300", "0", "1", "nan", "inf", "-0.5", "0.9999999", "half"):
+            reply = agent._answer(f"slow {refused}".encode())
+            assert reply["error"].startswith(f"slow '{refused}': ") and f"{low:g} to {high:g}" in reply["error"], reply
+        assert agent.stats()["fault"]["slow"]["rate_bps"] == 10_000_000  # a refusal changes nothing
+        assert agent._answer(f"slow {low!r}".encode()) == {"slow": low}  # the ends of the range are taken
+        assert agent.stats()["fault"]["slow"]["rate_bps"] == 100
+        assert agent._answer(b"resume") == {"stalled": False} and agent.stats()["fault"]["slow"] is None
+    finally:
+        agent.rnic.close()
         close_agent(agent)

@@ -8,6 +8,7 @@ refuse it in one line and touch nothing: not the record, not what it
 points at outside the run root.
 """
 
+import fcntl
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import threading
 import time
 
 import pytest
@@ -132,7 +134,7 @@ def test_create_file_never_writes_through_a_link(run_root, outside):
 def test_a_symlinked_run_root_is_refused(run_root, outside):
     before = snapshot(outside)
     os.symlink(outside, run_root)
-    for action in (make_state().save, runstate.scan, runstate.clean_all, lambda: runstate.load("zzdemo")):
+    for action in (make_state().save, runstate.scan, runstate.clean, lambda: runstate.load("zzdemo")):
         with pytest.raises(FabricError, match="fabric-emu: a symbolic link$") as err:
             action()
         assert one_line(str(err.value))
@@ -240,7 +242,7 @@ def test_a_bad_record_is_refused_not_removed(run_root):
     found = runstate.scan()
     assert found.runs == [] and found.orphans == []
     assert found.refused == [f"{run_root}/corrupt/state.json: missing field 'created'; left alone"]
-    removed = runstate.clean_all()
+    removed = runstate.clean()
     assert (removed.directories, removed.refused) == ([], found.refused)
     assert (run_root / "corrupt" / "state.json").is_file()
 
@@ -358,7 +360,7 @@ def test_a_symlinked_run_directory_is_refused_and_its_target_kept(run_root, outs
     before = snapshot(outside)
     with pytest.raises(FabricError, match="a symbolic link; left alone"):
         runstate.load("zzdemo")
-    removed = runstate.clean_all()
+    removed = runstate.clean()
     assert removed.directories == [] and removed.refused == [f"{run_root}/zzdemo: a symbolic link; left alone"]
     assert snapshot(outside) == before and os.path.islink(run_root / "zzdemo")
 
@@ -447,11 +449,172 @@ def test_clean_all_removes_runs_and_orphans(run_root):
     for name, created in (("zzb", 2.0), ("zza", 1.0)):
         make_state(name, created=created).save()
     (run_root / "orphan").mkdir()
-    removed = runstate.clean_all()
+    removed = runstate.clean()
     assert removed.directories == [str(run_root / "zza"), str(run_root / "zzb"), str(run_root / "orphan")]
     assert removed.namespaces == [] and removed.processes == [] and removed.refused == []
     assert os.listdir(run_root) == []
-    assert runstate.clean_all().summary() == "nothing to remove"
+    assert runstate.clean().summary() == "nothing to remove"
+
+
+@pytest.fixture
+def sleeper():
+    """A process standing for an agent or an owner that still runs."""
+    child = subprocess.Popen(["sleep", "60"])
+    yield child
+    child.kill()
+    child.wait()
+
+
+def test_clean_leaves_runs_in_use_alone_and_says_why(run_root, sleeper):
+    """Issue 23: clean removed a run that was up and one an experiment held (it died at iteration 145 of 201)."""
+    held = make_state("zzheld", created=1.0)  # its owner (this test) runs: an experiment's fabric
+    held.note_started([held.owner_pid])
+    held.save()
+    up = make_state("zzup", created=2.0, detached=True, owner_pid=0, agents={"h1": sleeper.pid, "s1": sleeper.pid})
+    up.note_started([sleeper.pid])
+    up.save()
+    make_state("zzstale", created=3.0).save()  # its owner's start time was never recorded: not running
+    make_state("zzdead", created=4.0, detached=True, owner_pid=0, agents={"h1": 999999}).save()  # agents gone
+    (run_root / "orphan").mkdir()
+    removed = runstate.clean()
+    assert removed.directories == [str(run_root / r) for r in ("zzstale", "zzdead", "orphan")]
+    assert removed.processes == [] and removed.refused == []
+    assert removed.left == [
+        f"run zzheld is held by pid {os.getpid()}, which removes it when it ends: left alone; "
+        "fabric-emu clean --run zzheld --force removes it now",
+        "run zzup is up (2/2 agents running): left alone; fabric-emu down --run zzup takes it down"]
+    assert sorted(os.listdir(run_root)) == ["zzheld", "zzup"] and sleeper.poll() is None
+    again = runstate.clean("zzup")  # one run, still in use: left
+    assert again.left == removed.left[1:] and again.directories == []
+    forced = runstate.clean("zzup", force=True)
+    assert forced.directories == [str(run_root / "zzup")] and forced.processes == [sleeper.pid]
+    assert sleeper.wait(timeout=5) == -signal.SIGTERM
+    assert runstate.clean(force=True).directories == [str(run_root / "zzheld")]
+    assert runstate.clean("zznone").summary() == "nothing to remove"  # as a second clean finds it
+    with pytest.raises(FabricError, match="bad run name"):
+        runstate.clean("../etc")
+
+
+def test_clean_in_the_command_line_lists_what_it_left(run_root, monkeypatch, capsys, sleeper):
+    monkeypatch.setattr(cli, "require_root", lambda: None)
+    up = make_state("zzup", detached=True, owner_pid=0, agents={"h1": sleeper.pid})
+    up.note_started([sleeper.pid])
+    up.save()
+    assert cli.main(["clean"]) == 0
+    assert capsys.readouterr() == ("nothing to remove\nrun zzup is up (1/1 agents running): left alone; "
+                                   "fabric-emu down --run zzup takes it down\n", "")
+    assert cli.main(["clean", "--run", "zzup"]) == 1  # the one run asked for was not removed
+    assert "left alone" in capsys.readouterr().out
+    assert cli.main(["clean", "--run", "zzup", "--force"]) == 0
+    assert capsys.readouterr().out.startswith("removed 1 processes")
+    assert not (run_root / "zzup").exists()
+
+
+def test_down_leaves_a_run_its_owner_holds_unless_forced(run_root, monkeypatch, capsys):
+    """Decided for issue 23: an experiment's fabric is the experiment's to remove; `down` says so in one line."""
+    monkeypatch.setattr(cli, "require_root", lambda: None)
+    held = make_state()
+    held.note_started([held.owner_pid])
+    held.save()
+    assert cli.main(["down", "--run", "zzdemo"]) == 1
+    assert capsys.readouterr() == ("", f"fabric-emu: run zzdemo is held by pid {os.getpid()}, which removes it when "
+                                       "it ends: left alone; fabric-emu down --run zzdemo --force takes it down now\n")
+    assert (run_root / "zzdemo" / "state.json").is_file()
+    assert cli.main(["down", "--run", "zzdemo", "--force"]) == 0
+    assert capsys.readouterr().out.startswith("run zzdemo is down: removed 1 run directories")
+    make_state().save()  # a stale run, as before
+    assert cli.main(["down", "--run", "zzdemo"]) == 0 and not (run_root / "zzdemo").exists()
+
+
+@pytest.mark.parametrize("argv", [["down", "--run", "zzdemo"], ["fault", "--run", "zzdemo", "h1", "stall"],
+                                  ["clean", "--run", "zzdemo"]])
+def test_down_fault_and_clean_wait_for_a_run_another_command_is_changing(run_root, monkeypatch, capsys, argv):
+    """Issue 23: `down` racing `link` pulled the agents from under it (a traceback, the cable down for good)."""
+    monkeypatch.setattr(cli, "require_root", lambda: None)
+    monkeypatch.setattr(runstate, "LOCK_WAIT_S", 0.2, raising=False)  # (the code before issue 23 had no lock)
+    make_state().save()
+    fd = _hold(run_root, "zzdemo")  # a link under way
+    try:
+        assert cli.main(argv) == 1
+    finally:
+        os.close(fd)
+    out, err = capsys.readouterr()
+    busy = "run zzdemo is busy: another command (link, fault, down, clean or its runner's teardown) still held it " \
+           "after 0.2 s; try again"
+    assert (out, err) == (("nothing to remove\n", f"fabric-emu: {busy}; left alone\n") if argv[0] == "clean"
+                          else ("", f"fabric-emu: {busy}\n"))
+    assert (run_root / "zzdemo" / "state.json").is_file()
+
+
+def _hold(run_root, run: str) -> int:
+    """Another command's hold on run ``run``'s lock (an flock of its directory through a descriptor of our own)."""
+    fd = os.open(run_root / run, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_the_run_lock_waits_for_another_holder_and_says_so_in_one_line(run_root, monkeypatch):
+    monkeypatch.setattr(runstate, "LOCK_WAIT_S", 0.2)
+    make_state().save()
+    fd = _hold(run_root, "zzdemo")
+    try:
+        began = time.monotonic()
+        with pytest.raises(runstate.RunBusy) as err:
+            with runstate.run_lock("zzdemo"):
+                pass
+        assert 0.2 <= time.monotonic() - began < 2 and one_line(str(err.value))
+        assert str(err.value).startswith("run zzdemo is busy: another command (link, fault, down, clean or its ")
+        removed = runstate.clean(force=True)  # a teardown under way: left to it
+        assert removed.directories == [] and removed.refused == [f"{err.value}; left alone"]
+    finally:
+        os.close(fd)
+    with runstate.run_lock("zzdemo") as present:
+        assert present
+        with runstate.run_lock("zzdemo", wait_s=0) as again:  # the same thread: held already
+            assert again
+    assert not any(p.name.startswith("zzdemo") for p in run_root.iterdir() if p.name != "zzdemo")
+    assert os.listdir(run_root / "zzdemo") == ["state.json"]  # nothing created for the lock
+
+
+def test_the_run_lock_tells_who_waited_that_the_run_went_meanwhile(run_root):
+    make_state().save()
+    fd = _hold(run_root, "zzdemo")
+    outcome = []
+
+    def waiter():
+        with runstate.run_lock("zzdemo", wait_s=10) as present:
+            outcome.append(present)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.1)
+    shutil.rmtree(run_root / "zzdemo")  # a down, holding the lock, removed the run
+    os.close(fd)
+    thread.join(timeout=5)
+    assert outcome == [False]
+    with runstate.run_lock("zzdemo") as present:  # no directory at all
+        assert not present
+
+
+def test_the_run_lock_follows_no_link(run_root, outside):
+    run_root.mkdir()
+    os.symlink(outside / "zzdemo", run_root / "zzdemo")
+    with pytest.raises(FabricError, match="zzdemo: a symbolic link; left alone"):
+        with runstate.run_lock("zzdemo"):
+            pass
+
+
+def test_replace_file_is_whole_or_nothing_and_follows_no_link(run_root, outside):
+    make_state().save()
+    path = str(run_root / "zzdemo" / "links_down.json")
+    runstate.replace_file(path, "[]")
+    assert open(path).read() == "[]" and mode(path) == 0o600
+    os.symlink(outside / "keep.txt", path + ".tmp")  # planted where the temporary file goes
+    before = snapshot(outside)
+    with pytest.raises(OSError):
+        runstate.replace_file(path, '[["s1", "s3"]]')
+    assert open(path).read() == "[]" and snapshot(outside) == before
+    assert not os.path.lexists(path + ".tmp")
 
 
 def test_removed_summary():
