@@ -27,6 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from emulator import bounds, flags  # noqa: E402
 from emulator.collectives.coordinator import run_collective  # noqa: E402
 from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD  # noqa: E402
 from emulator.study.experiment import EXPERIMENT_LINK_MTU  # noqa: E402
@@ -75,18 +76,19 @@ def _perf_targets(agents: dict[str, int]) -> dict[str, int]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fabric", default="lossless", choices=("lossless", "lossy", "ib"))
     parser.add_argument("--bw", default="20mbit")
     parser.add_argument("--collective", default="allreduce")
     parser.add_argument("--size", default="1MiB")
-    parser.add_argument("--iterations", type=int, default=3)
-    parser.add_argument("--mtu", type=int, default=4096, choices=PATHS_MTU,
+    parser.add_argument("--iterations", type=flags.whole("--iterations", bounds.ITERATIONS), default=3)
+    parser.add_argument("--mtu", type=flags.whole("--mtu", (min(PATHS_MTU), max(PATHS_MTU))), default=4096,
+                        choices=PATHS_MTU,
                         help="RDMA path MTU (default 4096, the experiments'; links then 4200 bytes, else 1500)")
     parser.add_argument("--perf", metavar="DIR", help="record perf profiles of s1's and h2's processes into DIR")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="data-plane processes serving the agents (default: one per core)")
-    args = parser.parse_args()
+    parser.add_argument("--workers", type=flags.whole("--workers", bounds.WORKERS), default=None,
+                        help=f"data-plane processes serving the agents ({bounds.WORKERS[0]} to {bounds.WORKERS[1]}; default: one per core)")
+    args = parser.parse_checked()
     if args.perf and shutil.which("perf") is None:
         print("bench_collective_cpu: --perf needs perf (linux-perf)", file=sys.stderr)
         return 1

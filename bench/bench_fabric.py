@@ -38,6 +38,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from emulator import flags  # noqa: E402
 from emulator.fabric.builder import Fabric  # noqa: E402
 from emulator.wire.mac import mac_bytes  # noqa: E402
 from emulator.kernel.netns import entered  # noqa: E402
@@ -45,6 +46,7 @@ from topologies import FatTreeTopo, StarTopo  # noqa: E402
 
 PACKET_QDISC_BYPASS = 20
 SOL_PACKET = 263
+FATTREE_K = (4, 18)  # fattree,18 is 1863 nodes; fattree,20 (2500) is over the node cap (bounds.MAX_NODES)
 
 
 def build_and_teardown(k: int) -> tuple[float, float, Fabric]:
@@ -251,18 +253,22 @@ def pause_gate_timing(cycles: int = 30) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--max-k", type=int, default=12, help="largest fat tree to try")
-    parser.add_argument("--memory-k", type=int, default=8, help="the fat tree whose agents' memory is measured")
+    parser = flags.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--max-k", type=flags.whole("--max-k", FATTREE_K), default=12,
+                        help="largest fat tree to try (4 to 18, default 12)")
+    parser.add_argument("--memory-k", type=flags.whole("--memory-k", FATTREE_K), default=8,
+                        help="the fat tree whose agents' memory is measured (4 to 18, default 8)")
     parser.add_argument("--fattree-only", action="store_true",
                         help="only the fat trees' build times and the agents' memory")
-    parser.add_argument("--seconds", type=float, default=3.0, help="measurement time of each frame-rate test")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of the PFC+ECN against plain comparison")
+    parser.add_argument("--seconds", type=flags.real("--seconds", (0.1, 3600.0)), default=3.0,
+                        help="measurement time of each frame-rate test (0.1 to 3600, default 3)")
+    parser.add_argument("--rounds", type=flags.whole("--rounds", (1, 100)), default=3,
+                        help="rounds of the PFC+ECN against plain comparison (1 to 100, default 3)")
     parser.add_argument("--forwarding-only", action="store_true",
                         help="only the frame-rate tests (skip fat trees, memory, pause gates)")
     parser.add_argument("--monitor-cost", action="store_true",
                         help="only the fidelity monitor's cost: frames/s with it on and off (PFC+ECN)")
-    args = parser.parse_args()
+    args = parser.parse_checked()
     print(f"kernel {os.uname().release}, {os.cpu_count()} cores")
     if args.monitor_cost:
         for size in (64, 1500):

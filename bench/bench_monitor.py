@@ -38,6 +38,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests", "unit")]
 
+from emulator import flags  # noqa: E402
 from emulator.wire.roce import Framer  # noqa: E402
 from emulator.wire.transport import Opcode, Packet  # noqa: E402
 from fake_agents import MAC_PEERS, MAC_S1, close_agent, make_switch, patch_wire  # noqa: E402
@@ -92,13 +93,14 @@ def measure(frames: int) -> dict[bool, list[float]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--frames", type=int, default=320_000, help="frames through each switch (16 per batch)")
-    args = parser.parse_args()
+    parser = flags.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--frames", type=flags.whole("--frames", (16_000, 10**9)), default=320_000,
+                        help="frames through each switch, 16 per batch (16000 to 1e9, default 320000)")
+    args = parser.parse_checked()
     with pytest.MonkeyPatch.context() as monkeypatch:
         patch_wire(monkeypatch)
         measure(16_000)  # warm the interpreter's caches
-        blocks = measure(max(args.frames, 16_000))
+        blocks = measure(args.frames)
     ratios = [on / off for on, off in zip(blocks[True], blocks[False])]
     for on in (True, False):
         print(f"monitor {'on ' if on else 'off'}: median {statistics.median(blocks[on]) / 1e3:.2f} us per frame over "

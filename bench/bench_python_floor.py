@@ -29,6 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from emulator import flags  # noqa: E402
 from emulator.fabric.builder import Fabric  # noqa: E402
 from topologies import StarTopo  # noqa: E402
 
@@ -81,12 +82,11 @@ def measure(seconds: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=3.0, help="how long the sender offers frames")
+    parser = flags.Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=flags.real("--seconds", (0.5, 60.0)), default=3.0,
+                        help="how long the sender offers frames (0.5 to 60, default 3)")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if not 0.5 <= args.seconds <= 60:
-        sys.exit(f"bench_python_floor: --seconds {args.seconds}: choose 0.5 to 60")
+    args = parser.parse_checked()
     if args.inside:
         measure(args.seconds)
         return

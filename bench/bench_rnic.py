@@ -22,9 +22,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from emulator import flags  # noqa: E402
 from emulator.fabric import runstate  # noqa: E402
 from emulator.fabric.builder import Fabric  # noqa: E402
 from emulator.apps.perf import run_pair  # noqa: E402
+from emulator.model.rdma_params import PATHS_MTU  # noqa: E402
 from emulator.units import parse_rate, parse_size  # noqa: E402
 from topologies import StarTopo  # noqa: E402
 
@@ -81,11 +83,12 @@ def codec_microseconds() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = flags.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="64MiB")
     parser.add_argument("--rate", default="10gbit")
-    parser.add_argument("--mtu", type=int, default=1024)
-    args = parser.parse_args()
+    parser.add_argument("--mtu", type=flags.whole("--mtu", (min(PATHS_MTU), max(PATHS_MTU))), default=1024,
+                        choices=PATHS_MTU, help="RDMA path MTU (default 1024)")
+    args = parser.parse_checked()
     size = parse_size(args.size)
     parse_rate(args.rate)  # a bad rate fails here, before the fabric is built
     codec_microseconds()

@@ -24,6 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from emulator import flags  # noqa: E402
 from emulator.sim.engine import Simulator  # noqa: E402
 
 MAX_DELAY_NS = 1 << 20
@@ -82,12 +83,14 @@ def simpy_run(events: int, pending: int, table: list[int]) -> tuple[float, int] 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--pending", type=int, default=1000)
-    args = parser.parse_args()
-    if not 1 <= args.pending <= args.events <= 10**8:
-        parser.error("need 1 <= --pending <= --events <= 1e8")
+    parser = flags.Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=flags.whole("--events", (1, 10**8)), default=1_000_000,
+                        help="events to run (1 to 1e8, default 1000000)")
+    parser.add_argument("--pending", type=flags.whole("--pending", (1, 10**8)), default=1000,
+                        help="events pending at any time (1 to --events, default 1000)")
+    args = parser.parse_checked()
+    if args.pending > args.events:
+        parser.error(f"--pending {args.pending}: must be at most --events ({args.events})")
     table = delays(args.events + args.pending)
     seconds, ran = ours(args.events, args.pending, table)
     print(f"emulator.sim.engine: {ran} events in {seconds:.2f} s: {ran / seconds / 1e3:.0f}k events/s "

@@ -18,9 +18,9 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Sequence
 
-from emulator import bounds
+from emulator import bounds, flags
 from emulator.fabric import output_dirs, runstate
 from emulator.errors import FabricError, listed, printable
 from emulator.fabric.agent_control import query_agent
@@ -405,24 +405,8 @@ def cmd_pcap(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with the project's error format: one line, not a usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"fabric-emu: {message} (see {self.prog} --help)\n")
-
-
-def _whole(flag: str, allowed: tuple[int, int]) -> Callable[[str], int]:
-    """An argparse type: a whole number within its range, else one line naming the flag."""
-    return lambda text: bounds.whole(flag, text, allowed)
-
-
-def _real(flag: str, allowed: tuple[float, float]) -> Callable[[str], float]:
-    return lambda text: bounds.real(flag, text, allowed)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="fabric-emu", description="Packet-level emulator of lossless AI/HPC fabrics.")
+    parser = flags.Parser(prog="fabric-emu", description="Packet-level emulator of lossless AI/HPC fabrics.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def topo_args(p: argparse.ArgumentParser) -> None:
@@ -434,9 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="lossless: PFC on priority 3 (default); lossy: tail drop everywhere; ib: native IB packets under link credits")
         p.add_argument("--switch", metavar="OPTS",
                        help="switch settings, e.g. buffer=256KiB,headroom=24KiB,alpha=1,kmin=15KiB,lossless=3")
-        p.add_argument("--seed", type=_whole("--seed", bounds.SEED), default=1,
+        p.add_argument("--seed", type=flags.whole("--seed", bounds.SEED), default=1,
                        help="seed of ECN marking and injected loss (0 to 2**32-1)")
-        p.add_argument("--workers", type=_whole("--workers", bounds.WORKERS), default=None,
+        p.add_argument("--workers", type=flags.whole("--workers", bounds.WORKERS), default=None,
                        help="data-plane processes serving the agents (default: one per core)")
 
     p = sub.add_parser("up", help="build a fabric and leave it running")
@@ -470,9 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("pingall", help="build, ping all host pairs, tear down")
     topo_args(p)
-    p.add_argument("--timeout", type=_real("--timeout", bounds.PING_TIMEOUT_S), default=1.0,
+    p.add_argument("--timeout", type=flags.real("--timeout", bounds.PING_TIMEOUT_S), default=1.0,
                    help="seconds to wait for each echo reply (0.1 to 60)")
-    p.add_argument("--sample", type=_whole("--sample", bounds.PING_SAMPLE), default=None, metavar="N",
+    p.add_argument("--sample", type=flags.whole("--sample", bounds.PING_SAMPLE), default=None, metavar="N",
                    help="ping N ordered host pairs drawn at random (--seed), not all of them")
     p.set_defaults(func=cmd_pingall)
 
@@ -489,7 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stall: the host's NIC stops receiving and pauses its switch port without end; slow "
                         "FRACTION: it takes frames at that share of its link rate, pausing its port when its buffer "
                         "fills; resume: ends either")
-    p.add_argument("fraction", nargs="?", type=_real("fraction", bounds.SLOW_FRACTION), default=None,
+    p.add_argument("fraction", nargs="?", type=flags.real("fraction", bounds.SLOW_FRACTION), default=None,
                    help="slow only: the share of the link rate, above 0 and below 1")
     p.set_defaults(func=cmd_fault)
 
@@ -510,13 +494,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("test", choices=("write", "read", "send", "tcp"), help="RDMA WRITE, READ, SEND, or a TCP stream to compare")
     p.add_argument("peer", nargs="?", help="the server's host name (e.g. h2) or address; omit to be the server")
     p.add_argument("--size", default="64KiB", help="bytes per message (default 64KiB, at most 1GiB)")
-    p.add_argument("--iters", type=_whole("--iters", bounds.PERF_ITERS), default=100,
+    p.add_argument("--iters", type=flags.whole("--iters", bounds.PERF_ITERS), default=100,
                    help="messages (default 100, at most 1000000)")
-    p.add_argument("--mtu", type=_whole("--mtu", (min(PATHS_MTU), max(PATHS_MTU))), default=1024, choices=PATHS_MTU,
+    p.add_argument("--mtu", type=flags.whole("--mtu", (min(PATHS_MTU), max(PATHS_MTU))), default=1024, choices=PATHS_MTU,
                    help="path MTU (default 1024)")
-    p.add_argument("--port", type=_whole("--port", bounds.PORT), default=18515,
+    p.add_argument("--port", type=flags.whole("--port", bounds.PORT), default=18515,
                    help="out-of-band TCP port (default 18515, as perftest)")
-    p.add_argument("--seed", type=_whole("--seed", bounds.SEED), default=1,
+    p.add_argument("--seed", type=flags.whole("--seed", bounds.SEED), default=1,
                    help="seed of the data pattern (0 to 2**32-1)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_perf)
@@ -554,7 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the default experiment: pingall and shaped iperf3 runs")
     p.add_argument("--topo", default="leafspine", metavar="SPEC")
     p.add_argument("--bw", default="50mbit")
-    p.add_argument("--seconds", type=_whole("--seconds", bounds.DEMO_SECONDS), default=5,
+    p.add_argument("--seconds", type=flags.whole("--seconds", bounds.DEMO_SECONDS), default=5,
                    help="each iperf3 run (1 to 3600, default 5)")
     p.set_defaults(func=cmd_demo)
     return parser

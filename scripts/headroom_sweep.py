@@ -40,9 +40,11 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from emulator import flags  # noqa: E402
 from emulator.study import pfc_analysis as pa  # noqa: E402
 from emulator.study.incast import run_incast  # noqa: E402
 from emulator.study.pfc_response import headroom_drops, measure_response  # noqa: E402
+from emulator.fabric.plan import MAX_MTU, MIN_MTU  # noqa: E402
 from emulator.model.switch_params import RESPONSE_NS, default_headroom  # noqa: E402
 from emulator.units import format_rate, parse_rate, parse_size, parse_time  # noqa: E402
 
@@ -143,18 +145,21 @@ def header() -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bw", default="50mbit", help="link rate (default 50mbit)")
-    parser.add_argument("--seconds", type=int, default=3, help="incast duration per run (default 3)")
+    parser.add_argument("--seconds", type=flags.whole("--seconds", (1, 3600)), default=3,
+                        help="incast duration per run (1 to 3600, default 3)")
     parser.add_argument("--delay", default="0us", help="link delay, modelled by the switch (default 0us)")
-    parser.add_argument("--mtu", type=int, default=1500, help="link MTU (default 1500)")
+    parser.add_argument("--mtu", type=flags.whole("--mtu", (MIN_MTU, MAX_MTU)), default=1500,
+                        help=f"link MTU ({MIN_MTU} to {MAX_MTU}, default 1500)")
     parser.add_argument("--headrooms", type=lambda t: [parse_size(x) for x in t.split(",")],
                         help="fixed list of headrooms (sizes: 1514, 6KiB, ...) instead of the search")
-    parser.add_argument("--repeat", type=int, default=2,
-                        help="runs per headroom that must all be drop-free (default 2)")
+    parser.add_argument("--repeat", type=flags.whole("--repeat", (1, 100)), default=2,
+                        help="runs per headroom that must all be drop-free (1 to 100, default 2)")
     parser.add_argument("--switch", default="", help="other --switch overrides, e.g. alpha=0.5 or threshold=30000")
-    parser.add_argument("--response-us", type=float, help="response time to put in the formula (skip measuring it)")
-    args = parser.parse_args()
+    parser.add_argument("--response-us", type=flags.real("--response-us", (0.0, 1e6)),
+                        help="response time to put in the formula, 0 to 1e6 us (skip measuring it)")
+    args = parser.parse_checked()
     rate = parse_rate(args.bw)
     delay = parse_time(args.delay)
     frame = args.mtu + 14

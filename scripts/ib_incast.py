@@ -19,6 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from emulator import bounds, flags  # noqa: E402
 from emulator.collectives.coordinator import run_collective  # noqa: E402
 from emulator.fabric.builder import Fabric  # noqa: E402
 from emulator.units import parse_size  # noqa: E402
@@ -26,10 +27,10 @@ from topologies import StarTopo  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vl-buffer", default="8KiB")
-    parser.add_argument("--iterations", type=int, default=5)
-    args = parser.parse_args()
+    parser.add_argument("--iterations", type=flags.whole("--iterations", bounds.ITERATIONS), default=5)
+    args = parser.parse_checked()
     blocks = parse_size(args.vl_buffer) // 64
     with Fabric(StarTopo(8), spec="star,8", link={"bw": "20mbit"}, fabric="ib",
                 switch={"vl_buffer": args.vl_buffer}) as net:

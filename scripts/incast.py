@@ -18,17 +18,19 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from emulator import flags  # noqa: E402
 from emulator.study.incast import run_incast  # noqa: E402
 from emulator.units import format_rate  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=int, default=5)
+    parser = flags.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=flags.whole("--seconds", (1, 3600)), default=5,
+                        help="each variant's incast (1 to 3600, default 5)")
     parser.add_argument("--bw", default="50mbit")
     parser.add_argument("--tcp-buffer", default="160KiB", help="switch buffer of the TCP variants")
     parser.add_argument("--capture", metavar="DIR", help="pcapng per link end, one subdirectory per variant")
-    args = parser.parse_args()
+    args = parser.parse_checked()
     variants = [("udp", "lossless", {}), ("udp", "lossy", {}),
                 ("tcp", "lossless", {"buffer": args.tcp_buffer, "headroom": "24KiB"}),
                 ("tcp", "lossy", {"buffer": args.tcp_buffer, "headroom": "24KiB"})]

@@ -42,6 +42,7 @@ from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from emulator import bounds, flags  # noqa: E402
 from emulator.study import pfc_analysis as pa  # noqa: E402
 from emulator.fabric.builder import Fabric  # noqa: E402
 from emulator.apps.iperf import TOS_PRIORITY_3  # noqa: E402
@@ -190,18 +191,21 @@ def print_holds(holds: list[pa.Hold], sent: int, own_xoff: int, rate_bps: int) -
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bw", default="50mbit", help="link rate (default 50mbit)")
-    parser.add_argument("--seconds", type=int, default=3, help="incast duration (default 3)")
-    parser.add_argument("--senders", type=int, default=3, help="incast senders (default 3: star,4)")
-    parser.add_argument("--gap", type=float, default=DEFAULT_GAP_FRAMES,
-                        help="silence, in frame times, that counts as a sender stopped (default 3)")
+    parser.add_argument("--seconds", type=flags.whole("--seconds", (1, 3600)), default=3,
+                        help="incast duration (1 to 3600, default 3)")
+    parser.add_argument("--senders", type=flags.whole("--senders", (1, bounds.MAX_NODES - 2)), default=3,
+                        help=f"incast senders (1 to {bounds.MAX_NODES - 2}: star,N+1 within the node cap; default 3)")
+    parser.add_argument("--gap", type=flags.real("--gap", (1.0, 1000.0)), default=DEFAULT_GAP_FRAMES,
+                        help="silence, in frame times, that counts as a sender stopped (1 to 1000, default 3)")
     parser.add_argument("--pauses", default="2ms,5ms,20ms",
                         help="pause lengths of the hold test (default 2ms,5ms,20ms)")
-    parser.add_argument("--repeat", type=int, default=3, help="PFC frames per pause length (default 3)")
+    parser.add_argument("--repeat", type=flags.whole("--repeat", (1, 100)), default=3,
+                        help="PFC frames per pause length (1 to 100, default 3)")
     parser.add_argument("--capture", metavar="DIR", help="keep the pcapng files in DIR/response and DIR/hold")
     parser.add_argument("--only", choices=("response", "hold"), help="run one of the two measurements")
-    args = parser.parse_args()
+    args = parser.parse_checked()
     rate = parse_rate(args.bw)
     ok = True
     if args.only in (None, "response"):

@@ -21,6 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from emulator import flags  # noqa: E402
 from emulator.fabric.builder import Fabric  # noqa: E402
 from emulator.apps.perf import run_concurrent, run_pair  # noqa: E402
 from emulator.fabric.topospec import build_topo  # noqa: E402
@@ -36,11 +37,12 @@ def row(label: str, result: dict, server: dict) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--topo", default="leafspine")
-    parser.add_argument("--loss", type=float, default=1e-3)
+    parser.add_argument("--loss", type=flags.real("--loss", (0.0, 1.0)), default=1e-3,
+                        help="loss probability of the lossy run's s2-h4 link (0 to 1, default 1e-3)")
     parser.add_argument("--capture", metavar="DIR", help="pcapng per link end of the lossy run")
-    args = parser.parse_args()
+    args = parser.parse_checked()
     print(f"{'RUN':34} {'BYTES':>9} {'MBIT/S':>9} {'RETRANS':>8} {'NAKS':>5} {'TIMEOUTS':>8} "
           f"{'RECEIVER CPU':>13} {'VERIFIED':>9}")
     with Fabric(build_topo(args.topo), spec=args.topo) as net:

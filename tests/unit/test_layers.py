@@ -17,7 +17,7 @@ PACKAGE = ROOT / "emulator"
 
 # Lowest first.  Top-level modules are named alone; packages by their folder.
 LAYERS: list[set[str]] = [
-    {"errors", "units", "bounds", "safefiles"},
+    {"errors", "units", "bounds", "flags", "safefiles"},
     {"wire"},
     {"model"},
     {"sim"},
