@@ -28,7 +28,7 @@ whole (:func:`replace_file`), so that a reader never sees half of one.
 
 A run in use is not cleanup's to take: ``clean`` leaves a run whose owner
 still runs (an experiment, a ``with Fabric``, an ``up`` still building) or
-whose agents still run after ``up`` detached it (:func:`holder`), and says
+whose agents still run after ``up`` detached it (:meth:`RunState.holder`), and says
 so; ``force`` removes those too.  The commands that change a running fabric
 (``link``, ``fault``, ``down``, ``clean``, and a runner's own teardown) take
 the run's lock (:func:`run_lock`) and so act one after the other.
@@ -629,7 +629,7 @@ def destroy(state: RunState, removed: Removed | None = None) -> Removed:
     return removed
 
 
-def left_alone(state: RunState, held: str) -> str:
+def _left_alone(state: RunState, held: str) -> str:
     """The line that says why cleanup left run ``state`` (in use: ``held``) and how it ends."""
     if state.detached:
         return f"run {state.run} is {held}: left alone; fabric-emu down --run {state.run} takes it down"
@@ -654,7 +654,7 @@ def clean(only: str | None = None, force: bool = False) -> Removed:
         for state in found.runs:
             held = state.holder()
             if held and not force:
-                removed.left.append(left_alone(state, held))
+                removed.left.append(_left_alone(state, held))
                 continue
             _locked(state.run, removed, force)
         for name in found.orphans:
@@ -673,7 +673,7 @@ def _locked(run: str, removed: Removed, force: bool) -> None:
             for state in now.runs:
                 held = state.holder()
                 if held and not force:
-                    removed.left.append(left_alone(state, held))
+                    removed.left.append(_left_alone(state, held))
                 else:
                     destroy(state, removed)
             for name in now.orphans:
