@@ -10,8 +10,9 @@ full link rate into h4 in DSCP 26 (priority 3, the lossless class),
 every link end (into a temporary directory, removed after each run) and
 without.  One row per run: the datagrams each flow sent and lost
 (iperf3's receiver), the fabric's losses by place (switch queues and
-sockets, tc: the pause gates, veth, sockets: UDP receive errors, the RNIC)
-and UDP send errors, and the verdict.  A run that lost datagrams with no
+sockets, tc: the pause gates, veth, IPv4, sockets: UDP receive errors, the
+RNIC) and UDP send errors, the verdict, and when it ended (UTC, to set
+beside the kernel's log).  A run that lost datagrams with no
 loss counted anywhere is UNACCOUNTED: the counting, not the fabric, is
 then wrong.  A run that fails (a fabric that could not be built, an
 iperf3 that failed) is a FAILED row, and the soak goes on.  A summary
@@ -66,10 +67,11 @@ def row(number: int, capture: bool, result: IncastResult) -> tuple[str, dict[str
     else:
         verdict = "faithful" if fidelity["faithful"] else "NOT faithful"
     reasons = "; ".join(f"{node}: {line}" for node, lines in fidelity["unfaithful"].items() for line in lines)
-    text = (f"{number:4d} {'on ' if capture else 'off'} {flows:32} {lost:5d} "
+    ended = time.strftime("%H:%M:%S", time.gmtime())
+    text = (f"{number:4d} {ended} {'on ' if capture else 'off'} {flows:32} {lost:5d} "
             + " ".join(f"{losses['by_kind'][kind]:6d}" for kind in KINDS)
             + f" {sndbuf:6d}  {verdict}" + (f": {reasons}" if reasons else ""))
-    record = {"run": number, "capture": capture,
+    record = {"run": number, "ended_utc": ended, "capture": capture,
               "flows": [{"client": f.client, "sent": f.sent_packets, "lost": f.lost_packets,
                          "out_of_order": f.out_of_order} for f in result.flows],
               "lost": lost, "counted": counted, "by_kind": losses["by_kind"], "sndbuf_errors": sndbuf,
@@ -93,9 +95,10 @@ def summary(records: list[dict[str, Any]]) -> str:
         unaccounted = [r for r in runs if r["verdict"] == "UNACCOUNTED"]
         counted = [r for r in runs if r["counted"]]
         lines.append(f"captures {'on ' if capture else 'off'}: {len(runs)} runs, {len(lossy)} lost datagrams "
-                     f"({sum(r['lost'] for r in runs)} in all), {len(counted)} with a counted loss, "
-                     f"{len(flagged)} of the losing runs flagged, {len(unaccounted)} unaccounted, "
-                     f"{sum(1 for r in runs if not r['faithful'])} not faithful in all")
+                     f"({sum(r['lost'] for r in runs)} datagrams in all), {len(counted)} with a loss counted "
+                     f"({sum(r['counted'] for r in runs)} frames), {len(flagged)} of the {len(lossy)} flagged, "
+                     f"{len(unaccounted)} unaccounted, {sum(1 for r in runs if not r['faithful'])} not faithful "
+                     "in all")
     return "\n".join(lines)
 
 
@@ -118,7 +121,7 @@ def main() -> int:
         details = open(args.details, "a") if args.details else None
     except OSError as err:
         parser.exit(2, f"fabric-emu: --details {args.details}: {err.strerror}\n")
-    print(f"{'RUN':>4} CAP {'SENT/LOST PER FLOW':32} {'LOST':>5} " + " ".join(f"{k.upper():>6}" for k in KINDS)
+    print(f"{'RUN':>4} {'END UTC':8} CAP {'SENT/LOST PER FLOW':32} {'LOST':>5} " + " ".join(f"{k.upper():>6}" for k in KINDS)
           + f" {'SNDBUF':>6}  VERDICT", flush=True)
     records: list[dict[str, Any]] = []
     began = time.monotonic()
@@ -134,7 +137,8 @@ def main() -> int:
             except (FabricError, OSError, subprocess.SubprocessError) as err:  # on a shared machine a run another
                 # process broke (its namespaces removed, its iperf3 killed) is a row, not the soak's end
                 failure = str(err) if isinstance(err, FabricError) else f"{type(err).__name__}: {err}"
-                text, record = f"{number:4d} {'on ' if capture else 'off'} FAILED: {failure}", \
+                text, record = f"{number:4d} {time.strftime('%H:%M:%S', time.gmtime())} " \
+                    f"{'on ' if capture else 'off'} FAILED: {failure}", \
                     {"run": number, "capture": capture, "failed": failure}
             finally:
                 if directory is not None:
