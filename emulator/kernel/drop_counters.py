@@ -1,4 +1,4 @@
-"""Where the kernel of one namespace dropped frames: tc qdiscs and classes, interfaces, IPv4, UDP sockets.
+"""Where the kernel of one namespace dropped frames: tc qdiscs, interfaces, IPv4, UDP sockets.
 
 A frame of a lossless run can be lost outside the switch model: in a
 host's pause gate (the gate's TBF, its queue, the HTB class above it; see
@@ -33,11 +33,11 @@ _NLM_F_REQUEST, _NLM_F_DUMP = 0x1, 0x300
 _RTM_GETLINK, _RTM_NEWLINK = 18, 16
 _RTM_GETQDISC, _RTM_NEWQDISC = 38, 36
 _IFLA_IFNAME, _IFLA_STATS64 = 3, 23
-_TCA_KIND, _TCA_STATS, _TCA_STATS2 = 1, 3, 7
+_TCA_STATS, _TCA_STATS2 = 3, 7
 _TCA_STATS_QUEUE = 3
 _NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED and NLA_F_NET_BYTEORDER
 _LINK_WANTED = frozenset((_IFLA_IFNAME, _IFLA_STATS64))
-_TC_WANTED = frozenset((_TCA_KIND, _TCA_STATS, _TCA_STATS2))
+_TC_WANTED = frozenset((_TCA_STATS, _TCA_STATS2))
 _QUEUE_WANTED = frozenset((_TCA_STATS_QUEUE,))
 _TC_H_ROOT = 0xFFFFFFFF
 _STATS64_RX_DROPPED, _STATS64_TX_DROPPED = 6, 7  # u64 fields of struct rtnl_link_stats64
@@ -72,15 +72,15 @@ def attributes(data: bytes, at: int = 0, wanted: frozenset[int] | None = None) -
     return found
 
 
-def messages(reply: bytes) -> list[tuple[int, bytes]]:
-    """The (type, payload) netlink messages of one datagram; a truncated one ends it."""
+def messages(reply: bytes) -> list[tuple[int, int, bytes]]:
+    """The (type, sequence number, payload) netlink messages of one datagram; a truncated one ends it."""
     found = []
     at = 0
     while at + 16 <= len(reply):
-        length, kind = struct.unpack_from("IH", reply, at)
+        length, kind, _flags, seq = struct.unpack_from("IHHI", reply, at)
         if length < 16 or at + length > len(reply):
             break
-        found.append((kind, reply[at + 16:at + length]))
+        found.append((kind, seq, reply[at + 16:at + length]))
         at += (length + 3) & ~3
     return found
 
@@ -98,19 +98,18 @@ def link_drops(payload: bytes) -> tuple[str, int, dict[str, int]] | None:
     return name.split(b"\0", 1)[0].decode(errors="replace"), ifindex, {"rx_dropped": rx, "tx_dropped": tx}
 
 
-def tc_drops(payload: bytes) -> tuple[int, int, int, str, int] | None:
-    """An RTM_NEWQDISC message: (ifindex, handle, parent, kind, drops), None if it has no stats."""
+def tc_drops(payload: bytes) -> tuple[int, int, int, int] | None:
+    """An RTM_NEWQDISC message: (ifindex, handle, parent, drops), None if it has no stats."""
     if len(payload) < 20:
         return None
     _family, ifindex, handle, parent, _info = struct.unpack_from("BxxxiIII", payload)
     found = attributes(payload, 20, _TC_WANTED)
-    kind = found.get(_TCA_KIND, b"").split(b"\0", 1)[0].decode(errors="replace")
     queue = attributes(found.get(_TCA_STATS2, b""), 0, _QUEUE_WANTED).get(_TCA_STATS_QUEUE)
     if queue is not None and len(queue) >= 12:  # struct gnet_stats_queue: qlen, backlog, drops, ...
-        return ifindex, handle, parent, kind, struct.unpack_from("I", queue, 8)[0]
+        return ifindex, handle, parent, struct.unpack_from("I", queue, 8)[0]
     legacy = found.get(_TCA_STATS)
     if legacy is not None and len(legacy) >= 16:  # struct tc_stats: bytes (u64), packets, drops, ...
-        return ifindex, handle, parent, kind, struct.unpack_from("I", legacy, 12)[0]
+        return ifindex, handle, parent, struct.unpack_from("I", legacy, 12)[0]
     return None
 
 
@@ -121,10 +120,10 @@ def _priority_of_class(classid: int) -> int | None:
     return None
 
 
-def tree_drops(qdiscs: list[tuple[int, int, str, int]]) -> dict[str, Any]:
+def tree_drops(qdiscs: list[tuple[int, int, int]]) -> dict[str, Any]:
     """One interface's tc drops: per priority the largest count along its chain, and what no class took.
 
-    ``qdiscs`` are (handle, parent, kind, drops).  A qdisc belongs to a
+    ``qdiscs`` are (handle, parent, drops).  A qdisc belongs to a
     priority when its parent is that priority's HTB class or a qdisc of
     that priority (the gate below the class, the gate's queue below the
     gate).
@@ -134,22 +133,22 @@ def tree_drops(qdiscs: list[tuple[int, int, str, int]]) -> dict[str, Any]:
     pending = list(qdiscs)
     while pending:  # parents before children, whatever order the dump gave
         left = []
-        for handle, parent, kind, drops in pending:
+        for handle, parent, drops in pending:
             p = _priority_of_class(parent)
             if p is None:
                 p = owner.get(parent & 0xFFFF0000)
             if p is None:
-                left.append((handle, parent, kind, drops))
+                left.append((handle, parent, drops))
                 continue
             owner[handle] = p
             by_priority[p] = max(by_priority[p], drops)
         if len(left) == len(pending):
             break
         pending = left
-    root = sum(drops for handle, parent, _kind, drops in qdiscs if parent == _TC_H_ROOT)
+    root = sum(drops for _handle, parent, drops in qdiscs if parent == _TC_H_ROOT)
     # HTB counts a leaf qdisc's drop at the root too: the root's surplus took no class.
-    class_sum = sum(drops for handle, parent, _kind, drops in qdiscs if _priority_of_class(parent) is not None)
-    unowned = [drops for handle, parent, _kind, drops in pending if parent != _TC_H_ROOT and handle not in owner]
+    class_sum = sum(drops for _handle, parent, drops in qdiscs if _priority_of_class(parent) is not None)
+    unowned = [drops for handle, parent, drops in pending if parent != _TC_H_ROOT and handle not in owner]
     return {"by_priority": by_priority, "unattributed": max(0, root - class_sum) + sum(unowned)}
 
 
@@ -192,7 +191,9 @@ class NamespaceDrops:
                       + header)
         found = []
         while True:
-            for reply_kind, payload in messages(self._nl.recv(_DUMP_REPLY_MAX)):
+            for reply_kind, seq, payload in messages(self._nl.recv(_DUMP_REPLY_MAX)):
+                if seq != self._seq:  # the rest of an earlier dump cut short by an error
+                    continue
                 if reply_kind == _NLMSG_DONE:
                     return found
                 if reply_kind == _NLMSG_ERROR:
@@ -207,7 +208,7 @@ class NamespaceDrops:
         for kind, payload in self._dump(_RTM_GETLINK, struct.pack("BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0)):
             if kind == _RTM_NEWLINK and (found := link_drops(payload)) and found[0] in self.ifnames:
                 interfaces[found[0]], indexes[found[0]] = found[2], found[1]
-        qdiscs: dict[int, list[tuple[int, int, str, int]]] = {}
+        qdiscs: dict[int, list[tuple[int, int, int]]] = {}
         for kind, payload in self._dump(_RTM_GETQDISC, struct.pack("BxxxiIII", socket.AF_UNSPEC, 0, 0, 0, 0)):
             if kind == _RTM_NEWQDISC and (found := tc_drops(payload)):
                 qdiscs.setdefault(found[0], []).append(found[1:])

@@ -20,8 +20,8 @@ def _nla(kind: int, payload: bytes) -> bytes:
     return struct.pack("HH", 4 + len(payload), kind) + payload + b"\0" * (-len(payload) % 4)
 
 
-def _message(kind: int, payload: bytes) -> bytes:
-    return struct.pack("IHHII", 16 + len(payload), kind, 2, 1, 0) + payload
+def _message(kind: int, payload: bytes, seq: int = 1) -> bytes:
+    return struct.pack("IHHII", 16 + len(payload), kind, 2, seq, 0) + payload
 
 
 def _link(name: str, index: int, rx_dropped: int, tx_dropped: int) -> bytes:
@@ -37,12 +37,12 @@ def _tc(index: int, handle: int, parent: int, kind: str, drops: int, legacy: boo
 
 
 def test_netlink_link_and_tc_messages_are_read_and_truncation_stops_them():
-    reply = _message(16, _link("h1-eth0", 7, 3, 5)) + _message(36, _tc(7, 0x230000, 0x10013, "tbf", 9))
+    reply = _message(16, _link("h1-eth0", 7, 3, 5)) + _message(36, _tc(7, 0x230000, 0x10013, "tbf", 9), seq=2)
     found = messages(reply)
-    assert [kind for kind, _ in found] == [16, 36]
-    assert link_drops(found[0][1]) == ("h1-eth0", 7, {"rx_dropped": 3, "tx_dropped": 5})
-    assert tc_drops(found[1][1]) == (7, 0x230000, 0x10013, "tbf", 9)
-    assert tc_drops(_tc(7, 0x10000, NO_PARENT, "htb", 4, legacy=True)) == (7, 0x10000, NO_PARENT, "htb", 4)
+    assert [(kind, seq) for kind, seq, _ in found] == [(16, 1), (36, 2)]
+    assert link_drops(found[0][2]) == ("h1-eth0", 7, {"rx_dropped": 3, "tx_dropped": 5})
+    assert tc_drops(found[1][2]) == (7, 0x230000, 0x10013, 9)
+    assert tc_drops(_tc(7, 0x10000, NO_PARENT, "htb", 4, legacy=True)) == (7, 0x10000, NO_PARENT, 4)
     assert messages(reply[:-3]) == found[:1]  # a message cut short is not read
     assert attributes(_nla(3, b"abcd") + struct.pack("HH", 40, 1)) == {3: b"abcd"}  # nor an attribute
     assert link_drops(struct.pack("BxHiII", 0, 1, 7, 0, 0) + _nla(3, b"h1-eth0\0")) is None  # no statistics
@@ -51,15 +51,14 @@ def test_netlink_link_and_tc_messages_are_read_and_truncation_stops_them():
 
 def test_tc_drops_are_the_largest_along_a_priority_chain_not_their_sum():
     # A gate queue (33:) drop is counted by it, the gate (23:) and the root (and class 1:13): 6 drops, not 18.
-    qdiscs = [(0x330000, 0x230001, "pfifo", 6), (0x230000, 0x10013, "tbf", 6), (ROOT, NO_PARENT, "htb", 8),
-              (0x80010000, 0x10011, "pfifo_fast", 1)]  # priority 1's default leaf
+    qdiscs = [(0x330000, 0x230001, 6), (0x230000, 0x10013, 6), (ROOT, NO_PARENT, 8),
+              (0x80010000, 0x10011, 1)]  # priority 1's default leaf
     drops = tree_drops(qdiscs)
     assert drops["by_priority"] == [0, 1, 0, 6, 0, 0, 0, 0]
     assert drops["unattributed"] == 1  # the root dropped one frame no class took (8 - 6 - 1)
     # Parents listed after their children still chain; a qdisc under nothing known is unattributed.
-    assert tree_drops([(0x330000, 0x230001, "pfifo", 2), (0x230000, 0x10013, "tbf", 2),
-                       (0x990000, 0x880001, "pfifo", 3)])["by_priority"][3] == 2
-    assert tree_drops([(0x990000, 0x880001, "pfifo", 3)])["unattributed"] == 3
+    assert tree_drops([(0x330000, 0x230001, 2), (0x230000, 0x10013, 2), (0x990000, 0x880001, 3)])["by_priority"][3] == 2
+    assert tree_drops([(0x990000, 0x880001, 3)])["unattributed"] == 3
 
 
 def test_ip_and_udp_errors_come_from_their_snmp_lines():
