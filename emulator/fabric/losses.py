@@ -52,7 +52,8 @@ KINDS = ("switch", "tc", "veth", "ip", "socket", "nic")
 
 def _entry(node: str, kind: str, place: str, count: int, priority: int | None, lossless: frozenset[int],
            explained: str | None = None, judged: bool = True) -> dict[str, Any]:
-    """One place's count; ``lossless`` says whether it is the lossless class's (None: unknown, counted as such)."""
+    """One place's count and class: ``lossless`` or ``lossy`` by its priority; ``unknown`` without one (judged as
+    lossless when the fabric has a lossless class); ``refused`` when not ``judged``."""
     if not judged:
         klass = "refused"
     elif priority is None:
