@@ -76,6 +76,7 @@ def row(number: int, capture: bool, result: IncastResult) -> tuple[str, dict[str
                          "out_of_order": f.out_of_order} for f in result.flows],
               "lost": lost, "counted": counted, "by_kind": losses["by_kind"], "sndbuf_errors": sndbuf,
               "places": losses["places"], "faithful": fidelity["faithful"], "unfaithful": fidelity["unfaithful"],
+              "longest_stall_ns": fidelity["longest_stall_ns"], "lag_p99_ns": fidelity["lag_p99_ns"],
               "verdict": verdict}
     return text, record
 
