@@ -31,7 +31,7 @@ from emulator.fabric.stats import collect_stats
 from emulator.fabric.teardown import finish_run
 from emulator.fabric.node import Node
 from emulator.fabric.plan import DEFAULT_LINK, dilated, link_params
-from emulator.model.dcqcn import CC_OPTIONS, at_link, check_fabric, parse_cc
+from emulator.model.dcqcn import CC_OPTIONS, at_link, check_fabric, check_link, parse_cc
 from emulator.model.rdma_params import PATHS_MTU
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, parse_overrides
 from emulator.fabric.topospec import build_topo, topo_parameters
@@ -66,19 +66,23 @@ def _fabric(args: argparse.Namespace) -> Fabric:
     link = parse_options(args.link, DEFAULT_LINK, "--link")
     switch = parse_options(args.switch, dict.fromkeys(SWITCH_OPTIONS), "--switch")
     link_params({}, link)  # reject bad values before asking for root
+    parse_overrides(switch, args.fabric)
     factor = None
+    written = link.get("delay", DEFAULT_LINK["delay"])
     if getattr(args, "model", None) is not None:
-        written = link.get("delay", DEFAULT_LINK["delay"])
         link, factor = dilated(link, args.model)
-        progress(f"modelled at {args.model}: D = {factor:g}; link delay {written} (modelled) is waited "
-                 f"{link['delay']} here; measured times divided by D are the modelled fabric's")
     cc = parse_cc(getattr(args, "cc", None) or "none")
     check_fabric(cc, args.fabric)
+    if cc is not None:  # checked after scaling, before a line is printed
+        emulated = link_params({}, link)
+        check_link(cc, emulated.bw_bps, emulated.mtu, factor)  # every host link is this one
+    if factor is not None:
+        progress(f"modelled at {args.model}: D = {factor:g}; link delay {written} (modelled) is waited "
+                 f"{link['delay']} here; measured times divided by D are the modelled fabric's")
     if cc is not None:
-        scaled, cc_factor = at_link(cc, link_params({}, link).bw_bps, factor)
+        scaled, cc_factor = at_link(cc, emulated.bw_bps, factor)
         given = "the modelled rate's" if factor is not None else f"the constants' reference rate {format_rate(cc.reference_bps)} over the link's"
         progress(f"DCQCN with times x {cc_factor:g} and rates / {cc_factor:g} ({given}): {scaled.describe()}")
-    parse_overrides(switch)
     require_root()
     return Fabric(topo, link=link, name=getattr(args, "name", None), spec=args.topo, fabric=args.fabric,
                   switch=switch, seed=args.seed, capture=getattr(args, "capture", None),
@@ -366,7 +370,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     if args.experiment is None:
         raise FabricError("run needs an experiment: a built-in name (fabric-emu run --list) or a TOML file")
-    experiment = load_experiment(args.experiment, args.backend)
+    experiment = load_experiment(args.experiment, args.backend, progress)
     if any(variant.backend == "emulator" for variant in experiment.variants):
         require_root()
     directory = run_experiment(experiment, args.out, progress)

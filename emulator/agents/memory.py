@@ -28,12 +28,12 @@ import stat
 from dataclasses import dataclass
 
 from emulator.model.rc import AccessError
+from emulator.model.rdma_params import MAX_MR_BYTES  # the RNIC's limit per region, also its maximum message
 
 ACCESS_LOCAL_WRITE = 1  # libibverbs IBV_ACCESS_* values
 ACCESS_REMOTE_WRITE = 2
 ACCESS_REMOTE_READ = 4
 ACCESS_ALL = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ
-MAX_MR_BYTES = 1 << 30  # the RNIC's limit per region, also its maximum message
 
 
 def check_memfd(fd: int, length: int) -> None:

@@ -153,8 +153,12 @@ def _mac(kind: str, index: int, port: int) -> str:
     return mac_text(bytes([0x02, 0x00 if kind == "host" else 0x01]) + index.to_bytes(3, "big") + bytes([port]))
 
 
-def make_plan(topo: Topo, run: str, link_defaults: dict[str, Any] | None = None) -> FabricPlan:
-    """Assign names, addresses and routes to every node of ``topo``."""
+def make_plan(topo: Topo, run: str, link_defaults: dict[str, Any] | None = None, routes: bool = True) -> FabricPlan:
+    """Assign names, addresses and routes to every node of ``topo``.
+
+    ``routes=False`` leaves the routes out (empty): they depend on the topology alone and are most of the
+    work on a large one, so an experiment's checks compute them once per topology, not once per variant.
+    """
     defaults = link_defaults or {}
     hosts, switches = topo.hosts(sort=True), topo.switches(sort=True)
     if not hosts:
@@ -195,7 +199,8 @@ def make_plan(topo: Topo, run: str, link_defaults: dict[str, Any] | None = None)
         if nodes[node.ports[0].peer_node].kind != "switch":
             raise FabricError(f"host {node.name} is cabled to host {node.ports[0].peer_node}; put a switch between hosts")
     plan = FabricPlan(run, nodes, links, {})
-    plan.routes = compute_routes(plan)
+    if routes:
+        plan.routes = compute_routes(plan)
     return plan
 
 

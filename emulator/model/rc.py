@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Protocol
 
-from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD
+from emulator.model.rdma_params import MAX_MR_BYTES, PATHS_MTU, ROCE_OVERHEAD
 from emulator.wire.transport import (
     HAS_IMM, NAK_INVALID_REQUEST, NAK_PSN_SEQUENCE_ERROR, NAK_REMOTE_ACCESS_ERROR, NAK_REMOTE_OPERATIONAL_ERROR,
     PSN_MASK, SYNDROME_ACK, SYNDROME_RNR_NAK, Opcode, Packet, psn_add, psn_diff,
@@ -127,7 +127,7 @@ class RcConfig:
     ack_every: int = 16
     max_inflight: int = 128
     max_rd_atomic: int = 16
-    max_msg: int = 1 << 30
+    max_msg: int = MAX_MR_BYTES
 
     def __post_init__(self) -> None:
         if self.mtu not in PATHS_MTU:

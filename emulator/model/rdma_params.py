@@ -11,6 +11,10 @@ from __future__ import annotations
 from emulator.wire import ib, roce
 
 PATHS_MTU = (256, 512, 1024, 2048, 4096)  # the IB path MTUs
+# The RNIC's largest memory region, and so its largest message: the RNIC agent refuses to register more,
+# the RC model to send more, and an experiment whose plan gives a rank a larger region is refused before
+# anything is built, on either backend (the simulated RNIC runs the same RC model).
+MAX_MR_BYTES = 1 << 30
 RETH_LEN, IMMDT_LEN = 16, 4  # the largest a path-MTU packet's extension headers get: RDMA WRITE with immediate
 # What a path-MTU payload needs on top in a link's MTU: IPv4 + UDP + BTH + RETH + ImmDt + ICRC.
 ROCE_OVERHEAD = roce.IP_LEN + roce.UDP_LEN + roce.BTH_LEN + RETH_LEN + IMMDT_LEN + roce.ICRC_LEN

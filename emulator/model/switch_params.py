@@ -31,7 +31,9 @@ virtual lane and port, a grown credit grant sent after two frame times and
 at least ``fc_floor`` (default 500 us: what the agents can afford, see
 :mod:`emulator.model.credits`; 0 lets the frames alone pace it); its IP
 traffic is handled as on a lossy fabric.  Any
-value can be overridden with ``--switch key=value,...``.
+value can be overridden with ``--switch key=value,...``; ``vl_buffer`` and
+``fc_floor`` only on ``--fabric ib`` (the Ethernet fabrics have no credits,
+so the value would be ignored), ``pfcwd`` only on ``--fabric lossless``.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ SWITCH_OPTIONS = (
     "buffer", "reserve", "headroom", "alpha", "threshold", "xon_delta", "quanta",
     "lossless", "strict", "ecn", "kmin", "kmax", "pmax", "vl_buffer", "fc_floor", "pfcwd",
 )
+IB_OPTIONS = ("vl_buffer", "fc_floor")  # the credits' settings: refused on the Ethernet fabrics, which have none
 
 
 def default_headroom(rate_bps: int, delay_ns: int, mtu: int, response_ns: int = RESPONSE_NS) -> int:
@@ -86,7 +89,7 @@ def derive_config(fabric: str, rate_bps: int, delay_ns: int, mtu: int, ports: in
         strict=frozenset({6, 7}), weights=(1,) * PRIORITIES, mtu_frame=frame,
         ecn=True, kmin=10 * frame, kmax=40 * frame, pmax=0.2, vl_buffer=min(VL_BUFFER_FRAMES * frame, MAX_VL_BUFFER),
     )
-    settings.update(parse_overrides(overrides or {}))
+    settings.update(parse_overrides(overrides or {}, fabric))
     if settings["lossless"] and fabric != "lossless":
         raise FabricError(f"--switch lossless=... contradicts --fabric {fabric}")
     if not frame + 64 <= settings["vl_buffer"] <= MAX_VL_BUFFER:
@@ -145,8 +148,11 @@ def _time(text: str, key: str, high: int) -> int:
     return value
 
 
-def parse_overrides(overrides: dict[str, str]) -> dict[str, Any]:
-    """``--switch`` options as MmuConfig fields; every value checked."""
+def parse_overrides(overrides: dict[str, str], fabric: str | None = None) -> dict[str, Any]:
+    """``--switch`` options as MmuConfig fields; every value checked, and with ``fabric`` the IB options refused
+    on the Ethernet fabrics (their switches have no credits: the value would be ignored without a word)."""
+    if fabric not in (None, "ib") and (ib_only := [key for key in IB_OPTIONS if key in overrides]):
+        raise FabricError(f"--switch {ib_only[0]}=... sets IB's link credits: --fabric {fabric} has none")
     changes: dict[str, Any] = {}
     for key, text in overrides.items():
         if key not in SWITCH_OPTIONS:

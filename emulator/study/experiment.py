@@ -20,6 +20,8 @@ and the key.  Nothing here needs root.
 
 from __future__ import annotations
 
+import functools
+import gc
 import itertools
 import json
 import math
@@ -28,22 +30,26 @@ import platform
 import pwd
 import re
 import subprocess
+import time
 import tomllib
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from importlib import resources
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
+
+from mininet.topo import Topo
 
 from emulator import __version__, bounds
 from emulator.collectives.algorithms import COLLECTIVES, SENDER_COLLECTIVES, chunk_bytes
+from emulator.collectives.algorithms import plan as rank_plans
 from emulator.errors import FabricError, one_line, printable, shown
 from emulator.fabric.builder import PACKAGE_PARENT
 from emulator.fabric.capacity import meminfo_bytes
-from emulator.fabric.plan import DEFAULT_LINK, FabricPlan, dilated, link_params, make_plan, switch_graph
-from emulator.agents.memory import MAX_MR_BYTES
-from emulator.model.dcqcn import check_fabric, parse_cc
-from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD
+from emulator.fabric.plan import (DEFAULT_LINK, FabricPlan, compute_routes, dilated, link_params, make_plan,
+                                  switch_graph)
+from emulator.model.dcqcn import check_fabric, check_link, parse_cc
+from emulator.model.rdma_params import MAX_MR_BYTES, PATHS_MTU, ROCE_OVERHEAD
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, derive_config, parse_overrides
 from emulator.fabric.topospec import build_topo
 from emulator.study import calibration
@@ -82,6 +88,7 @@ MAX_NAME = 100  # experiment and variant names (sweep suffixes included) name di
 MAX_VARIANTS = 256  # each runs on a fabric of its own, for minutes
 _SCALARS = (str, int, float, bool)  # what a swept value may be: it becomes part of a name
 _CHECK_RUN = "check"  # run name of the throw-away plan that validates a variant
+PROGRESS_S = 2.0  # checks that take longer say how far they got, this often
 _GIT_TIMEOUT_S = 10
 
 
@@ -170,10 +177,12 @@ def builtin_descriptions() -> dict[str, str]:
             for name in builtin_names()}
 
 
-def load_experiment(name_or_path: str, backend: str | None = None) -> Experiment:
+def load_experiment(name_or_path: str, backend: str | None = None,
+                    log: Callable[[str], None] | None = None) -> Experiment:
     """Load a built-in by name, or a TOML file by path; check and expand it.
 
     ``backend`` (the command line's ``--backend``) runs every variant on that backend, whatever the file says.
+    ``log`` hears how far the checks got when they take longer than PROGRESS_S.
     """
     if name_or_path in builtin_names():
         label = f"{name_or_path}.toml"
@@ -187,7 +196,7 @@ def load_experiment(name_or_path: str, backend: str | None = None) -> Experiment
         if backend not in BACKENDS:
             raise FabricError(f"--backend {shown(backend)}: choose {' or '.join(BACKENDS)}")
         data = _forced_backend(data, backend)
-    return _experiment(data, label, source)
+    return _experiment(data, label, source, log)
 
 
 def _forced_backend(data: dict[str, Any], backend: str) -> dict[str, Any]:
@@ -203,7 +212,7 @@ def _forced_backend(data: dict[str, Any], backend: str) -> dict[str, Any]:
 
 def host_count(topo_spec: str) -> int:
     """How many hosts (ranks) a topology spec has."""
-    return len(build_topo(topo_spec).hosts())
+    return len(topology(topo_spec).hosts(sort=False))
 
 
 def results_directory(root: str, experiment: str, now: datetime) -> str:
@@ -336,7 +345,7 @@ def _parse(data: bytes, label: str) -> dict[str, Any]:
         raise FabricError(f"{printable(label)}: bad TOML: arrays or tables nested too deeply") from err
 
 
-def _experiment(data: dict[str, Any], label: str, source: str) -> Experiment:
+def _experiment(data: dict[str, Any], label: str, source: str, log: Callable[[str], None] | None) -> Experiment:
     """Check the top level, then expand and check every variant."""
     _check_keys(data, TOP_LEVEL_KEYS, label)
     name = _name(data, _EXPERIMENT_NAME, "lowercase letters, digits and '-'", label)
@@ -350,8 +359,9 @@ def _experiment(data: dict[str, Any], label: str, source: str) -> Experiment:
     if count > MAX_VARIANTS:
         raise FabricError(f"{label}: {count} variants ({len(tables)} [[variants]] x the sweep's values); "
                           f"at most {MAX_VARIANTS}")
+    progress = _Progress(count, log)
     variants = [variant for index, table in enumerate(tables, start=1)
-                for variant in _expand(table, index, defaults, sweep, label)]
+                for variant in _expand(table, index, defaults, sweep, label, progress)]
     _check_unique(variants, label)
     return Experiment(name, description, source, variants)
 
@@ -373,11 +383,14 @@ def _sweep(table: Any, label: str) -> dict[str, list[Any]]:
         with _key(f"{label}: sweep", key):
             for value in values:
                 _text(value)  # a swept value becomes part of a name: it must have a text
+            if key == "bw" and calibration.CALIBRATED in values:
+                raise FabricError(f'{_q(calibration.CALIBRATED)} is no rate to sweep: a bw sweep measures the rates '
+                                  "the calibration records; set bw = \"calibrated\" outside [sweep]")
     return table
 
 
 def _expand(table: dict[str, Any], index: int, defaults: dict[str, Any], sweep: dict[str, list[Any]],
-            label: str) -> list[Variant]:
+            label: str, progress: "_Progress") -> list[Variant]:
     """One variant per point of the sweep (just one without a sweep)."""
     name = _name(table, _VARIANT_NAME, "letters, digits, '.', '_' and '-'", f"{label}: variant {index}")
     context = f"{label}: variant {_q(name)}"
@@ -393,7 +406,27 @@ def _expand(table: dict[str, Any], index: int, defaults: dict[str, Any], sweep: 
             raise FabricError(f"{context}: name {_q(full[:MAX_NAME])}... with its sweep suffixes is longer than "
                               f"{MAX_NAME} characters (it names a directory)")
         variants.append(_variant(full, [defaults, table, point], point, f"{label}: variant {_q(full)}"))
+        progress.checked()
     return variants
+
+
+class _Progress:
+    """Says how far the checks got, every PROGRESS_S once they have taken that long: a large sweep on a large
+    topology checks for a while (each distinct fabric plan and collective plan once), and says so."""
+
+    def __init__(self, total: int, log: Callable[[str], None] | None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.total, self.log, self.clock = total, log, clock
+        self.done = 0
+        self.began = clock()
+        self.next = self.began + PROGRESS_S
+
+    def checked(self) -> None:
+        self.done += 1
+        now = self.clock()
+        if self.log is not None and now >= self.next:
+            self.log(f"checking the experiment: {self.done}/{self.total} variants in {now - self.began:.0f} s")
+            self.next = now + PROGRESS_S
 
 
 def _written(table: dict[str, Any]) -> set[str]:
@@ -424,12 +457,13 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     link, model, factor = _dilated(values, _calibrated(_link(settings.link, context), values, fabric, collective,
                                                          context), context)
     switch = _switch(settings.switch, context)
-    topo, plan = _topology(values["topo"], collective, link, context)
+    topo, cabling = _topology(values["topo"], collective, context)
+    plan, links = cabling.plan, cabling.links(link)
     with _key(context, "switch"):
-        _check_switches(plan, fabric, switch)
+        _check_switches(links, fabric, switch)
     hosts = len(plan.hosts())
     with _key(context, "cc"):
-        check_fabric(parse_cc(values["cc"]), fabric)
+        _check_cc(values["cc"], fabric, links, factor if model is not None else None)
     capture = values["capture"]
     if not isinstance(capture, bool):
         raise FabricError(f'{context}: key "capture": expected true or false, got {shown(capture)}')
@@ -437,16 +471,67 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     backend = _choice(values, "backend", BACKENDS, context)
     if backend == "sim":
         _check_sim(fabric, capture, faults, context)
+    size = _size(values["size"], collective, hosts, context)
+    senders = _senders(values, collective, hosts, context)
+    with _key(context, "topo"):  # a collective the hosts cannot make (shift, victim and multijob need 3)
+        needs = plan_needs(collective, hosts, size, senders)
+    _check_regions(needs, collective, plan, context)
     return Variant(
-        name=name, fabric=fabric, collective=collective, topo=topo,
-        size=_size(values["size"], collective, hosts, context),
+        name=name, fabric=fabric, collective=collective, topo=topo, size=size,
         iterations=_integer(values, "iterations", bounds.ITERATIONS, context),
         warmup=_integer(values, "warmup", bounds.WARMUP, context),
-        senders=_senders(values, collective, hosts, context), link=link, switch=switch,
-        seed=_integer(values, "seed", bounds.SEED, context), mtu=_path_mtu(values, plan, context), capture=capture,
+        senders=senders, link=link, switch=switch,
+        seed=_integer(values, "seed", bounds.SEED, context), mtu=_path_mtu(values, links.mtu, context), capture=capture,
         params=dict(params), model=model, dilation=factor, cc=values["cc"],
         deadlock_ns=_deadlock(values, context), faults=faults, backend=backend,
     )
+
+
+def _check_cc(text: Any, fabric: str, links: "_Links", factor: float | None) -> None:
+    """The congestion control as every host's RNIC would run it: on a RoCE fabric, and within its ranges once
+    scaled to the host's link (dcqcn.check_link), as the emulator's agents and the simulated RNICs scale it."""
+    params = parse_cc(text)
+    check_fabric(params, fabric)
+    if params is not None:
+        for rate, mtu in sorted(links.hosts):
+            check_link(params, rate, mtu, factor)
+
+
+@dataclass(frozen=True)
+class PlanNeeds:
+    """What a collective's plan asks of the RNICs: each rank's two memory regions, and the QPs of all ranks."""
+
+    regions: tuple[tuple[int, int], ...]  # per rank: (data, staging) bytes
+    qps: int  # one per rank and peer
+
+
+@functools.lru_cache(maxsize=64)
+def plan_needs(collective: str, ranks: int, size: int, senders: int | None) -> PlanNeeds:
+    """The plan's needs, once per distinct plan: a sweep over the link rate or the fabric has the same plan in
+    every variant, and a 1024-rank all-reduce plan (2 million steps) takes 8 s of CPU to make.  The collector
+    is paused meanwhile: a plan is acyclic (ints and tuples), and the collections that millions of new objects
+    set off found nothing and took the other half (16.7 s with them)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        plans = rank_plans(collective, ranks, size, senders)
+        return PlanNeeds(tuple((p.data_bytes, p.staging_bytes) for p in plans), sum(len(p.peers) for p in plans))
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _check_regions(needs: PlanNeeds, collective: str, fabric_plan: FabricPlan, context: str) -> None:
+    """Every rank's regions within what the RNIC registers (MAX_MR_BYTES): an incast's receiver holds every
+    sender's message, so 1 GiB from two senders is 2 GiB in one region."""
+    hosts = fabric_plan.hosts()  # rank order
+    for rank, sizes in enumerate(needs.regions):
+        for region, length in zip(("data", "staging"), sizes):
+            if length > MAX_MR_BYTES:
+                also = " or senders" if collective in SENDER_COLLECTIVES else ""
+                raise FabricError(f'{context}: key "size": {collective} gives rank {rank} ({hosts[rank].name}) a '
+                                  f"{region} region of {format_size(length)}; the RNIC registers at most "
+                                  f"{format_size(MAX_MR_BYTES)} a region: lower size{also}")
 
 
 def _check_sim(fabric: str, capture: bool, faults: tuple[Fault, ...], context: str) -> None:
@@ -492,6 +577,9 @@ def _faults(values: dict[str, Any], plan: FabricPlan, context: str) -> tuple[Fau
             link = None
             if target == "link":
                 link = _fault_link(item["link"], plan, values.get("fabric"), number)
+            elif not isinstance(item["host"], str):
+                raise FabricError(f"fault {number}: host: expected one host's name such as \"h1\", "
+                                  f"got {shown(item['host'])}")
             elif item["host"] not in hosts:
                 raise FabricError(f"fault {number}: {shown(item['host'])} is no host of {shown(values['topo'])}")
             times = []
@@ -607,26 +695,84 @@ def _switch(options: dict[str, tuple[str, Any]], context: str) -> dict[str, str]
     return switch
 
 
-def _topology(spec: Any, collective: str, link: dict[str, str], context: str) -> tuple[str, FabricPlan]:
-    """The spec and the plan the fabric would build from it (pure)."""
+def _topology(spec: Any, collective: str, context: str) -> tuple[str, "_Cabling"]:
+    """The spec and the fabric it would build (pure), made once per spec."""
     with _key(context, "topo"):
         if not isinstance(spec, str):
             raise FabricError(f'expected a spec such as "star,8", got {shown(spec)}')
-        plan = make_plan(build_topo(spec), _CHECK_RUN, link)
-        if len(plan.hosts()) < 2:
-            raise FabricError(f"{collective} needs at least 2 hosts, {shown(spec)} has {len(plan.hosts())}")
-    return spec.strip(), plan
+        cabling = _cabling(spec)
+        if len(cabling.plan.hosts()) < 2:
+            raise FabricError(f"{collective} needs at least 2 hosts, {shown(spec)} has {len(cabling.plan.hosts())}")
+    return spec.strip(), cabling
 
 
-def _check_switches(plan: FabricPlan, fabric: str, switch: dict[str, str]) -> None:
+@functools.lru_cache(maxsize=32)
+def topology(spec: str) -> Topo:
+    """The topology of ``spec``, built once and its routes computed once (an error if some switch cannot reach
+    some host): every variant's checks, and the runner's, read it (fattree,16 takes 50 ms to build, 1.5 s to
+    route).  Read only: a fabric is built from a topology of its own."""
+    topo = build_topo(spec)
+    compute_routes(make_plan(topo, _CHECK_RUN, routes=False))
+    return topo
+
+
+@dataclass(frozen=True)
+class _Links:
+    """A variant's links as its checks read them."""
+
+    hosts: frozenset[tuple[int, int]]  # each host link's rate and MTU
+    switches: frozenset[tuple[int, int, int, int]]  # each kind of switch: fastest port, longest delay, largest MTU, ports
+    mtu: int  # the smallest link MTU
+
+
+@dataclass(frozen=True)
+class _Cabling:
+    """A topology as every variant on it is checked: its plan without routes, and its links grouped by the options
+    they carry of their own (none on the built-in topologies).  Every link of a group takes a variant's link
+    options alike, so a variant parses each group's once, not each of a fattree,16's 3,072 links in a plan of its
+    own (a second of CPU, and a sweep of the link options made one per variant)."""
+
+    plan: FabricPlan  # names, hosts, switches, switch graph; its ports' links are the defaults', no variant's
+    groups: tuple[dict[str, Any], ...]  # each group's own link options
+    host_groups: frozenset[int]  # the groups of the hosts' links
+    switch_groups: frozenset[tuple[tuple[int, ...], int]]  # each kind of switch: the groups of its links, its ports
+
+    def links(self, link: dict[str, str]) -> _Links:
+        """The links of a variant with ``link`` options, each as make_plan gives it (``link_params``)."""
+        params = [link_params(own, link) for own in self.groups]
+        return _Links(
+            frozenset((params[g].bw_bps, params[g].mtu) for g in self.host_groups),
+            frozenset((max(params[g].bw_bps for g in groups), max(params[g].delay_ns for g in groups),
+                       max(params[g].mtu for g in groups), ports) for groups, ports in self.switch_groups),
+            min(p.mtu for p in params))
+
+
+@functools.lru_cache(maxsize=32)
+def _cabling(spec: str) -> _Cabling:
+    topo = topology(spec)
+    plan = make_plan(topo, _CHECK_RUN, routes=False)
+    options: dict[str, int] = {}  # a group's own options (as text) -> its number
+    groups: list[dict[str, Any]] = []
+    group_of: dict[tuple[str, int], int] = {}  # (node, port number) -> the group of its link
+    for _, _, info in topo.links(withInfo=True):
+        own = {key: value for key, value in info.items() if key in DEFAULT_LINK}
+        number = options.setdefault(repr(sorted(own.items())), len(groups))
+        if number == len(groups):
+            groups.append(own)
+        group_of[info["node1"], info["port1"]] = group_of[info["node2"], info["port2"]] = number
+    return _Cabling(
+        plan, tuple(groups), frozenset(group_of[host.name, host.ports[0].number] for host in plan.hosts()),
+        frozenset((tuple(sorted({group_of[node.name, port.number] for port in node.ports})), len(node.ports))
+                  for node in plan.switches() if node.ports))
+
+
+def _check_switches(links: _Links, fabric: str, switch: dict[str, str]) -> None:
     """Derive each switch's settings as the fabric builder does
     (:func:`emulator.fabric.agent_config.switch_mmu`), so combinations fail now: a buffer too
-    small for the reserves and headroom of its ports, kmax <= kmin, ..."""
-    for node in plan.switches():
-        ports = [port.params for port in node.ports]
-        if ports:
-            derive_config(fabric, max(p.bw_bps for p in ports), max(p.delay_ns for p in ports),
-                          max(p.mtu for p in ports), len(ports), switch)
+    small for the reserves and headroom of its ports, kmax <= kmin, ...  Switches alike (their fastest port,
+    longest delay, largest MTU and port count) are derived once: a fattree,16 has 320 switches of two kinds."""
+    for rate, delay, mtu, ports in sorted(links.switches):
+        derive_config(fabric, rate, delay, mtu, ports, switch)
 
 
 def _size(value: Any, collective: str, hosts: int, context: str) -> int:
@@ -660,9 +806,9 @@ def _senders(values: dict[str, Any], collective: str, hosts: int, context: str) 
     return senders
 
 
-def _path_mtu(values: dict[str, Any], plan: FabricPlan, context: str) -> int:
-    """The RDMA path MTU must be one verbs knows and fit every link's MTU; unset, the largest that fits."""
-    link_mtu = min(port.params.mtu for port, _ in plan.links)
+def _path_mtu(values: dict[str, Any], link_mtu: int, context: str) -> int:
+    """The RDMA path MTU must be one verbs knows and fit every link's MTU (``link_mtu``, the smallest); unset,
+    the largest that fits."""
     if "mtu" not in values:
         return _largest_path_mtu(link_mtu)
     mtu = values["mtu"]

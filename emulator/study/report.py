@@ -133,17 +133,25 @@ def ratio_lines(variants: list[dict[str, Any]]) -> list[str]:
     lossless one shares (lossy, and the InfiniBand-like ib)."""
     lines = []
     for other in (v for v in variants if v.get("fabric") in ("lossy", "ib")):
-        fabric = other["fabric"]
         for lossless in (v for v in variants if v.get("fabric") == "lossless" and _setup(v) == _setup(other)):
             for stat in ("p99", "mean"):
                 num, den = _cct(other, stat), _cct(lossless, stat)
                 if num is not None and den:
                     unfaithful = [_listed(v["name"]) for v in (other, lossless) if _faithful(v) is False]
-                    lines.append(f"{_listed(other.get('collective', MISSING))}: {fabric} {stat} / lossless {stat} = "
-                                 f"{num / den:.2f}x ({other['name']} / {lossless['name']})" +
+                    lines.append(f"{_listed(other.get('collective', MISSING))}: {_fabric_and_cc(other)} {stat} / "
+                                 f"{_fabric_and_cc(lossless)} {stat} = {num / den:.2f}x "
+                                 f"({other['name']} / {lossless['name']})" +
                                  (f": the machine's ratio, not the fabrics' ({' and '.join(unfaithful)} NOT "
                                   "faithful)" if unfaithful else ""))
     return lines
+
+
+def _fabric_and_cc(variant: dict[str, Any]) -> str:
+    """The fabric as a ratio line names it, with the congestion control when there is one: ``lossless+dcqcn``
+    is PFC and DCQCN, not the lossless fabric alone (multi-job's DCQCN variant was called "lossless")."""
+    cc = variant.get("cc", "none")
+    name = cc.split(",")[0] if isinstance(cc, str) else cc
+    return _listed(variant["fabric"]) + ("" if name == "none" else f"+{_listed(name)}")
 
 
 BACKEND_AGREEMENT = 0.10  # validate's bar: mean CCTs of the two backends within 10% of the emulator's

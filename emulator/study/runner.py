@@ -30,7 +30,8 @@ from emulator.fabric.capacity import KEEP_FREE_BYTES, check_capacity, meminfo_by
 from emulator.collectives.algorithms import bus_factor, plan, victim_flow
 from emulator.collectives.coordinator import CollectiveRun, IterationResult, run_collective
 from emulator.errors import FabricError
-from emulator.study.experiment import Experiment, Fault, Variant, host_count, results_directory, run_config
+from emulator.study.experiment import (Experiment, Fault, Variant, host_count, results_directory, run_config,
+                                       topology)
 from emulator.fabric.agent_control import query_agent
 from emulator.fabric.builder import Fabric
 from emulator.fabric.link_state import set_link
@@ -58,13 +59,11 @@ COUNTERS = ("drops", "pfc_sent", "ecn_marked", "host_paused_ns", "cnps_received"
 def run_experiment(experiment: Experiment, out_root: str, log: Callable[[str], None]) -> str:
     """Run every variant; returns the results directory.
 
-    Before any fabric is built: every variant must fit on this machine,
-    and the results directory must be created with its first files.
+    Before anything is written or built: every variant must fit on this
+    machine (:func:`_check_fits`), and the results directory must be
+    created with its first files.
     """
-    for variant in experiment.variants:
-        if variant.backend == "emulator":
-            fabric_plan = make_plan(build_topo(variant.topo), "check", variant.link)
-            check_capacity(f"variant {variant.name} ({variant.topo})", len(fabric_plan.nodes), len(fabric_plan.links))
+    workers = _check_fits(experiment, log)
     now = datetime.now(timezone.utc)
     directory = results_directory(out_root, experiment.name, now)
     config = run_config(experiment, None, now)
@@ -107,7 +106,7 @@ def run_experiment(experiment: Experiment, out_root: str, log: Callable[[str], N
     simulated = [v for v in experiment.variants if v.backend == "sim"]
     for variant in simulated:
         announce(variant)
-    for variant, (summary, run) in _run_simulated(simulated, log):
+    for variant, (summary, run) in _run_simulated(simulated, workers, log):
         finished(variant, summary, run)
     order = {name: index for index, name in enumerate(numbers)}
     results["variants"].sort(key=lambda summary: order[summary["name"]])
@@ -222,9 +221,23 @@ def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
     return summary, run
 
 
-def _run_simulated(variants: list[Variant], log: Callable[[str], None]) -> Iterator[tuple[Variant, tuple[dict[str, Any], CollectiveRun]]]:
-    """The simulated variants, over the machine's cores (a process each, forked: ``log`` goes with it), as many
-    at once as the memory holds; each as it finishes."""
+def _check_fits(experiment: Experiment, log: Callable[[str], None]) -> int:
+    """Every variant on this machine, before the first one runs (a refusal after an emulated variant ran left a
+    results directory behind): the emulated ones' namespaces and processes, once per topology, and the
+    simulated ones' memory.  Returns how many simulated variants run at once."""
+    emulated: dict[str, Variant] = {}
+    for variant in experiment.variants:
+        if variant.backend == "emulator":
+            emulated.setdefault(variant.topo, variant)
+    for spec, variant in emulated.items():
+        topo = topology(spec)
+        check_capacity(f"variant {variant.name} ({spec})", len(topo.nodes(sort=False)), len(topo.links(sort=False)))
+    return _simulation_workers([v for v in experiment.variants if v.backend == "sim"], log)
+
+
+def _simulation_workers(variants: list[Variant], log: Callable[[str], None]) -> int:
+    """How many simulated variants run at once: one per core, as many as the memory holds; one line if the
+    largest does not fit alone."""
     workers = min(len(variants), os.cpu_count() or 1)
     available = meminfo_bytes("MemAvailable")
     if variants and available is not None:
@@ -240,6 +253,13 @@ def _run_simulated(variants: list[Variant], log: Callable[[str], None]) -> Itera
             workers = max(1, room // need)
             log(f"simulated variants: {workers} at a time (about {format_size(need)} each, "
                 f"{format_size(max(room, 0))} of memory to use)")
+    return workers
+
+
+def _run_simulated(variants: list[Variant], workers: int,
+                   log: Callable[[str], None]) -> Iterator[tuple[Variant, tuple[dict[str, Any], CollectiveRun]]]:
+    """The simulated variants, ``workers`` at a time (a process each, forked: ``log`` goes with it); each as it
+    finishes."""
     if workers <= 1:
         for variant in variants:
             yield variant, _run_sim_variant(variant, log)

@@ -15,13 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from emulator.collectives.algorithms import plan
 from emulator.collectives.coordinator import CollectiveRun
 from emulator.collectives.sim_ranks import SimProgress, run_sim_collective
 from emulator.fabric.plan import make_plan
 from emulator.fabric.topospec import build_topo
 from emulator.model.dcqcn import parse_cc
-from emulator.study.experiment import Variant
+from emulator.study.experiment import Variant, plan_needs, topology
 from emulator.study.sim_fabric import SimFabric, build_sim_fabric, pfcwd, totals
 from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, SAMPLE_S, StallTracker
 from emulator.wire.pfc import PRIORITIES
@@ -35,12 +34,11 @@ BASE_BYTES = 300 << 20  # the interpreter, numpy, the plan
 
 
 def sim_variant_bytes(variant: Variant) -> int:
-    """About how much memory simulating ``variant`` takes: its QPs, its ranks' regions, its nodes."""
-    topo = build_topo(variant.topo)
-    plans = plan(variant.collective, len(topo.hosts()), variant.size, variant.senders)
-    qps = sum(len(rank_plan.peers) for rank_plan in plans)
-    regions = sum(rank_plan.data_bytes + rank_plan.staging_bytes for rank_plan in plans)
-    return BASE_BYTES + qps * QP_BYTES + regions + len(topo.nodes()) * NODE_BYTES
+    """About how much memory simulating ``variant`` takes: its QPs, its ranks' regions, its nodes (the plan's
+    needs as the experiment's checks found them: a large plan is made once)."""
+    topo = topology(variant.topo)
+    needs = plan_needs(variant.collective, len(topo.hosts(sort=False)), variant.size, variant.senders)
+    return BASE_BYTES + needs.qps * QP_BYTES + sum(map(sum, needs.regions)) + len(topo.nodes(sort=False)) * NODE_BYTES
 
 
 @dataclass

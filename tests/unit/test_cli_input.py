@@ -94,6 +94,16 @@ def assert_one_line_error(code, out, err, *fragments):
     (["up", "--topo", "star", "--cc", "cubic"], ["unknown congestion control 'cubic'", "none, dcqcn"]),
     (["up", "--topo", "star", "--cc", "dcqcn,rai=fast"], ["dcqcn rai: bad rate 'fast'"]),
     (["up", "--topo", "star", "--cc", "dcqcn", "--fabric", "ib"], ["dcqcn is RoCE's congestion control"]),
+    # within range as written, out of it once dilated (D = 2000), and timers shorter than a frame of the link
+    (["up", "--topo", "star", "--cc", "dcqcn,cnp_interval=60s", "--model", "40gbit", "--link", "bw=20mbit"],
+     ["dcqcn cnp_interval 60 s is 120000 s at time dilation D = 2000 (times x D), over the 86400 s"]),
+    (["up", "--topo", "star", "--cc", "dcqcn,increase_period=86400s", "--link", "bw=20mbit"],
+     ["dcqcn increase_period 86400 s is 172800000 s at time dilation D = 2000"]),
+    (["up", "--topo", "star", "--cc", "dcqcn,alpha_period=1ns"],
+     ["dcqcn alpha_period 1 ns is shorter than one 1514-byte frame at the link rate, 303 ns"]),
+    (["up", "--topo", "star", "--switch", "fc_floor=1ms"], ["--switch fc_floor=... sets IB's link credits: --fabric lossless has none"]),
+    (["pingall", "--topo", "star", "--fabric", "lossy", "--switch", "vl_buffer=64KiB"],
+     ["--switch vl_buffer=... sets IB's link credits: --fabric lossy has none"]),
 ])
 @pytest.mark.parametrize("root", [False, True], ids=["nonroot", "root"])
 def test_bad_input_is_one_line_before_any_root_check(capsys, monkeypatch, argv, fragments, root):

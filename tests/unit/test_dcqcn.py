@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from emulator.errors import FabricError
-from emulator.model.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint, parse_cc
+from emulator.model.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint, at_link, check_link, parse_cc
 
 LINE = 40_000_000_000
 US = 1000
@@ -162,3 +162,27 @@ def test_parse_cc_refuses_in_one_line(text, message):
     with pytest.raises(FabricError, match=message) as err:
         parse_cc(text)
     assert "\n" not in str(err.value)
+
+
+def test_a_time_in_range_as_written_but_not_once_dilated_is_one_line():
+    """60 s is within a day; waited D = 2000 times it is 33 hours: one line, not the constructor's ValueError."""
+    with pytest.raises(FabricError, match=r"^dcqcn cnp_interval 60 s is 120000 s at time dilation D = 2000 \(times x D\), "
+                                          r"over the 86400 s a DCQCN time may be: lower it, or D$"):
+        parse_cc("dcqcn,cnp_interval=60s").emulated(2000)
+    with pytest.raises(FabricError, match="^dcqcn increase_period 86400 s is"):
+        at_link(parse_cc("dcqcn,increase_period=86400s"), 20_000_000)  # D = 40 Gbit/s / 20 Mbit/s
+    assert parse_cc("dcqcn,cnp_interval=43s").emulated(2000).cnp_interval_ns == 86_000 * 10**9
+
+
+def test_the_timers_are_at_least_one_frame_of_the_link():
+    """A 4,214-byte frame at 20 Mbit/s is 1.69 ms; D = 2000 makes it 843 ns as written."""
+    check_link(DcqcnParams(), 20_000_000, 4200)  # the authors' 55 us is 110 ms there
+    check_link(parse_cc("dcqcn,alpha_period=843ns,increase_period=843ns,cnp_interval=1ns"), 20_000_000, 4200)
+    for key in ("alpha_period", "increase_period"):
+        with pytest.raises(FabricError, match=rf"^dcqcn {key} 842 ns is shorter than one 4214-byte frame at the link "
+                                              r"rate, 843 ns \(D = 2000: 1.69 ms on the 20 Mbit/s link\); a timer"):
+            check_link(parse_cc(f"dcqcn,{key}=842ns"), 20_000_000, 4200)
+    # with a modelled rate the fabric's D counts: 400 Gbit/s over 20 Mbit/s, a frame is 85 ns as written
+    check_link(parse_cc("dcqcn,alpha_period=85ns"), 20_000_000, 4200, 20_000.0)
+    with pytest.raises(FabricError, match="alpha_period 84 ns is shorter"):
+        check_link(parse_cc("dcqcn,alpha_period=84ns"), 20_000_000, 4200, 20_000.0)

@@ -262,10 +262,38 @@ def test_unknown_variant_key_message_in_full(tmp_path):
     ('faults = [{ at = "0s", link = "s1-s1", host = "h1", fault = "down" }]', 'fault 1: down takes "link", not "host"'),
     ('faults = [{ at = "0s", host = "h1", fault = "stall", fraction = 0.5 }]', "fault 1: only slow takes a fraction"),
     ('faults = [{ at = "0s", host = "h1", fault = "slow", fraction = 1 }]', "fault 1: fraction 1: above 0 and below 1"),
+    ('faults = [{ at = "0s", host = ["h1"], fault = "stall" }]',
+     'variant "a": key "faults": fault 1: host: expected one host\'s name such as "h1", got [\'h1\']'),
+    ('switch = { fc_floor = "1ms" }', 'variant "a": key "switch": --switch fc_floor=... sets IB\'s link credits: '
+                                     '--fabric lossless has none'),
+    ('switch = { vl_buffer = "64KiB" }\nfabric = "lossy"',
+     'variant "a": key "switch": --switch vl_buffer=... sets IB\'s link credits: --fabric lossy has none'),
     ('cc = "cubic"', 'variant "a": key "cc": unknown congestion control \'cubic\'; known: none, dcqcn'),
     ('cc = 1', 'variant "a": key "cc": bad congestion control 1'),
     ('cc = "dcqcn,g=0"', 'variant "a": key "cc": bad dcqcn g 0.0: expected 1e-06 to 1'),
     ('cc = "dcqcn"\nfabric = "ib"', 'variant "a": key "cc": dcqcn is RoCE\'s congestion control'),
+    # in range as written, out of it once dilated: 60 s x D = 2000 (model / bw, or DCQCN's 40 Gbit/s reference / bw)
+    ('cc = "dcqcn,cnp_interval=60s"\nlink = { bw = "20mbit" }\nmodel = "40gbit"',
+     'variant "a": key "cc": dcqcn cnp_interval 60 s is 120000 s at time dilation D = 2000 (times x D), over the '
+     '86400 s a DCQCN time may be: lower it, or D'),
+    ('cc = "dcqcn,increase_period=86400s"\nlink = { bw = "20mbit" }\nbackend = "sim"',
+     'variant "a": key "cc": dcqcn increase_period 86400 s is 172800000 s at time dilation D = 2000'),
+    # timers shorter than a frame: 4,214 bytes at 100 Mbit/s are 337.12 us, 843 ns at DCQCN's 40 Gbit/s (D = 400)
+    ('cc = "dcqcn,alpha_period=1ns"\nbackend = "sim"',
+     'variant "a": key "cc": dcqcn alpha_period 1 ns is shorter than one 4214-byte frame at the link rate, 843 ns '
+     '(D = 400: 337.12 us on the 100 Mbit/s link)'),
+    ('cc = "dcqcn,increase_period=842ns"', 'variant "a": key "cc": dcqcn increase_period 842 ns is shorter than one'),
+    # plans the hosts cannot make: refused before the run, not by its ranks once the fabric was up
+    ('collective = "shift"\ntopo = "star,2"', 'variant "a": key "topo": shift needs at least 3 hosts (each writes to the '
+                                             'one 2 further on), the topology has 2'),
+    ('collective = "multijob"\ntopo = "star,2"', 'variant "a": key "topo": multijob needs at least 3 hosts'),
+    # a rank's region over the RNIC's 1 GiB: the incast's receiver holds every sender's message
+    ('size = "1GiB"', 'variant "a": key "size": incast gives rank 0 (h1) a data region of 3 GiB; the RNIC registers '
+                      'at most 1 GiB a region: lower size or senders'),
+    ('size = "1GiB"\nbackend = "sim"\nsenders = 2', 'variant "a": key "size": incast gives rank 0 (h1) a data region '
+                                                    'of 2 GiB'),
+    ('collective = "alltoall"\nsize = "1GiB"', 'variant "a": key "size": alltoall gives rank 0 (h1) a data region of '
+                                              '2 GiB; the RNIC registers at most 1 GiB a region: lower size'),
     ('backend = "ns3"', 'variant "a": key "backend": \'ns3\' is not one of emulator, sim'),
     ('backend = "sim"\ncapture = true', 'variant "a": backend "sim" writes no captures; set capture = false'),
     ('backend = "sim"\nfaults = [{ at = "0s", host = "h1", fault = "slow", fraction = 0.5 }]',
@@ -501,3 +529,79 @@ def test_names_at_most_100_characters(tmp_path):
 def test_messages_stay_one_line_for_hostile_keys_and_names(tmp_path):
     assert load_error(tmp_path, '"a\\u2028b" = 1\n' + MINIMAL).startswith('exp.toml: unknown key "a\\u2028b"')
     assert 'got \'x\\ny\'' in load_error(tmp_path, MINIMAL.replace('name = "a"', 'name = "x\\ny"'))
+
+
+# --- checks before anything runs: dilated DCQCN, regions, fast on large sweeps ---------------------------------
+
+def test_dcqcn_timers_of_one_frame_time_are_accepted(tmp_path):
+    """The floor is one link-MTU frame at the link rate, in the units written: 843 ns at 100 Mbit/s and D = 400."""
+    [v] = load_text(tmp_path, MINIMAL + 'cc = "dcqcn,alpha_period=843ns,increase_period=843ns"\n').variants
+    assert v.cc == "dcqcn,alpha_period=843ns,increase_period=843ns"
+
+
+def test_a_calibrated_rate_is_not_swept(tmp_path):
+    """The sweep's rates are what the calibration records after the run: "calibrated" there failed only then."""
+    message = load_error(tmp_path, MINIMAL + '[sweep]\nbw = ["calibrated", "100mbit"]\n')
+    assert message == ('exp.toml: sweep: key "bw": "calibrated" is no rate to sweep: a bw sweep measures the rates '
+                       'the calibration records; set bw = "calibrated" outside [sweep]')
+
+
+def test_a_sweep_makes_each_fabric_plan_and_collective_plan_once(tmp_path, monkeypatch):
+    """Variants that share a topology share its plan and routes, whatever their link options, and those that
+    share a collective plan share it: a 256-variant sweep on fattree,16 remade both for every variant (minutes
+    of checks)."""
+    import emulator.fabric.plan
+
+    experiment.topology.cache_clear()
+    experiment._cabling.cache_clear()
+    experiment.plan_needs.cache_clear()
+    routes, fabric_plans, plans = [], [], []
+    real_routes, real_fabric_plans, real_plans = emulator.fabric.plan.routes_over, experiment.make_plan, \
+        experiment.rank_plans
+    monkeypatch.setattr(emulator.fabric.plan, "routes_over", lambda graph: routes.append(1) or real_routes(graph))
+    monkeypatch.setattr(experiment, "make_plan", lambda *args, **kwargs: fabric_plans.append(args)
+                        or real_fabric_plans(*args, **kwargs))
+    monkeypatch.setattr(experiment, "rank_plans", lambda *args: plans.append(args) or real_plans(*args))
+    text = MINIMAL.replace("star,4", "leafspine,2,2") + '[sweep]\nbw = ["10mbit", "20mbit", "50mbit", "100mbit"]\n' \
+                                                         'fabric = ["lossless", "lossy"]\nsize = ["64KiB", "1MiB"]\n'
+    exp = load_text(tmp_path, text)
+    assert len(exp.variants) == 16
+    assert len(routes) == 1
+    assert len(fabric_plans) == 2  # the routes' and the checks' (without routes), one each for the topology
+    assert {v.link["bw"] for v in exp.variants} == {"10mbit", "20mbit", "50mbit", "100mbit"}
+    assert sorted(plans) == [("incast", 4, 64 << 10, 3), ("incast", 4, 1 << 20, 3)]
+
+
+def test_slow_checks_say_how_far_they_got():
+    times = iter([0.0, 1.0, 2.5, 3.0, 4.4, 4.6])
+    lines: list[str] = []
+    progress = experiment._Progress(5, lines.append, clock=lambda: next(times))
+    for _ in range(5):
+        progress.checked()
+    assert lines == ["checking the experiment: 2/5 variants in 2 s", "checking the experiment: 5/5 variants in 5 s"]
+
+
+def test_the_checks_read_each_link_as_the_fabric_plan_has_it(monkeypatch):
+    """Links grouped by their own options (a custom topology may give some a rate or MTU of their own) take a
+    variant's link options as make_plan gives them to each port."""
+    from mininet.topo import Topo
+    from emulator.fabric.plan import make_plan
+
+    topo = Topo()
+    s1, s2 = topo.addSwitch("s1"), topo.addSwitch("s2")
+    topo.addLink(topo.addHost("h1"), s1)
+    topo.addLink(topo.addHost("h2"), s1, bw="10mbit", mtu=1500)
+    topo.addLink(topo.addHost("h3"), s2)
+    topo.addLink(s1, s2, delay="5us")
+    monkeypatch.setattr(experiment, "topology", lambda spec: topo)
+    experiment._cabling.cache_clear()
+    link = {"bw": "100mbit", "delay": "1us", "mtu": "4200", "loss": "0", "drop": ""}
+    links = experiment._cabling("custom").links(link)
+    experiment._cabling.cache_clear()
+    plan = make_plan(topo, "x", link)
+    assert links.hosts == {(h.ports[0].params.bw_bps, h.ports[0].params.mtu) for h in plan.hosts()} \
+        == {(100_000_000, 4200), (10_000_000, 1500)}
+    assert links.switches == {(max(p.params.bw_bps for p in s.ports), max(p.params.delay_ns for p in s.ports),
+                               max(p.params.mtu for p in s.ports), len(s.ports)) for s in plan.switches()} \
+        == {(100_000_000, 5000, 4200, 3), (100_000_000, 5000, 4200, 2)}
+    assert links.mtu == min(port.params.mtu for port, _ in plan.links) == 1500

@@ -203,6 +203,19 @@ def test_ratio_needs_equal_setup():
     assert report.ratio_lines([variant("incast-lossless", "lossless"), other_size]) == []
 
 
+def test_ratio_lines_name_the_congestion_control():
+    """A lossless variant under DCQCN is PFC and DCQCN: multi-job's ratio lines called it "lossless"."""
+    lines = report.ratio_lines([variant("lossless", "lossless", mean=1000.0),
+                                variant("dcqcn", "lossless", mean=2000.0, cc="dcqcn"),
+                                variant("lossy", "lossy", mean=3000.0, cc="none"),
+                                variant("lossy-dcqcn", "lossy", mean=3000.0, cc="dcqcn,rai=5mbit")])
+    assert [line for line in lines if "mean" in line] == [
+        "incast: lossy mean / lossless mean = 3.00x (lossy / lossless)",
+        "incast: lossy mean / lossless+dcqcn mean = 1.50x (lossy / dcqcn)",
+        "incast: lossy+dcqcn mean / lossless mean = 3.00x (lossy-dcqcn / lossless)",
+        "incast: lossy+dcqcn mean / lossless+dcqcn mean = 1.50x (lossy-dcqcn / dcqcn)"]
+
+
 def test_ratio_pairs_a_swept_fabric_point_by_point():
     def point(fabric, senders, p99):
         return variant(f"incast-fabric{fabric}-senders{senders}", fabric, p99=p99, senders=senders,

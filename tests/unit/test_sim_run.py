@@ -81,6 +81,30 @@ def test_a_simulation_too_large_for_the_memory_is_refused_before_it_runs(tmp_pat
     with pytest.raises(FabricError, match=r"^variant lossless \(incast on star,4, simulated\) needs about .* of memory; "
                                           r"this machine has 200 MiB available and keeps 256 MiB free: use a smaller topology$"):
         run_experiment(load_experiment(str(path)), str(tmp_path / "out"), lambda line: None)
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_every_variant_is_checked_before_the_first_one_runs(tmp_path, monkeypatch):
+    """An emulated variant beside a simulation too large for the memory: the emulated one ran first, and the
+    refusal after it left a results directory with complete: false."""
+    from emulator.errors import FabricError
+    from emulator.study import runner
+    import pytest
+
+    path = tmp_path / "mixed.toml"
+    path.write_text(textwrap.dedent(TEXT).replace('backend = "sim"\n', "") + '\n[[variants]]\nname = "simulated"\n'
+                                                                             'fabric = "lossless"\nbackend = "sim"\n')
+    experiment = load_experiment(str(path))
+    assert [v.backend for v in experiment.variants] == ["emulator", "emulator", "emulator", "sim"]
+
+    def ran(*args):
+        raise AssertionError("a variant ran before every variant was checked")
+
+    monkeypatch.setattr(runner, "_run_variant", ran)
+    monkeypatch.setattr(runner, "meminfo_bytes", lambda field: 200 << 20)
+    with pytest.raises(FabricError, match=r"^variant simulated \(incast on star,4, simulated\) needs about"):
+        run_experiment(experiment, str(tmp_path / "out"), lambda line: None)
+    assert not (tmp_path / "out").exists()
 
 
 def test_simulations_run_as_many_at_once_as_the_memory_holds(tmp_path, monkeypatch):
@@ -115,10 +139,9 @@ def test_a_failing_simulation_stops_the_others_at_once(tmp_path, monkeypatch):
         time.sleep(60)
 
     monkeypatch.setattr(runner, "_run_sim_variant", fake)
-    monkeypatch.setattr(runner.os, "cpu_count", lambda: 3)
     began = time.monotonic()
     with pytest.raises(FabricError, match="RETRY_EXC_ERR"):
-        list(runner._run_simulated(experiment.variants, lambda line: None))
+        list(runner._run_simulated(experiment.variants, 3, lambda line: None))
     assert time.monotonic() - began < 10
 
 

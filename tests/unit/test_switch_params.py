@@ -11,7 +11,7 @@ import pytest
 from emulator.errors import FabricError
 from emulator.model import switch_params as params
 from emulator.model.mmu import Mmu
-from emulator.model.switch_params import derive_config
+from emulator.model.switch_params import IB_OPTIONS, derive_config
 
 GBIT = 1_000_000_000
 
@@ -110,7 +110,7 @@ def test_lossless_two_priorities_doubles_headroom_in_buffer():
     ("fc_floor", "50ms", "fc_floor", 50_000_000),
 ])
 def test_overrides(key, text, field, value):
-    config = derive_config("lossless", 10 * GBIT, 1000, 1500, 4, {key: text})
+    config = derive_config("ib" if key in IB_OPTIONS else "lossless", 10 * GBIT, 1000, 1500, 4, {key: text})
     assert getattr(config, field) == value
     if isinstance(value, int) and not isinstance(value, bool):
         assert type(getattr(config, field)) is int
@@ -151,7 +151,7 @@ def test_reserve_override_enters_the_default_buffer():
 ])
 def test_bad_overrides(overrides, words):
     with pytest.raises(FabricError) as err:
-        derive_config("lossless", GBIT, 1000, 1500, 4, overrides)
+        derive_config("ib" if set(overrides) & set(IB_OPTIONS) else "lossless", GBIT, 1000, 1500, 4, overrides)
     message = str(err.value)
     assert "\n" not in message
     for word in words:
@@ -210,3 +210,12 @@ def test_accepted_config_lets_a_drained_lossless_ingress_resume(overrides):
         mmu.pop(1, head[0])
     assert mmu.ingress_bytes(0, 3) == 0
     assert mmu.take_pfc() == [(0, {3: 0})], "ingress drained but no XON: the peer stays paused"
+
+
+@pytest.mark.parametrize("fabric", ["lossless", "lossy"])
+@pytest.mark.parametrize("key, text", [("fc_floor", "1ms"), ("vl_buffer", "64KiB"), ("vl_buffer", "1KiB")])
+def test_the_credit_settings_are_refused_off_ib(fabric, key, text):
+    """An Ethernet fabric has no credits: its switch would ignore them, so they are refused as pfcwd is off lossless."""
+    with pytest.raises(FabricError, match=rf"^--switch {key}=\.\.\. sets IB's link credits: --fabric {fabric} has none$"):
+        derive_config(fabric, GBIT, 1000, 1500, 4, {key: text})
+    assert getattr(derive_config("ib", GBIT, 1000, 1500, 4, {key: "1ms" if key == "fc_floor" else "64KiB"}), key)
