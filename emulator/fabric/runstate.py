@@ -651,13 +651,7 @@ def clean(only: str | None = None, force: bool = False) -> Removed:
     with uninterrupted():
         found = scan(only)
         removed.refused += found.refused
-        for state in found.runs:
-            held = state.holder()
-            if held and not force:
-                removed.left.append(_left_alone(state, held))
-                continue
-            _locked(state.run, removed, force)
-        for name in found.orphans:
+        for name in [state.run for state in found.runs] + found.orphans:
             _locked(name, removed, force)
     return removed
 
