@@ -303,12 +303,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
               f"{sum(counters['pfc_received']):>8} {sum(counters['paused_ns']) / 1e9:>8.3f}")
     totals = stats["totals"]
     print(f"totals: drops {totals['drops']} (malformed {totals['malformed']}), PFC sent {totals['pfc_sent']}, "
-          f"PFC received {totals['pfc_received']}, ECN marked {totals['ecn_marked']}")
+          f"PFC received {totals['pfc_received']}, ECN marked {totals['ecn_marked']}, "
+          f"lost in a lossless class and unexplained {totals['lost_lossless_unexplained']}")
     fidelity = stats["fidelity"]
     if fidelity["faithful"]:
         print("fidelity: every agent kept up with the time it models")
     else:
-        print("fidelity: NOT faithful; these figures are the machine's, not the fabric's:")
+        print("fidelity: NOT faithful (an agent did not keep up with the time it models, or a lossless class lost "
+              "frames nothing explains); these figures are not the fabric's alone:")
         for name, reasons in fidelity["unfaithful"].items():
             print(f"  {name}: {'; '.join(reasons)}")
     return 0
