@@ -246,7 +246,11 @@ class Outputs:
     def _remove_stale(self) -> None:
         """Remove every regular file of the target named as our temporary files are (unlink follows no link)."""
         assert self._fd is not None
-        for name in filter(TEMPORARY.fullmatch, os.listdir(self._fd)):
+        try:
+            names = os.listdir(self._fd)
+        except OSError:  # a directory we may write but not read: its outputs are still written
+            return
+        for name in filter(TEMPORARY.fullmatch, names):
             st = _lstat_below(self._fd, name, printable(os.path.join(self.path, name)))
             if st is not None and stat.S_ISREG(st.st_mode):
                 try:

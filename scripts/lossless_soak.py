@@ -30,11 +30,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from emulator import bounds  # noqa: E402
+from emulator import flags  # noqa: E402
 from emulator.errors import FabricError  # noqa: E402
 from emulator.fabric.losses import KINDS  # noqa: E402
 from emulator.fabric.runstate import check_run_name  # noqa: E402
@@ -43,15 +43,6 @@ from emulator.units import parse_rate  # noqa: E402
 
 RUNS = (1, 10_000)
 SECONDS = (1, 3_600)
-
-
-def _ranged(flag: str, limits: tuple[int, int]) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            return bounds.whole(flag, text, limits)
-        except FabricError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
-    return parse
 
 
 def row(number: int, capture: bool, result: IncastResult) -> tuple[str, dict[str, Any]]:
@@ -104,15 +95,15 @@ def summary(records: list[dict[str, Any]]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=_ranged("--runs", RUNS), default=100, help="runs (default 100)")
+    parser = flags.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=flags.whole("--runs", RUNS), default=100, help="runs (default 100)")
     parser.add_argument("--captures", choices=("both", "on", "off"), default="both",
                         help="capture every link end: on, off, or alternating (default)")
-    parser.add_argument("--seconds", type=_ranged("--seconds", SECONDS), default=4, help="seconds per run (default 4)")
+    parser.add_argument("--seconds", type=flags.whole("--seconds", SECONDS), default=4, help="seconds per run (default 4)")
     parser.add_argument("--bw", default="40mbit", help="link rate (default 40mbit)")
     parser.add_argument("--prefix", default="soak", help="run names are PREFIX and the run number (default soak)")
     parser.add_argument("--details", metavar="FILE", help="append each run's record as a JSON line")
-    args = parser.parse_args()
+    args = parser.parse_checked()
     try:
         parse_rate(args.bw)
         check_run_name(f"{args.prefix}{args.runs}")

@@ -216,8 +216,11 @@ def convert_to_pcapng(pcaps: list[str]) -> list[str]:
 
 
 def _editcap(pcap: str, source: BinaryIO, out: BinaryIO) -> None:
-    done = subprocess.run(["editcap", "-F", "pcapng", "-", "-"], stdin=source, stdout=out, stderr=subprocess.PIPE,
-                          text=True, start_new_session=True)
+    try:
+        done = subprocess.run(["editcap", "-F", "pcapng", "-", "-"], stdin=source, stdout=out, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    except FileNotFoundError:  # not "cannot write X.pcapng": the file was never the trouble
+        raise FabricError("editcap is not installed (apt-get install wireshark-common)") from None
     if done.returncode != 0:
         raise FabricError(f"{printable(pcap)}: {one_line(done.stderr)}")
 

@@ -674,3 +674,5 @@ def _locked(run: str, removed: Removed, force: bool) -> None:
                 remove_run_dir(name, removed)
     except RunBusy as err:
         removed.refused.append(f"{err}; left alone")
+    except FabricError as err:  # a directory or record that is not ours: that run alone is refused
+        removed.refused.append(str(err))

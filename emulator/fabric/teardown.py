@@ -39,21 +39,25 @@ def finish_run(state: runstate.RunState, children: dict[str, subprocess.Popen] |
     ``link`` or ``fault`` under way finishes before the agents stop.  If
     another command keeps the lock past its wait (say one stopped with
     Ctrl-Z), the teardown goes on without it: a run must never outlive its
-    owner because of a stranger.
+    owner because of a stranger.  If the run is gone when the lock comes (``down --force`` or ``clean
+    --force`` took it from its owner), its captures and telemetry were kept then: writing them again, with
+    no agent left to count, would replace them with empty files.
     """
     with contextlib.ExitStack() as lock:
-        with contextlib.suppress(runstate.RunBusy):
-            lock.enter_context(runstate.run_lock(state.run))
+        try:
+            present = lock.enter_context(runstate.run_lock(state.run))
+        except FabricError:  # busy past its wait, or a directory that is not ours: go on without the lock
+            present = True
         failure: FabricError | None = None
         captures = {ifname: proc for ifname, pid in state.captures.items() if (proc := state.process(pid))}
-        if captures and state.capture_dir:
+        if present and captures and state.capture_dir:
             try:
                 stop_detached(captures, state.capture_dir)
             except FabricError as err:
                 failure = err
         try:
             _stop_agents(state, children or {})
-            if state.telemetry_dir:
+            if present and state.telemetry_dir:
                 write_telemetry(state, state.telemetry_dir)
         finally:
             removed = runstate.destroy(state)

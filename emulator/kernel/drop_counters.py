@@ -171,6 +171,9 @@ def ip_errors(snmp: str) -> dict[str, int]:
     return snmp_errors(snmp, "Ip", _IP_FIELDS)
 
 
+DUMP_TIMEOUT_S = 0.5
+
+
 class NamespaceDrops:
     """The drop counters of one namespace's interfaces ``ifnames``, read on demand.
 
@@ -181,6 +184,9 @@ class NamespaceDrops:
     def __init__(self, netns: str, ifnames: list[str]) -> None:
         self.ifnames = list(ifnames)
         self._nl = open_route_socket(netns)
+        # An agent reads this inside its loop: a dump the kernel never finished must not stop it (and the
+        # agents beside it in its process); past this, socket.timeout, an OSError: the counters unread.
+        self._nl.settimeout(DUMP_TIMEOUT_S)
         with entered(netns):
             self._snmp = os.open("/proc/thread-self/net/snmp", os.O_RDONLY | os.O_CLOEXEC)
         self._seq = 0

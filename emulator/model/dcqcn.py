@@ -184,7 +184,7 @@ def check_link(params: DcqcnParams, link_bps: int, link_mtu: int, factor: float 
     frame_ns = -(-frame * 8_000_000_000 // link_bps)
     for name in TIMERS:
         if getattr(scaled, name) < frame_ns:
-            floor = format_time(math.ceil(frame_ns / dilation))
+            floor = f"{math.ceil(frame_ns / dilation)} ns"  # exact: format_time's rounding gave a floor it refused
             raise FabricError(
                 f"dcqcn {_KEYS[name]} {format_time(getattr(params, name))} is shorter than one {frame}-byte frame at "
                 f"the link rate, {floor} (D = {dilation:g}: {format_time(frame_ns)} on the {format_rate(link_bps)} "

@@ -186,3 +186,11 @@ def test_the_timers_are_at_least_one_frame_of_the_link():
     check_link(parse_cc("dcqcn,alpha_period=85ns"), 20_000_000, 4200, 20_000.0)
     with pytest.raises(FabricError, match="alpha_period 84 ns is shorter"):
         check_link(parse_cc("dcqcn,alpha_period=84ns"), 20_000_000, 4200, 20_000.0)
+
+
+def test_the_floor_a_refusal_advises_is_accepted():
+    """The advice was rounded to two decimals (3.37 us) below the floor it checks (3372 ns), and so refused."""
+    with pytest.raises(FabricError) as refused:
+        check_link(parse_cc("dcqcn,alpha_period=1ns"), 100_000_000, 4200, 100.0)
+    advised = str(refused.value).rsplit("set at least ", 1)[1].replace(" ", "")
+    check_link(parse_cc(f"dcqcn,alpha_period={advised}"), 100_000_000, 4200, 100.0)

@@ -804,9 +804,27 @@ def test_finish_run_removes_the_run_even_if_its_captures_fail(run_root, monkeypa
     assert not (run_root / "zzcaps").exists()
 
 
+def test_a_teardown_after_a_forced_removal_keeps_what_that_removal_kept(run_root, tmp_path, monkeypatch):
+    """``down --force`` took the run from its owner and wrote its telemetry; the owner's own teardown, later,
+    found the run gone and wrote it again with no agent left to count: empty files over the good ones."""
+    import emulator.fabric.teardown
+
+    kept = tmp_path / "telemetry"
+    kept.mkdir()
+    (kept / "stats.json").write_text("the forced down's counters")
+    monkeypatch.setattr(emulator.fabric.teardown, "stop_detached",
+                        lambda *args: pytest.fail("captures converted again"))
+    state = make_state("zzgone", captures={"h1-eth0": 4242}, started={"4242": 1}, capture_dir=str(tmp_path),
+                       telemetry_dir=str(kept))
+    emulator.fabric.teardown.finish_run(state)  # never saved: the run directory is gone, as after the forced down
+    assert (kept / "stats.json").read_text() == "the forced down's counters"
+    assert sorted(p.name for p in kept.iterdir()) == ["stats.json"]
+
+
 def test_a_capture_converted_by_an_earlier_teardown_is_taken_as_it_is(tmp_path, monkeypatch):
     from emulator.fabric import capture
 
     (tmp_path / "s1-eth1.pcapng").write_bytes(b"converted")
     monkeypatch.setattr(capture.subprocess, "run", lambda *a, **k: pytest.fail("editcap ran again"))
     assert capture.convert_to_pcapng([str(tmp_path / "s1-eth1.pcap")]) == [str(tmp_path / "s1-eth1.pcapng")]
+

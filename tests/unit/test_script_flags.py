@@ -38,6 +38,7 @@ def test_every_numeric_flag_has_a_range(path):
 @pytest.mark.parametrize("script, args, line", [
     ("scripts/incast.py", ["--seconds", "0"], "incast.py: --seconds '0': must be 1 to 3600"),
     ("scripts/pfc_timing.py", ["--senders", "5000"], "pfc_timing.py: --senders '5000': must be 1 to 2046"),
+    ("scripts/lossless_soak.py", ["--runs", "0"], "lossless_soak.py: --runs '0': must be 1 to 10000"),
     ("scripts/rdma_perf.py", ["--loss", "2"], "rdma_perf.py: --loss '2': must be 0 to 1"),
     ("scripts/headroom_sweep.py", ["--mtu", "9" * 5000], "headroom_sweep.py: --mtu '99999"),
     ("bench/bench_python_floor.py", ["--seconds", "nan"], "bench_python_floor.py: --seconds 'nan': must be 0.5 to 60"),
