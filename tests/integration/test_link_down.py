@@ -74,19 +74,27 @@ OUTCOME = re.compile(r"fabric-emu: (link s\d-s\d (down|up): routes of 4 switches
 
 def _kernel_down(net: Fabric, graph) -> set[frozenset[str]]:
     """The switch-to-switch links whose two veth ends are set down, from the kernel (`ip -o link` in each switch);
-    fails on a cable with one end up and the other down."""
-    state = {}
-    for switch in graph.links:
-        for line in net[switch].run(["ip", "-o", "link"]).stdout.splitlines():
-            state[(switch, line.split(": ")[1].split("@")[0])] = "UP" if _admin_up(line) else "DOWN"
-    down = set()
-    for switch, ports in graph.links.items():
-        for ifname, peer in ports:
-            ends = (state[(switch, ifname)], state[(peer, graph.link(peer, switch)[0])])
-            assert ends in (("UP", "UP"), ("DOWN", "DOWN")), f"{switch}-{peer}: {ends}"
-            if ends[0] == "DOWN":
-                down.add(frozenset((switch, peer)))
-    return down
+    fails on a cable with one end set up and the other down, or whose carrier (the operstate) has not followed its
+    ends' flags within 3 s (linkwatch may take a second)."""
+    deadline = time.monotonic() + 3
+    while True:
+        flags, operstate = {}, {}
+        for switch in graph.links:
+            for line in net[switch].run(["ip", "-o", "link"]).stdout.splitlines():
+                end = (switch, line.split(": ")[1].split("@")[0])
+                flags[end], operstate[end] = _admin_up(line), re.search(r" state (\S+)", line).group(1)
+        down, settled = set(), True
+        for switch, ports in graph.links.items():
+            for ifname, peer in ports:
+                ends = ((switch, ifname), (peer, graph.link(peer, switch)[0]))
+                assert flags[ends[0]] == flags[ends[1]], f"{switch}-{peer}: set up {flags[ends[0]]}, {flags[ends[1]]}"
+                settled &= all(operstate[end] == ("UP" if flags[end] else "DOWN") for end in ends)
+                if not flags[ends[0]]:
+                    down.add(frozenset((switch, peer)))
+        if settled:
+            return down
+        assert time.monotonic() < deadline, f"carrier does not follow the flags: {operstate}"
+        time.sleep(0.1)
 
 
 def _in_agreement(net: Fabric) -> set[frozenset[str]]:
