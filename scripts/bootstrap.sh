@@ -2,8 +2,12 @@
 # Idempotent set-up of a fresh Debian/Ubuntu machine for fabric-emu.
 # Run as root (apt packages); safe to run again: it only does what is missing.
 #   1. installs missing apt packages (tools the emulator and tests use)
-#   2. creates .venv in the repo root and `pip install -e '.[test]'` into it,
-#      again only when the venv is missing/broken or the packaging files changed.
+#   2. a Rust toolchain (rustc >= 1.83, for the compiled core) where none is on the machine: the
+#      distribution's packages where they are new enough (Debian 12: rustc-web; Ubuntu 24.04: rustc-1.NN),
+#      otherwise one line saying what to install
+#   3. creates .venv in the repo root and `pip install -e '.[test]'` into it,
+#      again only when the venv is missing/broken or the packaging files changed;
+#      then rebuilds the compiled core in place (scripts/build_core.sh: cargo's no-op when nothing changed).
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -50,7 +54,34 @@ EOF
     log "apt packages installed"
 fi
 
-# --- 2. Python and the venv --------------------------------------------------
+# --- 2. Rust ------------------------------------------------------------------
+# shellcheck source=scripts/rust-env.sh
+source scripts/rust-env.sh
+if ! rust_ok; then
+    [[ $EUID -eq 0 ]] || die "must run as root to install a Rust toolchain (rustc >= $RUST_MIN)"
+    # shellcheck disable=SC1091
+    . /etc/os-release 2>/dev/null || true
+    rust_packages=()
+    if [[ ${ID:-} == debian && ${VERSION_CODENAME:-} == bookworm ]]; then
+        rust_packages=(rustc-web cargo-web rust-web-clippy rustfmt-web)
+    elif [[ ${ID:-} == ubuntu ]]; then
+        newest="$(apt-cache pkgnames rustc-1. 2>/dev/null | sed -n 's/^rustc-\(1\.[0-9]*\)$/\1/p' | sort -V | tail -1)"
+        if [[ -n $newest ]] && printf '%s\n%s\n' "$RUST_MIN" "$newest" | sort -C -V; then
+            rust_packages=("rustc-$newest" "cargo-$newest" "rust-$newest-clippy" "rustfmt-$newest")
+        fi
+    elif [[ ${ID:-} == debian ]]; then
+        rust_packages=(rustc cargo rust-clippy rustfmt)  # trixie and later: 1.85 or newer
+    fi
+    ((${#rust_packages[@]})) || die "no Rust toolchain >= $RUST_MIN here and none packaged for ${PRETTY_NAME:-this system}: install one (https://rustup.rs) and run again"
+    log "installing a Rust toolchain: ${rust_packages[*]}"
+    apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 install -y --no-install-recommends \
+        "${rust_packages[@]}" >/dev/null
+    rust_ok || die "the packages ${rust_packages[*]} gave no rustc >= $RUST_MIN: install one (https://rustup.rs) and run again"
+fi
+log "rust: $(rustc --version)"
+
+# --- 3. Python and the venv --------------------------------------------------
 PYTHON="$(command -v python3 || true)"
 [[ -n $PYTHON ]] || die "python3 not found on PATH"
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
@@ -71,10 +102,11 @@ if ! venv_ok; then
     "$PYTHON" -m venv "$VENV"
 fi
 
-if [[ ! -f $STAMP || setup.cfg -nt $STAMP || pyproject.toml -nt $STAMP ]]; then
+if [[ ! -f $STAMP || setup.cfg -nt $STAMP || pyproject.toml -nt $STAMP || Cargo.toml -nt $STAMP ]]; then
     log "installing fabric-emu into .venv (pip install -e '.[test]')"
     "$VENV/bin/python" -m pip install --disable-pip-version-check -q -e '.[test]'
     touch "$STAMP"
 fi
+PYTHON="$VENV/bin/python" bash scripts/build_core.sh
 
 log "venv ready ($VENV)"

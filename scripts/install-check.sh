@@ -16,7 +16,7 @@ trap 'rm -rf "$scratch"' EXIT
 # checkout by an earlier install could otherwise bring stale files along.
 mkdir "$scratch/src"
 tar -C "$REPO_ROOT" --exclude=./.git --exclude=./.venv --exclude=./build --exclude='*.egg-info' \
-    --exclude=./results -cf - . | tar -C "$scratch/src" -xf -
+    --exclude=./results --exclude=./target --exclude='./emulator/_core*.so' -cf - . | tar -C "$scratch/src" -xf -
 .venv/bin/python -m venv "$scratch/venv"
 "$scratch/venv/bin/python" -m pip install --disable-pip-version-check -q "$scratch/src"
 rm -rf "$scratch/src"  # nothing may come from the source tree from here on

@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# Run the fabric-emu test suite (README: `sudo scripts/test.sh [pytest args]`).
+# Run the fabric-emu test suite (README: `sudo scripts/test.sh [pytest args]`): cargo test, clippy and fmt on the
+# compiled core, then pytest.
 # Needs root: the tests create network namespaces and veth links.
 set -euo pipefail
 
 # shellcheck source=scripts/as-root.sh
 source "$(dirname "${BASH_SOURCE[0]}")/as-root.sh"
+
+# The compiled core first (bootstrap built it): its own tests, clippy and formatting, then pytest over everything.
+# shellcheck source=scripts/rust-env.sh
+source scripts/rust-env.sh
+rust_ok
+export PYO3_PYTHON="$REPO_ROOT/.venv/bin/python"
+cargo fmt --all --check
+cargo clippy --release --workspace --all-targets --quiet -- -D warnings
+cargo test --release -p fabric-core --quiet
 
 rc=0
 .venv/bin/python -m pytest tests -ra "$@" || rc=$?

@@ -8,6 +8,7 @@ fails on an upward import, a cycle between modules, a package it does not know, 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ PACKAGE = ROOT / "emulator"
 # Lowest first.  Top-level modules are named alone; packages by their folder.
 LAYERS: list[set[str]] = [
     {"errors", "units", "bounds", "flags", "safefiles"},
+    {"_core"},  # the compiled core (crates/): wire, models and simulation engine, below their Python users
     {"wire"},
     {"model"},
     {"sim"},
@@ -48,6 +50,8 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+# The extension module built from crates/fabric-py: imported like a module, checked like one, parsed by no one.
+COMPILED = {"emulator._core"}
 
 
 def _imports(name: str, path: Path) -> set[str]:
@@ -61,7 +65,8 @@ def _imports(name: str, path: Path) -> set[str]:
             found.update(f"{node.module}.{alias.name}" for alias in node.names
                          if f"{node.module}.{alias.name}" in MODULES)
     # A package's __init__ holds only its docstring: ``from emulator import bounds`` imports bounds.
-    return {m for m in found if m in MODULES and m != name and MODULES[m].name != "__init__.py"}
+    return {m for m in found
+            if m in COMPILED or (m in MODULES and m != name and MODULES[m].name != "__init__.py")}
 
 
 def _external(path: Path) -> set[str]:
@@ -130,3 +135,43 @@ def test_the_checker_sees_a_violation():
     fake = {"emulator.fabric.builder"}
     assert [m for m in fake if layer_of(m) > layer_of("emulator.model.mmu")] == ["emulator.fabric.builder"]
     assert layer_of("emulator.errors") < layer_of("emulator.wire.pfc") < layer_of("emulator.model.pause")
+
+
+# The Rust workspace's layers: the core crate's modules, lowest first, by the `crate::` paths they use.
+CORE = ROOT / "crates" / "fabric-core"
+RUST_LAYERS = ["wire", "model", "sim"]
+# What the core may not touch: the models get time as `now` and hand frames back; I/O is the agents' and, from
+# the next crate on, the I/O crate's.
+RUST_IO = re.compile(r"\bstd::(fs|net|io|time|thread|process|os|env)\b|\b(libc|nix|socket2|mio|pyo3)::")
+
+
+def _rust_files() -> list[Path]:
+    return sorted((CORE / "src").rglob("*.rs"))
+
+
+def test_the_core_crate_has_no_pyo3_and_no_unsafe():
+    """The core builds and tests without Python (`cargo test -p fabric-core`); only the bindings crate links
+    pyo3, and the core forbids `unsafe` at its root."""
+    manifest = (CORE / "Cargo.toml").read_text()
+    assert "pyo3" not in manifest
+    assert "#![forbid(unsafe_code)]" in (CORE / "src" / "lib.rs").read_text()
+    assert "fabric-core" in (ROOT / "crates" / "fabric-py" / "Cargo.toml").read_text()
+
+
+@pytest.mark.parametrize("path", _rust_files(), ids=lambda p: str(p.relative_to(CORE / "src")))
+def test_rust_no_upward_use_and_no_io(path):
+    rel = path.relative_to(CORE / "src").parts
+    text = path.read_text()
+    if len(rel) > 1:
+        own = RUST_LAYERS.index(rel[0])
+        used = set(re.findall(r"\bcrate::(\w+)", text)) | set(re.findall(r"\bsuper::super::(\w+)", text))
+        upward = sorted(m for m in used if m in RUST_LAYERS and RUST_LAYERS.index(m) > own)
+        assert not upward, f"{path.relative_to(ROOT)} (layer {rel[0]}) uses from above: {upward}"
+    io = sorted({m.group(0) for m in RUST_IO.finditer(text)})
+    assert not io, f"{path.relative_to(ROOT)} does I/O or binds Python: {io}"
+
+
+def test_the_rust_checker_sees_a_violation():
+    assert re.findall(r"\bcrate::(\w+)", "use crate::sim::engine::Engine;") == ["sim"]
+    assert RUST_IO.search("use std::time::Instant;") and RUST_IO.search("let f = std::fs::read(p);")
+    assert not RUST_IO.search("use std::collections::BinaryHeap;")

@@ -1,0 +1,1 @@
+//! The simulation backend: a discrete-event engine in integer ns that drives the models in virtual time.
