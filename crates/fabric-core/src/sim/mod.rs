@@ -1,1 +1,2 @@
 //! The simulation backend: a discrete-event engine in integer ns that drives the models in virtual time.
+pub mod engine;

@@ -1,0 +1,1 @@
+//! Port of emulator/model/credits.py (in progress).

@@ -1,0 +1,1 @@
+//! Port of emulator/model/dcqcn.py (in progress).

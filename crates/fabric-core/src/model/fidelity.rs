@@ -1,0 +1,1 @@
+//! Port of emulator/model/fidelity.py (in progress).

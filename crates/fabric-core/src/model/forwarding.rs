@@ -1,0 +1,1 @@
+//! Port of emulator/model/forwarding.py (in progress).

@@ -1,0 +1,1 @@
+//! Port of emulator/model/ib_plane.py (in progress).

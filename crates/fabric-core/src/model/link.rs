@@ -1,0 +1,1 @@
+//! Port of emulator/model/link.py (in progress).

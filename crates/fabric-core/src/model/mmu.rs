@@ -1,0 +1,1 @@
+//! Port of emulator/model/mmu.py (in progress).

@@ -1,0 +1,1 @@
+//! Port of emulator/model/pause.py (in progress).

@@ -1,0 +1,1 @@
+//! Port of emulator/model/pfcwd.py (in progress).

@@ -1,0 +1,1 @@
+//! Port of emulator/model/rc.py (in progress).

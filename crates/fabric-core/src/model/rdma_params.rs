@@ -1,0 +1,1 @@
+//! Port of emulator/model/rdma_params.py (in progress).

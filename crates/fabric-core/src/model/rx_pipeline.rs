@@ -1,0 +1,1 @@
+//! Port of emulator/model/rx_pipeline.py (in progress).

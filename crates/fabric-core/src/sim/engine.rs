@@ -1,0 +1,1 @@
+//! Port of emulator/sim/engine.py (in progress).

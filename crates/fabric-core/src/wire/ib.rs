@@ -1,0 +1,1 @@
+//! Port of emulator/wire/ib.py (in progress).

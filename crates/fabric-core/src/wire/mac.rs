@@ -1,0 +1,1 @@
+//! Port of emulator/wire/mac.py (in progress).

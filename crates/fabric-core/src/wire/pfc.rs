@@ -1,0 +1,1 @@
+//! Port of emulator/wire/pfc.py (in progress).

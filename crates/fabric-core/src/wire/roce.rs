@@ -1,0 +1,1 @@
+//! Port of emulator/wire/roce.py (in progress).

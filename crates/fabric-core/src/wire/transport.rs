@@ -1,0 +1,1 @@
+//! Port of emulator/wire/transport.py (in progress).
