@@ -22,6 +22,8 @@ enum Call {
 #[pyclass(frozen, module = "emulator._core.engine")]
 pub struct Handle {
     id: EventId,
+    /// Its call's index in `Simulator::calls`, freed when the call is cancelled.
+    call: u32,
 }
 
 /// Simulated time and the events to come (`emulator.sim.engine.Simulator`).
@@ -73,6 +75,7 @@ impl Simulator {
         };
         Ok(Handle {
             id: self.engine.after(delay, Call::Once(index)),
+            call: index,
         })
     }
 
@@ -173,8 +176,10 @@ impl Simulator {
     /// Keep a scheduled event from running (nothing if it ran already, or for None).
     #[pyo3(signature = (handle))]
     fn cancel(&mut self, handle: Option<&Handle>) {
-        if let Some(Call::Once(index)) = handle.and_then(|handle| self.engine.cancel(handle.id)) {
-            self.take_call(index);
+        if let Some(handle) = handle {
+            if self.engine.cancel(handle.id) {
+                self.take_call(handle.call);
+            }
         }
     }
 
