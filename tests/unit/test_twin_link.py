@@ -109,3 +109,25 @@ def test_errors_are_pythons():
         assert _outcome(link.left, 0) is IndexError
         link.lost_from_host(0), link.lost_from_host(0)
         assert _outcome(link.lost_from_host, 8) is IndexError  # the third frame is dropped: counted nowhere
+
+
+def test_a_simulated_fabric_loses_the_same_frames_on_either_link(monkeypatch):
+    """The simulated switch drives the twin as it drives the Python link (the MMU's frames at the head, frames
+    from hosts): seeded loss and a drop list take the same frames, and the run that recovers is the same."""
+    import emulator.study.sim_fabric as sim_fabric
+    from emulator.collectives.sim_ranks import run_sim_collective
+    from emulator.fabric.plan import make_plan
+    from topologies.fabrics import StarTopo
+
+    runs = []
+    for module in (py_link, core_link):
+        monkeypatch.setattr(sim_fabric, "Link", module.Link)
+        plan = make_plan(StarTopo(n=4), "sim", {"bw": "100mbit", "mtu": "4200", "loss": "0.002", "drop": "5"})
+        fabric = sim_fabric.build_sim_fabric(plan, "lossless", {"buffer": "1MiB", "headroom": "72KiB"}, seed=7)
+        result = run_sim_collective(fabric.sim, fabric.hosts, "allreduce", 1 << 20, 1, 1, None, 4096)
+        links = fabric.switches["s1"].links
+        assert all(isinstance(link, module.Link) for link in links)
+        runs.append(([list(link.injected_drops) for link in links], [(link.rx_seq, link.tx_seq) for link in links],
+                     sim_fabric.totals(fabric), fabric.sim.now, result.warmup[0].retransmissions))
+    assert runs[0] == runs[1]
+    assert sum(map(sum, runs[0][0])) > 8  # the drop list's 8 frames and seeded losses besides

@@ -52,7 +52,7 @@ pub trait EgressQueue {
 }
 
 /// A frame due at a time: received and waiting out the delay, or on the wire and not yet at the kernel.
-type Due<F> = (u64, F);
+pub type Due<F> = (u64, F);
 
 /// Delay lines, loss draws and the virtual wire of one switch port.
 #[derive(Debug)]
