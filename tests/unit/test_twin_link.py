@@ -43,8 +43,8 @@ def _outcome(call, *args):
 def _state(link) -> tuple:
     """Everything a caller can read of a link."""
     return (link.rate_bps, link.delay_ns, link.host_facing, link.paced, repr(link.loss), set(link.drop_seq), link.lossy,
-            list(link.arrivals), list(link.departures), link.wire_free_at, link.rx_seq, link.tx_seq,
-            list(link.injected_drops))
+            list(link.arrivals), list(link.departures), len(link.arrivals), bool(link.departures), link.wire_free_at,
+            link.rx_seq, link.tx_seq, list(link.injected_drops))
 
 
 SEEDS = st.one_of(st.integers(0, 2**32), st.integers(-(2**200), 2**200), st.sampled_from([0, 1, 2**32, 2**64 - 1]),
