@@ -5,7 +5,7 @@
 //! keeps (one-shot calls with their arguments, freed when they run or are cancelled; timers' callbacks).
 //! The engine is borrowed only between callbacks, never across one, so a callback schedules, cancels and
 //! stops as it likes.
-use fabric_core::sim::engine::{Engine, EventId, TimerId};
+use fabric_core::sim::engine::{Engine, EventId, Run, TimerId};
 use pyo3::exceptions::{PyOverflowError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -86,13 +86,8 @@ impl Simulator {
         call
     }
 
-    /// The next callback of a run and its arguments (`None` for a timer's: it takes none), or `None` at the
-    /// end of the run.
-    fn next_callback(
-        &mut self,
-        py: Python<'_>,
-        run: &mut fabric_core::sim::engine::Run,
-    ) -> Option<Due> {
+    /// The run's next callback due, taken out of the simulator, or `None` at the end of the run.
+    fn next_callback(&mut self, py: Python<'_>, run: &mut Run) -> Option<Due> {
         loop {
             match self.engine.next_event(run)? {
                 Call::Once(index) => {
@@ -244,6 +239,7 @@ impl Timer {
     }
 }
 
+/// Fills `emulator._core.engine`: `Simulator`, `Timer`, `Handle`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Simulator>()?;
     m.add_class::<Timer>()?;
