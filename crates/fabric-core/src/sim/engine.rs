@@ -259,7 +259,7 @@ impl<E> Queue<E> {
 /// says whether that entry is live. The sequence numbers are read only to check a handle.
 #[derive(Debug, Default)]
 struct Slots {
-    /// Bit s set while slot s's event is pending.
+    /// Bit s set while slot s's entry is live (its event pending, or its timer's wake-up still wanted).
     pending: Vec<u64>,
     /// The sequence number of slot s's entry.
     seqs: Vec<u64>,
@@ -267,7 +267,7 @@ struct Slots {
 }
 
 impl Slots {
-    /// A slot for the event of sequence number `seq`, marked pending.
+    /// A slot for the entry of sequence number `seq`, marked live.
     fn take(&mut self, seq: u64) -> u32 {
         let slot = match self.free.pop() {
             Some(slot) => slot,
@@ -297,7 +297,7 @@ impl Slots {
         self.seqs.get(id.slot as usize) == Some(&id.seq) && self.is_pending(id.slot)
     }
 
-    /// Marks a slot's event no longer pending (its entry stays queued, a tombstone).
+    /// Marks a slot's entry dead (it stays queued, a tombstone).
     fn clear(&mut self, slot: u32) {
         if let Some(bits) = self.pending.get_mut(slot as usize / 64) {
             *bits &= !(1 << (slot % 64));
