@@ -71,6 +71,15 @@ impl fmt::Display for TimeOutOfRange {
     }
 }
 
+/// `value` if it is a valid detection or restoration time (1 ns to [`MAX_TIME_NS`]), named `field` otherwise.
+pub fn check_time(field: &'static str, value: u64) -> Result<u64, TimeOutOfRange> {
+    if (1..=MAX_TIME_NS).contains(&value) {
+        Ok(value)
+    } else {
+        Err(TimeOutOfRange { field, value })
+    }
+}
+
 /// Detection and restoration time (ns) and the action on a storm; only valid ones exist.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WatchdogConfig {
@@ -86,17 +95,9 @@ impl WatchdogConfig {
         restoration_ns: u64,
         action: Action,
     ) -> Result<WatchdogConfig, TimeOutOfRange> {
-        for (field, value) in [
-            ("detection_ns", detection_ns),
-            ("restoration_ns", restoration_ns),
-        ] {
-            if !(1..=MAX_TIME_NS).contains(&value) {
-                return Err(TimeOutOfRange { field, value });
-            }
-        }
         Ok(WatchdogConfig {
-            detection_ns,
-            restoration_ns,
+            detection_ns: check_time("detection_ns", detection_ns)?,
+            restoration_ns: check_time("restoration_ns", restoration_ns)?,
             action,
         })
     }
@@ -349,7 +350,10 @@ mod tests {
             let mut wd = Watchdog::new(config(1, 1, action));
             wd.stalled(0, KEY);
             wd.on_timer(1);
-            assert_eq!((wd.stormed(KEY), wd.dropping(KEY), wd.storms), (stormed, dropping, 1));
+            assert_eq!(
+                (wd.stormed(KEY), wd.dropping(KEY), wd.storms),
+                (stormed, dropping, 1)
+            );
         }
     }
 
