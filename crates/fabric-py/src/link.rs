@@ -110,22 +110,103 @@ pub struct Link {
     inner: core::Link<PyFrame>,
 }
 
-/// A delay line as Python's deque of `(due, frame)` held it, as a list.
-fn due_list<'py>(
+/// One of a link's delay lines, read in place: what Python's deque of `(due, frame)` offered its readers
+/// (`len`, truth, indexing, iteration) without copying the line at every look.
+#[pyclass(module = "emulator._core.link", frozen)]
+pub struct DueFrames {
+    link: Py<Link>,
+    departures: bool,
+}
+
+impl DueFrames {
+    /// A view of `link`'s departures (or arrivals); an empty line is the empty tuple, which costs no
+    /// allocation: agents ask every port whether its lines are empty at each wake-up, and most are.
+    fn of<'py>(link: &Bound<'py, Link>, departures: bool) -> PyResult<Bound<'py, PyAny>> {
+        let py = link.py();
+        let inner = &link.try_borrow()?.inner;
+        let line = if departures {
+            inner.departures()
+        } else {
+            inner.arrivals()
+        };
+        if line.is_empty() {
+            return Ok(PyTuple::empty(py).into_any());
+        }
+        let view = DueFrames {
+            link: link.clone().unbind(),
+            departures,
+        };
+        Ok(Bound::new(py, view)?.into_any())
+    }
+
+    /// Runs `read` on the line this view shows (an error, not a panic, if the link is being changed).
+    fn with_line<T>(&self, py: Python<'_>, read: impl FnOnce(&DueLine) -> T) -> PyResult<T> {
+        let link = self.link.bind(py).try_borrow()?;
+        let inner = &link.inner;
+        Ok(read(if self.departures {
+            inner.departures()
+        } else {
+            inner.arrivals()
+        }))
+    }
+
+    /// The line's entries as `(due, frame)` tuples, a snapshot.
+    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let entries = self.with_line(py, |line| {
+            line.iter()
+                .map(|entry| due_tuple(py, entry))
+                .collect::<PyResult<Vec<_>>>()
+        })??;
+        PyList::new(py, entries)
+    }
+}
+
+/// A delay line of the core's link, earliest first.
+type DueLine = std::collections::VecDeque<core::Due<PyFrame>>;
+
+/// One entry of a delay line as Python's deque held it: `(due, frame)`.
+fn due_tuple<'py>(
     py: Python<'py>,
-    line: &std::collections::VecDeque<(u64, PyFrame)>,
-) -> PyResult<Bound<'py, PyList>> {
-    PyList::new(
+    (due, frame): &core::Due<PyFrame>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(
         py,
-        line.iter()
-            .map(|(due, frame)| {
-                PyTuple::new(
-                    py,
-                    [due.into_pyobject(py)?.into_any(), frame.0.bind(py).clone()],
-                )
-            })
-            .collect::<PyResult<Vec<_>>>()?,
+        [due.into_pyobject(py)?.into_any(), frame.0.bind(py).clone()],
     )
+}
+
+#[pymethods]
+impl DueFrames {
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        self.with_line(py, |line| line.len())
+    }
+
+    /// `line[i]`, negative from the end, as a deque's.
+    fn __getitem__<'py>(&self, py: Python<'py>, index: isize) -> PyResult<Bound<'py, PyTuple>> {
+        self.with_line(py, |line| {
+            let at = if index < 0 {
+                index.checked_add_unsigned(line.len())
+            } else {
+                Some(index)
+            };
+            match at
+                .and_then(|i| usize::try_from(i).ok())
+                .and_then(|i| line.get(i))
+            {
+                Some(entry) => due_tuple(py, entry),
+                None => Err(PyIndexError::new_err("deque index out of range")),
+            }
+        })?
+    }
+
+    /// Iterates over a snapshot of the line.
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.snapshot(py)?.try_iter().map(Bound::into_any)
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!("DueFrames({})", self.snapshot(py)?.repr()?))
+    }
 }
 
 #[pymethods]
@@ -190,16 +271,16 @@ impl Link {
         self.inner.lossy()
     }
 
-    /// `[(due, frame), ...]`: received, not yet processed.
+    /// `(due, frame)` entries: received, not yet processed.
     #[getter]
-    fn arrivals<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        due_list(py, self.inner.arrivals())
+    fn arrivals<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        DueFrames::of(slf, false)
     }
 
-    /// `[(due, frame), ...]`: on the wire, not yet at the kernel.
+    /// `(due, frame)` entries: on the wire, not yet at the kernel.
     #[getter]
-    fn departures<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        due_list(py, self.inner.departures())
+    fn departures<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        DueFrames::of(slf, true)
     }
 
     #[getter]
@@ -284,5 +365,6 @@ impl Link {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Link>()?;
+    m.add_class::<DueFrames>()?;
     Ok(())
 }

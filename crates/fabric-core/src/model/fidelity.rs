@@ -635,7 +635,9 @@ mod tests {
 
         /// Merged histograms answer as one.
         #[test]
-        fn merged_histograms_answer_as_one(values in proptest::collection::vec(any::<u64>(), 0..100), split in any::<usize>()) {
+        fn merged_histograms_answer_as_one(
+            values in proptest::collection::vec(any::<u64>(), 0..100), split in any::<usize>(),
+        ) {
             let cut = split % (values.len() + 1);
             let mut first = durations(&values[..cut]);
             first.merge(&durations(&values[cut..]));
