@@ -32,10 +32,12 @@ impl RxPipeline {
                 core::RxPipeline::new(rate, buffer, xoff, xon)
             }
             // A negative setting: the same refusal, with the values as given.
-            _ => return Err(PyValueError::new_err(format!(
+            _ => {
+                return Err(PyValueError::new_err(format!(
                 "bad receive pipeline: rate {rate_bps}, buffer {buffer_bytes}, XOFF {xoff_bytes}, \
                      XON {xon_bytes} (need XON < XOFF <= buffer)"
-            ))),
+            )))
+            }
         };
         Ok(RxPipeline {
             inner: inner.map_err(value_error)?,
