@@ -246,7 +246,9 @@ impl WcOpcode {
     }
 }
 
-/// A send work request (`ibv_send_wr` with one scatter/gather entry).
+/// A send work request (`ibv_send_wr` with one scatter/gather entry): `addr`/`length`/`lkey` the local
+/// buffer, `remote_addr`/`rkey` the peer's (WRITE, READ), `imm` the immediate (the `_WITH_IMM` opcodes);
+/// an unsignaled WR completes without a completion when it succeeds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SendWr {
     pub wr_id: u64,
@@ -260,7 +262,7 @@ pub struct SendWr {
     pub signaled: bool,
 }
 
-/// A receive work request (`ibv_recv_wr` with one scatter/gather entry).
+/// A receive work request (`ibv_recv_wr` with one scatter/gather entry): where the next SEND lands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecvWr {
     pub wr_id: u64,
@@ -281,7 +283,9 @@ pub struct Completion {
     pub timestamp: u64,
 }
 
-/// The QP attributes of `ibv_modify_qp` that the transport uses.
+/// The QP attributes of `ibv_modify_qp` that the transport uses: the path MTU, the local ACK timeout and
+/// its retries, the RNR retries and the wait the responder asks for, ACK coalescing, the window of
+/// unacknowledged PSNs, the READs outstanding at once, and the largest message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RcConfig {
     pub mtu: u32,
@@ -614,7 +618,8 @@ pub struct RcQueuePair<W> {
     out: VecDeque<Response<W>>,
 }
 
-/// A snapshot of one entry of the responder's output, for tests and the bindings.
+/// A snapshot of one entry of the responder's output (an ACK/NAK, or the READ responses still owed), for
+/// tests and the bindings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PendingResponse {
     Reply {
@@ -662,21 +667,27 @@ impl<W> RcQueuePair<W> {
 
     // --- what callers read -------------------------------------------------------------------
 
+    /// This QP's number (the completions carry it).
     pub fn qpn(&self) -> u32 {
         self.qpn
     }
+    /// The attributes it was made with.
     pub fn config(&self) -> &RcConfig {
         &self.config
     }
+    /// Its first send PSN (24 bits).
     pub fn initial_psn(&self) -> u32 {
         self.initial_psn
     }
+    /// INIT until `connect`, RTS, or ERROR once a WR failed or the responder refused a request.
     pub fn state(&self) -> QpState {
         self.state
     }
+    /// The peer's QP number (0 before `connect`): the destination of every packet it sends.
     pub fn remote_qpn(&self) -> u32 {
         self.remote_qpn
     }
+    /// What it has counted so far.
     pub fn counters(&self) -> &RcCounters {
         &self.counters
     }
@@ -708,15 +719,19 @@ impl<W> RcQueuePair<W> {
     pub fn nak_sent(&self) -> bool {
         self.nak_sent
     }
+    /// When the retransmission timer fires, if it runs.
     pub fn rto_deadline(&self) -> Option<u64> {
         self.rto_deadline
     }
+    /// When the wait an RNR NAK asked for ends, if one runs.
     pub fn rnr_until(&self) -> Option<u64> {
         self.rnr_until
     }
+    /// Timeouts left before the WR fails with `RetryExcErr` (reset by progress).
     pub fn retries_left(&self) -> u8 {
         self.retries_left
     }
+    /// RNR NAKs left before the WR fails with `RnrRetryExcErr` (reset by progress).
     pub fn rnr_left(&self) -> u8 {
         self.rnr_left
     }
