@@ -61,6 +61,7 @@ if ! rust_ok; then
     [[ $EUID -eq 0 ]] || die "must run as root to install a Rust toolchain (rustc >= $RUST_MIN)"
     # shellcheck disable=SC1091
     . /etc/os-release 2>/dev/null || true
+    apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null
     rust_packages=()
     if [[ ${ID:-} == debian && ${VERSION_CODENAME:-} == bookworm ]]; then
         rust_packages=(rustc-web cargo-web rust-web-clippy rustfmt-web)
@@ -72,9 +73,14 @@ if ! rust_ok; then
     elif [[ ${ID:-} == debian ]]; then
         rust_packages=(rustc cargo rust-clippy rustfmt)  # trixie and later: 1.85 or newer
     fi
+    # clippy and rustfmt (test.sh runs them) under the names this release gives them, where it has them.
+    known=()
+    for pkg in "${rust_packages[@]}"; do
+        apt-cache show "$pkg" >/dev/null 2>&1 && known+=("$pkg")
+    done
+    ((${#known[@]} >= 2)) && rust_packages=("${known[@]}") || rust_packages=()
     ((${#rust_packages[@]})) || die "no Rust toolchain >= $RUST_MIN here and none packaged for ${PRETTY_NAME:-this system}: install one (https://rustup.rs) and run again"
     log "installing a Rust toolchain: ${rust_packages[*]}"
-    apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 install -y --no-install-recommends \
         "${rust_packages[@]}" >/dev/null
     rust_ok || die "the packages ${rust_packages[*]} gave no rustc >= $RUST_MIN: install one (https://rustup.rs) and run again"
