@@ -92,7 +92,7 @@ pub fn fc_packet(fc: &Bound<'_, PyAny>) -> PyResult<wire::FcPacket> {
 }
 
 /// A VL's counters as the twin's dict.
-fn counters_dict<'py>(py: Python<'py>, c: &core::VlCounters) -> PyResult<Bound<'py, PyDict>> {
+pub fn counters_dict<'py>(py: Python<'py>, c: &core::VlCounters) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
     let values = [
         c.packets_sent,
@@ -111,6 +111,7 @@ fn counters_dict<'py>(py: Python<'py>, c: &core::VlCounters) -> PyResult<Bound<'
 /// Where a [`CreditLink`]'s state lives: the object's own, or a link of a compiled plane or port.
 pub enum Home {
     Own(core::CreditLink),
+    Port(Py<crate::ib_port::IbPort>),
 }
 
 /// One end of one link: its transmitter and receiver credit state on every data VL.
@@ -122,10 +123,19 @@ pub struct CreditLink {
 }
 
 impl CreditLink {
+    /// A view of a link held by a plane or a port.
+    pub fn view(home: Home) -> Self {
+        CreditLink {
+            home,
+            due: Vec::new(),
+        }
+    }
+
     /// `f` on the link, wherever it lives (a plane or port already borrowed elsewhere is a Python error).
     fn with<R>(&mut self, f: impl FnOnce(&mut core::CreditLink) -> R) -> PyResult<R> {
         match &mut self.home {
             Home::Own(link) => Ok(f(link)),
+            Home::Port(port) => Python::attach(|py| crate::ib_port::with_link(port.bind(py), f)),
         }
     }
 

@@ -1,6 +1,258 @@
-//! `emulator._core.ib_port`: bindings of fabric-core's ib_port (in progress).
+//! `emulator._core.ib_port`: a host's IB port (fabric-core's `model::ib_port`) under the names of
+//! `emulator/model/ib_port.py`: `IbPort` and the `IbFramer` of each QP.
+//!
+//! `port.credits` is a view of the port's own credit state (a compiled `CreditLink` reading and driving it), as
+//! callers read the Python model's.
+use fabric_core::model::credits::CreditError;
+use fabric_core::model::ib_port as core;
+use fabric_core::wire::ib::{encode_data_with_payload, Lrh};
+use fabric_core::wire::mac::mac_text;
+use pyo3::exceptions::{PyIndexError, PyValueError, PyZeroDivisionError};
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use crate::credits::{CreditLink, Home};
+use crate::roce::{packet_with_payload, parse_mac, with_bytes, with_packet};
+
+/// The Python exception of a refused port, framer or admission: the twin's type and words.
+fn error(err: core::IbPortError) -> PyErr {
+    match err {
+        core::IbPortError::Credits(err) => crate::credits::error(err),
+        core::IbPortError::ZeroRate => PyZeroDivisionError::new_err(err.to_string()),
+        core::IbPortError::Short => PyIndexError::new_err(err.to_string()),
+        _ => PyValueError::new_err(err.to_string()),
+    }
+}
+
+/// A byte count as the credits take it, or their refusal of a packet of no bytes.
+fn buffer(nbytes: i64) -> PyResult<u64> {
+    u64::try_from(nbytes)
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| crate::credits::error(CreditError::EmptyPacket { nbytes }))
+}
+
+/// `f` on the credits of a compiled port (for its `credits` view).
+pub fn with_link<R>(
+    port: &Bound<'_, IbPort>,
+    f: impl FnOnce(&mut fabric_core::model::credits::CreditLink) -> R,
+) -> PyResult<R> {
+    Ok(f(port.try_borrow_mut()?.port.credits_mut()))
+}
+
+/// LRH-addressed packets, sent only against the switch's credits.
+#[pyclass(module = "emulator._core.ib_port", subclass)]
+pub struct IbPort {
+    port: core::IbPort,
+}
+
+#[pymethods]
+impl IbPort {
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        mac: &str,
+        gateway_mac: &str,
+        lid: u16,
+        lids: &Bound<'_, PyDict>,
+        sl: u8,
+        vl: u8,
+        vls: usize,
+        capacity: i64,
+        peer_capacity: i64,
+        rate_bps: u64,
+        frame_bytes: u64,
+        fc_floor_ns: u64,
+    ) -> PyResult<Self> {
+        let lids = lids
+            .iter()
+            .map(|(ip, lid)| Ok((ip.extract::<String>()?, lid.extract::<u16>()?)))
+            .collect::<PyResult<Vec<_>>>()?;
+        let config = core::IbPortConfig {
+            mac: parse_mac(mac)?,
+            gateway_mac: parse_mac(gateway_mac)?,
+            lid,
+            lids,
+            sl,
+            vl,
+            vls,
+            capacity: buffer(capacity)?,
+            peer_capacity: buffer(peer_capacity)?,
+            rate_bps,
+            frame_bytes,
+            fc_floor_ns,
+        };
+        Ok(IbPort {
+            port: core::IbPort::new(config).map_err(error)?,
+        })
+    }
+
+    #[getter]
+    fn mac(&self) -> String {
+        mac_text(self.port.mac())
+    }
+    #[getter]
+    fn gateway_mac(&self) -> String {
+        mac_text(self.port.gateway_mac())
+    }
+    #[getter]
+    fn lid(&self) -> u16 {
+        self.port.lid()
+    }
+    #[getter]
+    fn sl(&self) -> u8 {
+        self.port.sl()
+    }
+    #[getter]
+    fn vl(&self) -> u8 {
+        self.port.vl()
+    }
+    #[getter]
+    fn waiting(&self) -> bool {
+        self.port.waiting()
+    }
+    #[getter]
+    fn malformed(&self) -> u64 {
+        self.port.malformed()
+    }
+    #[getter]
+    fn credit_violations(&self) -> u64 {
+        self.port.credit_violations()
+    }
+
+    /// GID to LID (a fresh dict).
+    #[getter]
+    fn lids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let dict = PyDict::new(py);
+        for (ip, lid) in self.port.lids() {
+            dict.set_item(ip, lid)?;
+        }
+        Ok(dict)
+    }
+
+    /// LID to GID (a fresh dict).
+    #[getter]
+    fn ips<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let dict = PyDict::new(py);
+        for (lid, ip) in self.port.ips() {
+            dict.set_item(lid, ip)?;
+        }
+        Ok(dict)
+    }
+
+    /// The port's credits, a view that reads and drives them.
+    #[getter]
+    fn credits(slf: &Bound<'_, Self>) -> CreditLink {
+        CreditLink::view(Home::Port(slf.clone().unbind()))
+    }
+
+    /// The framer of a QP to `remote_ip`, checked to fit: the GID is known and a packet of `mtu` can get credit.
+    fn framer(
+        slf: &Bound<'_, Self>,
+        qpn: u32,
+        remote_qpn: u32,
+        remote_ip: &str,
+        mtu: u64,
+    ) -> PyResult<IbFramer> {
+        let _ = (qpn, remote_qpn); // the twin's signature: LIDs, not QPNs, address an IB packet
+        let dlid = slf.borrow().port.framer(remote_ip, mtu).map_err(error)?;
+        Ok(IbFramer {
+            port: slf.clone().unbind(),
+            dlid,
+        })
+    }
+
+    /// (packet, source GID, CRCs good) of a data packet; None for a link packet (consumed) or garbage (counted).
+    fn accept<'py>(
+        &mut self,
+        py: Python<'py>,
+        now: u64,
+        frame: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        with_bytes(frame, |bytes| match self.port.accept(now, bytes) {
+            None => Ok(None),
+            Some(accepted) => {
+                let payload = bytes
+                    .get(accepted.decoded.payload.clone())
+                    .unwrap_or_default();
+                let packet = packet_with_payload(py, accepted.decoded.packet, payload)?;
+                Ok(Some(
+                    (packet, accepted.source, accepted.crc_ok).into_pyobject(py)?,
+                ))
+            }
+        })?
+    }
+
+    /// Whether the switch has credit for this packet; counts it as sent if so.
+    fn admit(&mut self, frame: &Bound<'_, PyAny>) -> PyResult<bool> {
+        with_bytes(frame, |bytes| self.port.admit(bytes))?.map_err(error)
+    }
+
+    /// The flow-control frames due now.
+    fn control_frames<'py>(&mut self, py: Python<'py>, now: u64) -> PyResult<Bound<'py, PyList>> {
+        let mut frames = Vec::new();
+        self.port.control_frames(now, &mut frames);
+        PyList::new(py, frames.iter().map(|frame| PyBytes::new(py, frame)))
+    }
+
+    fn next_deadline(&mut self) -> u64 {
+        self.port.next_deadline()
+    }
+
+    /// lid, malformed, credit_violations and each VL's credit counters.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let dict = PyDict::new(py);
+        dict.set_item("lid", self.port.lid())?;
+        dict.set_item("malformed", self.port.malformed())?;
+        dict.set_item("credit_violations", self.port.credit_violations())?;
+        let credits = self.port.credits();
+        let per_vl = PyList::empty(py);
+        for vl in 0..credits.vl_count() {
+            if let Some(c) = credits.counters(vl) {
+                per_vl.append(crate::credits::counters_dict(py, c)?)?;
+            }
+        }
+        dict.set_item("credits", per_vl)?;
+        Ok(dict)
+    }
+}
+
+/// Native IB framing of one QP: LIDs and SL fixed at connect.
+#[pyclass(module = "emulator._core.ib_port")]
+pub struct IbFramer {
+    #[pyo3(get)]
+    port: Py<IbPort>,
+    #[pyo3(get)]
+    dlid: u16,
+}
+
+#[pymethods]
+impl IbFramer {
+    /// The frame of `packet` from this port to the QP's peer.
+    fn encode<'py>(
+        &self,
+        py: Python<'py>,
+        packet: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let port = self.port.bind(py).borrow();
+        let p = &port.port;
+        let lrh = Lrh {
+            dlid: self.dlid,
+            slid: p.lid(),
+            sl: p.sl(),
+            vl: p.vl(),
+        };
+        let mut frame = Vec::new();
+        with_packet(packet, |headers, payload| {
+            encode_data_with_payload(p.mac(), p.gateway_mac(), &lrh, headers, payload, &mut frame)
+        })?
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(PyBytes::new(py, &frame))
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<IbPort>()?;
+    m.add_class::<IbFramer>()?;
     Ok(())
 }
