@@ -112,6 +112,7 @@ pub fn counters_dict<'py>(py: Python<'py>, c: &core::VlCounters) -> PyResult<Bou
 pub enum Home {
     Own(core::CreditLink),
     Port(Py<crate::ib_port::IbPort>),
+    Plane(Py<crate::ib_plane::IbPlane>, usize),
 }
 
 /// One end of one link: its transmitter and receiver credit state on every data VL.
@@ -136,6 +137,9 @@ impl CreditLink {
         match &mut self.home {
             Home::Own(link) => Ok(f(link)),
             Home::Port(port) => Python::attach(|py| crate::ib_port::with_link(port.bind(py), f)),
+            Home::Plane(plane, index) => {
+                Python::attach(|py| crate::ib_plane::with_link(plane.bind(py), *index, f))
+            }
         }
     }
 
