@@ -40,7 +40,7 @@ events = st.lists(st.one_of(
     st.tuples(st.just("random"), ports, st.binary(max_size=80)),
     st.tuples(st.just("drain"), ports, st.lists(st.booleans(), max_size=6)),
     st.tuples(st.just("tick"),),
-), max_size=60)
+), min_size=10, max_size=80)
 
 
 def attempt(call: Any, *args: Any) -> Any:
@@ -93,7 +93,7 @@ def drain(plane: Any, port: int, outcomes: list[bool]) -> list:
     return heads
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(config=configs, steps=events)
 def test_planes_agree(config: dict, steps: list) -> None:
     py_plane, rust_plane = make(python, config), make(rust, config)

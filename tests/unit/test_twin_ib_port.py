@@ -39,7 +39,7 @@ events = st.lists(st.one_of(
     st.tuples(st.just("random"), st.binary(max_size=120)),
     st.tuples(st.just("send"), st.sampled_from(["10.0.0.2", "10.0.0.3"]), packets),
     st.tuples(st.just("tick"),),
-), max_size=60)
+), min_size=10, max_size=80)
 
 
 def outcome(call: Any, *args: Any) -> Any:
@@ -92,7 +92,7 @@ def frame_of(event: tuple) -> bytes | None:
     return None
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(config=configs, steps=events)
 def test_ports_agree(config: dict, steps: list) -> None:
     py_port, rust_port = make(python, config), make(rust, config)

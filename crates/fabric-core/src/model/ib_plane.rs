@@ -11,7 +11,7 @@
 //! No I/O: [`IbPlane::head`] says which frame a port sends next, and the caller reports what became of it
 //! ([`IbPlane::sent`] or [`IbPlane::refused`]); a frame the kernel has no room for yet stays the head. Frames
 //! from the wire are hostile: what the plane cannot parse or will not forward is a counted drop.
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 
 use crate::model::credits::{
@@ -146,7 +146,9 @@ struct Port {
 #[derive(Clone, Debug)]
 pub struct IbPlane {
     ports: Vec<Port>,
-    lft: HashMap<u16, usize>,
+    /// DLID to egress port, indexed by DLID up to the largest the table has (the subnet manager gives LIDs
+    /// from 1 up, so this is as long as the subnet is large): one index per frame, no hashing.
+    lft: Vec<Option<u16>>,
     sl2vl: Vec<u8>,
     vls: usize,
     next_id: u64,
@@ -180,12 +182,25 @@ impl IbPlane {
                 tx_errors: 0,
             });
         }
-        if let Some(&(dlid, port)) = config.lft.iter().find(|(_, port)| *port >= built.len()) {
-            return Err(IbPlaneError::NoSuchPort { dlid, port });
+        let mut lft = vec![
+            None;
+            config
+                .lft
+                .iter()
+                .map(|&(dlid, _)| usize::from(dlid) + 1)
+                .max()
+                .unwrap_or(0)
+        ];
+        for &(dlid, port) in &config.lft {
+            let entry = lft.get_mut(usize::from(dlid));
+            match (entry, u16::try_from(port)) {
+                (Some(entry), Ok(index)) if port < built.len() => *entry = Some(index),
+                _ => return Err(IbPlaneError::NoSuchPort { dlid, port }),
+            }
         }
         Ok(IbPlane {
             ports: built,
-            lft: config.lft.into_iter().collect(),
+            lft,
             sl2vl: config.sl2vl,
             vls: config.vls,
             next_id: 0,
@@ -305,7 +320,12 @@ impl IbPlane {
         let dlid = u16::from_be_bytes([*frame.get(LRH_AT + 2)?, *frame.get(LRH_AT + 3)?]);
         let sl = usize::from(frame.get(LRH_AT + 1)? >> 4);
         let vl_out = self.sl2vl.get(sl).copied().unwrap_or(0);
-        let out = self.lft.get(&dlid).copied();
+        let out = self
+            .lft
+            .get(usize::from(dlid))
+            .copied()
+            .flatten()
+            .map(usize::from);
         let refused = match out {
             None => Some(IbDrop::NoRoute),
             Some(out) if !self.fits(out, vl_out, end) => Some(IbDrop::TooLong),

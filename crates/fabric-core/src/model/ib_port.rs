@@ -99,7 +99,8 @@ pub struct IbPort {
     gateway_mac: Mac,
     lid: u16,
     lids: HashMap<String, u16>,
-    ips: HashMap<u16, String>,
+    /// LID to GID, indexed by LID up to the largest (LIDs are given from 1 up): one index per packet.
+    ips: Vec<Option<String>>,
     sl: u8,
     vl: u8,
     credits: CreditLink,
@@ -120,11 +121,18 @@ impl IbPort {
             fabric_min_interval_ns(config.rate_bps, config.frame_bytes, config.fc_floor_ns)
                 .ok_or(IbPortError::ZeroRate)?;
         let credits = CreditLink::new(&capacity, Some(&peer), FABRIC_REFRESH_NS, interval)?;
-        let ips = config
+        let largest = config
             .lids
             .iter()
-            .map(|(ip, lid)| (*lid, ip.clone()))
-            .collect();
+            .map(|(_, lid)| usize::from(*lid) + 1)
+            .max()
+            .unwrap_or(0);
+        let mut ips = vec![None; largest];
+        for (ip, lid) in &config.lids {
+            if let Some(entry) = ips.get_mut(usize::from(*lid)) {
+                *entry = Some(ip.clone()); // the last GID of a LID, as the twin's dict
+            }
+        }
         Ok(IbPort {
             mac: config.mac,
             gateway_mac: config.gateway_mac,
@@ -159,8 +167,11 @@ impl IbPort {
     }
 
     /// LID to GID.
-    pub fn ips(&self) -> &HashMap<u16, String> {
-        &self.ips
+    pub fn ips(&self) -> impl Iterator<Item = (u16, &str)> {
+        self.ips
+            .iter()
+            .enumerate()
+            .filter_map(|(lid, ip)| Some((lid as u16, ip.as_deref()?)))
     }
 
     pub fn sl(&self) -> u8 {
@@ -241,7 +252,11 @@ impl IbPort {
             return None;
         }
         let _ = self.credits.freed(vl, size); // the RNIC takes every packet at once: just received, so held
-        let source = self.ips.get(&decoded.lrh.slid).map_or("", String::as_str);
+        let source = self
+            .ips
+            .get(usize::from(decoded.lrh.slid))
+            .and_then(|ip| ip.as_deref())
+            .unwrap_or("");
         let crc_ok = decoded.icrc_ok && decoded.vcrc_ok;
         Some(Accepted {
             decoded,
