@@ -57,9 +57,13 @@ pub const MANAGEMENT_VL: u8 = 15;
 
 /// After the Ethernet header and the delimiter.
 pub const LRH_AT: usize = ETH_LEN + 1;
+/// The local route header.
 pub const LRH_LEN: usize = 8;
+/// The variant CRC, the packet's last bytes.
 pub const VCRC_LEN: usize = 2;
+/// A flow-control packet: Op|FCTBS, VL|FCCL, LPCRC.
 pub const FC_LEN: usize = 6;
+/// Where a data packet's BTH starts in a frame.
 pub const BTH_AT: usize = LRH_AT + LRH_LEN;
 /// The Ethernet minimum (without FCS) that short frames are padded to.
 pub const MIN_FRAME: usize = 60;
@@ -70,12 +74,12 @@ pub const MAX_WORDS: usize = 0x7FF;
 
 const PADS: [u8; 3] = [0; 3];
 
-/// CRC-16 tables for slicing by 8 (the polynomial 0x100B reflected is 0xD008): `[0]` is the byte-wise table,
-/// `[k]` advances a byte's contribution by `k` more bytes. Built at compile time.
-const CRC16_TABLES: [[u16; 256]; 8] = crc16_tables();
+/// CRC-16 tables for slicing by 16 (the polynomial 0x100B reflected is 0xD008): `[0]` is the byte-wise table,
+/// `[k]` advances a byte's contribution by `k` more bytes. Built at compile time; 8 KiB, within L1.
+static CRC16_TABLES: [[u16; 256]; 16] = crc16_tables();
 
-const fn crc16_tables() -> [[u16; 256]; 8] {
-    let mut tables = [[0u16; 256]; 8];
+const fn crc16_tables() -> [[u16; 256]; 16] {
+    let mut tables = [[0u16; 256]; 16];
     let mut byte = 0;
     while byte < 256 {
         let mut crc = byte as u16;
@@ -92,7 +96,7 @@ const fn crc16_tables() -> [[u16; 256]; 8] {
         byte += 1;
     }
     let mut k = 1;
-    while k < 8 {
+    while k < 16 {
         let mut byte = 0;
         while byte < 256 {
             let previous = tables[k - 1][byte];
@@ -107,24 +111,23 @@ const fn crc16_tables() -> [[u16; 256]; 8] {
 /// IB's VCRC and LPCRC: CRC-16 0x100B reflected, init and final xor 0xFFFF, continuing from `crc`.
 ///
 /// The Python twin's crcmod function: `crc16(data, crc)` with 0 to start, and chaining works
-/// (`crc16(crc16(0, a), b) == crc16(0, a ++ b)`). Eight bytes a step, through eight tables.
+/// (`crc16(crc16(0, a), b) == crc16(0, a ++ b)`). Sixteen bytes a step through sixteen tables: the VCRC is
+/// recomputed over every packet at every hop, and byte by byte a 4 KiB packet took six times as long (27 us
+/// against 4.5 us, on this 2-core machine under load; slicing by 8 took 6 us).
 pub fn crc16(crc: u16, data: &[u8]) -> u16 {
-    let t = &CRC16_TABLES;
+    let tables = &CRC16_TABLES;
     let mut reg = !crc;
-    let mut chunks = data.chunks_exact(8);
-    for c in &mut chunks {
-        let [lo, hi] = reg.to_le_bytes();
-        reg = t[7][usize::from(c[0] ^ lo)]
-            ^ t[6][usize::from(c[1] ^ hi)]
-            ^ t[5][usize::from(c[2])]
-            ^ t[4][usize::from(c[3])]
-            ^ t[3][usize::from(c[4])]
-            ^ t[2][usize::from(c[5])]
-            ^ t[1][usize::from(c[6])]
-            ^ t[0][usize::from(c[7])];
+    let mut blocks = data.chunks_exact(16);
+    for block in &mut blocks {
+        let mut bytes = [0u8; 16];
+        bytes.copy_from_slice(block); // chunks_exact: always 16 bytes
+        let word = u128::from_le_bytes(bytes) ^ u128::from(reg);
+        reg = (0..16).fold(0, |acc, i| {
+            acc ^ tables[15 - i][usize::from((word >> (8 * i)) as u8)]
+        });
     }
-    for &byte in chunks.remainder() {
-        reg = (reg >> 8) ^ t[0][usize::from((reg as u8) ^ byte)];
+    for &byte in blocks.remainder() {
+        reg = (reg >> 8) ^ tables[0][usize::from((reg as u8) ^ byte)];
     }
     !reg
 }
@@ -132,7 +135,9 @@ pub fn crc16(crc: u16, data: &[u8]) -> u16 {
 /// The addressing fields of an LRH: destination and source LID, service level, virtual lane.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Lrh {
+    /// Destination LID: what switches forward on.
     pub dlid: u16,
+    /// Source LID: the sender.
     pub slid: u16,
     /// 4 bits.
     pub sl: u8,
@@ -144,9 +149,13 @@ pub struct Lrh {
 /// integer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LrhError {
+    /// The DLID asked for (16 bits fit).
     pub dlid: i64,
+    /// The SLID asked for (16 bits fit).
     pub slid: i64,
+    /// The SL asked for (4 bits fit).
     pub sl: i64,
+    /// The VL asked for (4 bits fit).
     pub vl: i64,
 }
 
@@ -163,10 +172,13 @@ impl fmt::Display for LrhError {
 /// Why a data packet cannot be framed; the messages are the Python twin's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IbEncodeError {
+    /// An LRH field does not fit its bits.
     Lrh(LrhError),
+    /// The transport headers cannot be made (as in RoCEv2).
     Transport(EncodeError),
     /// LRH through ICRC would take more than [`MAX_WORDS`] words.
     TooLong {
+        /// LRH through ICRC, rounded down to words, as the Python twin reports it.
         bytes: usize,
     },
 }
@@ -341,9 +353,13 @@ pub struct IbDecoded {
     pub packet: Packet,
     /// Where the payload (without its pad) sits in the frame.
     pub payload: Range<usize>,
+    /// The LRH's addressing: LIDs, SL, VL.
     pub lrh: Lrh,
+    /// Who put it on this link.
     pub src_mac: Mac,
+    /// Whether the end-to-end CRC held (a switch that changed a covered field breaks it).
     pub icrc_ok: bool,
+    /// Whether the link CRC held.
     pub vcrc_ok: bool,
 }
 
@@ -377,6 +393,7 @@ pub fn decode_data(frame: &[u8]) -> Option<IbDecoded> {
 /// [`set_vl`] refused: not a local-routed IB data frame, or a VL that is not 4 bits (as the caller gave it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SetVlError {
+    /// The VL asked for.
     pub vl: i64,
 }
 
@@ -407,8 +424,16 @@ pub fn set_vl(frame: &mut [u8], vl: u8) -> Result<(), SetVlError> {
 /// Flow-control packet fields that do not fit their bits, as the caller gave them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FcError {
+    /// Neither [`OP_NORMAL`] nor [`OP_INIT`].
     Op(i64),
-    Counts { fctbs: i64, fccl: i64 },
+    /// FCTBS or FCCL past 12 bits.
+    Counts {
+        /// The FCTBS asked for.
+        fctbs: i64,
+        /// The FCCL asked for.
+        fccl: i64,
+    },
+    /// A VL past 4 bits.
     Vl(i64),
 }
 
@@ -472,6 +497,7 @@ impl FcPacket {
         self.fctbs
     }
 
+    /// The VL whose credits this packet reports.
     pub fn vl(&self) -> u8 {
         self.vl
     }
@@ -492,8 +518,11 @@ impl FcPacket {
 /// A received [`FcPacket`], whether its LPCRC held and who sent it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FcDecoded {
+    /// The packet's fields.
     pub packet: FcPacket,
+    /// Whether its link packet CRC held.
     pub lpcrc_ok: bool,
+    /// Who sent it: the link's other end.
     pub src_mac: Mac,
 }
 
@@ -599,7 +628,7 @@ mod tests {
     #[test]
     fn crc16_matches_its_definition_and_chains() {
         let data: Vec<u8> = (0..300u32).map(|i| (i * 7 + 1) as u8).collect();
-        for n in [0, 1, 7, 8, 9, 31, 300] {
+        for n in [0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 300] {
             assert_eq!(crc16(0, &data[..n]), plain_crc16(&data[..n]), "{n}");
         }
         assert_eq!(crc16(crc16(0, &data[..13]), &data[13..]), crc16(0, &data));
