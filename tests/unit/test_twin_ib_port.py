@@ -120,3 +120,14 @@ def test_ports_agree(config: dict, steps: list) -> None:
             got = [port.control_frames(now) for port in (py_port, rust_port)]
         assert got[1::2] == got[0::2] if len(got) == 4 else got[1] == got[0], (event, got)
         assert state(rust_port) == state(py_port), event
+
+
+def test_a_subclass_with_its_own_arguments_builds_through_init() -> None:
+    """The RNIC agent's IbLink(config, ib) subclasses IbPort and calls super().__init__ with the port's arguments."""
+    for model in (python, rust):
+        class Link(model.IbPort):  # type: ignore[misc, name-defined]
+            def __init__(self, vls: int) -> None:
+                super().__init__(HOST, SWITCH, 1, dict(LIDS), 0, 0, vls, 4200, 4200, 10**9, 1514, 0)
+
+        link = Link(2)
+        assert (link.lid, link.credits.vls, link.stats()["credits"][1]["fc_sent"]) == (1, 2, 0)

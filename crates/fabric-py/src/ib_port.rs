@@ -7,7 +7,7 @@ use fabric_core::model::credits::CreditError;
 use fabric_core::model::ib_port as core;
 use fabric_core::wire::ib::{encode_data_with_payload, Lrh};
 use fabric_core::wire::mac::mac_text;
-use pyo3::exceptions::{PyIndexError, PyValueError, PyZeroDivisionError};
+use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyValueError, PyZeroDivisionError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
@@ -37,20 +37,44 @@ pub fn with_link<R>(
     port: &Bound<'_, IbPort>,
     f: impl FnOnce(&mut fabric_core::model::credits::CreditLink) -> R,
 ) -> PyResult<R> {
-    Ok(f(port.try_borrow_mut()?.port.credits_mut()))
+    Ok(f(port.try_borrow_mut()?.get_mut()?.credits_mut()))
 }
 
 /// LRH-addressed packets, sent only against the switch's credits.
+///
+/// Built in `__init__`, not `__new__`, so that a Python subclass with its own constructor arguments (the RNIC
+/// agent's `IbLink(config, ib)`) can call `super().__init__(...)` as it does with the Python twin.
 #[pyclass(module = "emulator._core.ib_port", subclass)]
 pub struct IbPort {
-    port: core::IbPort,
+    port: Option<core::IbPort>,
+}
+
+impl IbPort {
+    fn get(&self) -> PyResult<&core::IbPort> {
+        self.port.as_ref().ok_or_else(uninitialized)
+    }
+
+    fn get_mut(&mut self) -> PyResult<&mut core::IbPort> {
+        self.port.as_mut().ok_or_else(uninitialized)
+    }
+}
+
+/// A subclass that never called `IbPort.__init__`.
+fn uninitialized() -> PyErr {
+    PyRuntimeError::new_err("IbPort.__init__ was not called")
 }
 
 #[pymethods]
 impl IbPort {
     #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> Self {
+        IbPort { port: None }
+    }
+
     #[allow(clippy::too_many_arguments)]
-    fn new(
+    fn __init__(
+        &mut self,
         mac: &str,
         gateway_mac: &str,
         lid: u16,
@@ -63,7 +87,7 @@ impl IbPort {
         rate_bps: u64,
         frame_bytes: u64,
         fc_floor_ns: u64,
-    ) -> PyResult<Self> {
+    ) -> PyResult<()> {
         let lids = lids
             .iter()
             .map(|(ip, lid)| Ok((ip.extract::<String>()?, lid.extract::<u16>()?)))
@@ -82,49 +106,48 @@ impl IbPort {
             frame_bytes,
             fc_floor_ns,
         };
-        Ok(IbPort {
-            port: core::IbPort::new(config).map_err(error)?,
-        })
+        self.port = Some(core::IbPort::new(config).map_err(error)?);
+        Ok(())
     }
 
     #[getter]
-    fn mac(&self) -> String {
-        mac_text(self.port.mac())
+    fn mac(&self) -> PyResult<String> {
+        Ok(mac_text(self.get()?.mac()))
     }
     #[getter]
-    fn gateway_mac(&self) -> String {
-        mac_text(self.port.gateway_mac())
+    fn gateway_mac(&self) -> PyResult<String> {
+        Ok(mac_text(self.get()?.gateway_mac()))
     }
     #[getter]
-    fn lid(&self) -> u16 {
-        self.port.lid()
+    fn lid(&self) -> PyResult<u16> {
+        Ok(self.get()?.lid())
     }
     #[getter]
-    fn sl(&self) -> u8 {
-        self.port.sl()
+    fn sl(&self) -> PyResult<u8> {
+        Ok(self.get()?.sl())
     }
     #[getter]
-    fn vl(&self) -> u8 {
-        self.port.vl()
+    fn vl(&self) -> PyResult<u8> {
+        Ok(self.get()?.vl())
     }
     #[getter]
-    fn waiting(&self) -> bool {
-        self.port.waiting()
+    fn waiting(&self) -> PyResult<bool> {
+        Ok(self.get()?.waiting())
     }
     #[getter]
-    fn malformed(&self) -> u64 {
-        self.port.malformed()
+    fn malformed(&self) -> PyResult<u64> {
+        Ok(self.get()?.malformed())
     }
     #[getter]
-    fn credit_violations(&self) -> u64 {
-        self.port.credit_violations()
+    fn credit_violations(&self) -> PyResult<u64> {
+        Ok(self.get()?.credit_violations())
     }
 
     /// GID to LID (a fresh dict).
     #[getter]
     fn lids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let dict = PyDict::new(py);
-        for (ip, lid) in self.port.lids() {
+        for (ip, lid) in self.get()?.lids() {
             dict.set_item(ip, lid)?;
         }
         Ok(dict)
@@ -134,7 +157,7 @@ impl IbPort {
     #[getter]
     fn ips<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let dict = PyDict::new(py);
-        for (lid, ip) in self.port.ips() {
+        for (lid, ip) in self.get()?.ips() {
             dict.set_item(lid, ip)?;
         }
         Ok(dict)
@@ -155,7 +178,7 @@ impl IbPort {
         mtu: u64,
     ) -> PyResult<IbFramer> {
         let _ = (qpn, remote_qpn); // the twin's signature: LIDs, not QPNs, address an IB packet
-        let dlid = slf.borrow().port.framer(remote_ip, mtu).map_err(error)?;
+        let dlid = slf.borrow().get()?.framer(remote_ip, mtu).map_err(error)?;
         Ok(IbFramer {
             port: slf.clone().unbind(),
             dlid,
@@ -169,7 +192,8 @@ impl IbPort {
         now: u64,
         frame: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        with_bytes(frame, |bytes| match self.port.accept(now, bytes) {
+        let port = self.get_mut()?;
+        with_bytes(frame, |bytes| match port.accept(now, bytes) {
             None => Ok(None),
             Some(accepted) => {
                 let payload = bytes
@@ -185,27 +209,29 @@ impl IbPort {
 
     /// Whether the switch has credit for this packet; counts it as sent if so.
     fn admit(&mut self, frame: &Bound<'_, PyAny>) -> PyResult<bool> {
-        with_bytes(frame, |bytes| self.port.admit(bytes))?.map_err(error)
+        let port = self.get_mut()?;
+        with_bytes(frame, |bytes| port.admit(bytes))?.map_err(error)
     }
 
     /// The flow-control frames due now.
     fn control_frames<'py>(&mut self, py: Python<'py>, now: u64) -> PyResult<Bound<'py, PyList>> {
         let mut frames = Vec::new();
-        self.port.control_frames(now, &mut frames);
+        self.get_mut()?.control_frames(now, &mut frames);
         PyList::new(py, frames.iter().map(|frame| PyBytes::new(py, frame)))
     }
 
-    fn next_deadline(&mut self) -> u64 {
-        self.port.next_deadline()
+    fn next_deadline(&mut self) -> PyResult<u64> {
+        Ok(self.get_mut()?.next_deadline())
     }
 
     /// lid, malformed, credit_violations and each VL's credit counters.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let dict = PyDict::new(py);
-        dict.set_item("lid", self.port.lid())?;
-        dict.set_item("malformed", self.port.malformed())?;
-        dict.set_item("credit_violations", self.port.credit_violations())?;
-        let credits = self.port.credits();
+        let port = self.get()?;
+        dict.set_item("lid", port.lid())?;
+        dict.set_item("malformed", port.malformed())?;
+        dict.set_item("credit_violations", port.credit_violations())?;
+        let credits = port.credits();
         let per_vl = PyList::empty(py);
         for vl in 0..credits.vl_count() {
             if let Some(c) = credits.counters(vl) {
@@ -228,6 +254,11 @@ pub struct IbFramer {
 
 #[pymethods]
 impl IbFramer {
+    #[new]
+    fn new(port: Py<IbPort>, dlid: u16) -> Self {
+        IbFramer { port, dlid }
+    }
+
     /// The frame of `packet` from this port to the QP's peer.
     fn encode<'py>(
         &self,
@@ -235,7 +266,7 @@ impl IbFramer {
         packet: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let port = self.port.bind(py).borrow();
-        let p = &port.port;
+        let p = port.get()?;
         let lrh = Lrh {
             dlid: self.dlid,
             slid: p.lid(),
