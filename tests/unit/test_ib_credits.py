@@ -16,7 +16,19 @@ from collections import deque
 
 import pytest
 
-from emulator.model.credits import BLOCK, OP_INIT, OP_NORMAL, CreditLink, CreditViolation, FcPacket, blocks
+import emulator._core.credits as compiled
+import emulator.model.credits as interpreted
+from emulator.model.credits import (BLOCK, FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, OP_INIT, OP_NORMAL, CreditLink,
+                                    CreditViolation, FcPacket, blocks, fabric_min_interval_ns)
+
+
+@pytest.fixture(autouse=True, params=[interpreted, compiled], ids=["python", "rust"])
+def impl(request, monkeypatch):
+    """Every test runs on both twins: the module's names point at the one under test."""
+    for name in ("BLOCK", "FABRIC_MIN_INTERVAL_NS", "FABRIC_REFRESH_NS", "OP_INIT", "OP_NORMAL", "CreditLink",
+                 "CreditViolation", "FcPacket", "blocks", "fabric_min_interval_ns"):
+        monkeypatch.setitem(globals(), name, getattr(request.param, name))
+    return request.param
 
 MODULUS = 4096
 FC_BYTES = 8  # a flow-control packet on the wire (6 bytes + framing); its size barely matters
@@ -490,8 +502,6 @@ def test_the_remembered_deadline_is_always_the_one_a_fresh_scan_gives():
 
 def test_the_fabric_lets_a_grant_wait_two_frame_times_within_bounds():
     """At 20 Mbit/s a 4214-byte frame takes 1.69 ms: a 500 us limit answered every data packet."""
-    from emulator.model.credits import FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, fabric_min_interval_ns
-
     assert fabric_min_interval_ns(20_000_000, 4214) == 2 * 4214 * 400  # 400 ns a byte: 3.37 ms
     assert fabric_min_interval_ns(10**9, 1514) == FABRIC_MIN_INTERVAL_NS  # 24 us of frames: the floor
     assert fabric_min_interval_ns(1000, 4214) == FABRIC_REFRESH_NS  # never past the refresh
