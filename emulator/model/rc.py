@@ -29,6 +29,9 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Protocol
 
+# One exception class for both twins: a memory (agents/memory.py, the simulator's FlatMemory) raises it at
+# either model.  A key, bound or permission check of :class:`Memory` failed.
+from emulator._core.rc import AccessError
 from emulator.model.rdma_params import MAX_MR_BYTES, PATHS_MTU, ROCE_OVERHEAD
 from emulator.wire.transport import (
     HAS_IMM, NAK_INVALID_REQUEST, NAK_PSN_SEQUENCE_ERROR, NAK_REMOTE_ACCESS_ERROR, NAK_REMOTE_OPERATIONAL_ERROR,
@@ -40,10 +43,6 @@ INFINITE_RNR_RETRY = 7
 RNR_TIMER_NS = [655_360_000] + [int(ms * 1_000_000) for ms in (
     0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32, 0.48, 0.64, 0.96, 1.28, 1.92, 2.56, 3.84,
     5.12, 7.68, 10.24, 15.36, 20.48, 30.72, 40.96, 61.44, 81.92, 122.88, 163.84, 245.76, 327.68, 491.52)]
-
-
-class AccessError(Exception):
-    """A key, bound or permission check of :class:`Memory` failed."""
 
 
 class Memory(Protocol):
@@ -510,7 +509,8 @@ class RcQueuePair:
 
     def _on_read_response(self, now: int, packet: Packet) -> None:
         op = self._op_at(packet.psn)
-        if op is None or op.wr.opcode != WrOpcode.RDMA_READ:
+        # A WR that failed its local check was never sent (and has no buffer): a response for it answers nothing.
+        if op is None or op.wr.opcode != WrOpcode.RDMA_READ or op.error is not None:
             self.counters["duplicate_packets"] += 1
             return
         index = psn_diff(packet.psn, op.first_psn)

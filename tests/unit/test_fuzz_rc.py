@@ -37,6 +37,22 @@ def test_a_read_response_with_data_for_a_zero_length_read_is_dropped_and_counted
     assert [(c.wr_id, c.status) for c in a.qp.poll_completions()] == [(1, OK)]
 
 
+def test_a_read_response_for_a_read_that_failed_its_local_check_is_dropped():
+    """A READ with a bad lkey behind a WRITE is never sent and has no buffer: a response at its PSN, of the
+    length its data would have, answers nothing (the model raised writing it) and the WRs complete in order."""
+    net = pair(RcConfig(mtu=MTU))
+    a, b = net.a, net.b
+    a.qp.post_send(write_wr(1, a, b, 0, 0, 10))
+    bad = read_wr(2, a, b, 0x100, 0x100, 100)
+    bad.lkey = a.key ^ 1
+    a.qp.post_send(bad)
+    a.qp.receive(0, Packet(Opcode.READ_RESPONSE_ONLY, a.qpn, (a.qp.una + 1) & 0xFFFFFF, syndrome=0x1F,
+                           payload=bytes(100)))
+    assert a.counters["duplicate_packets"] == 1
+    net.run()
+    assert a.results() == [(1, OK), (2, WcStatus.LOC_PROT_ERR)]
+
+
 def test_a_flood_of_read_requests_is_bounded_by_the_responders_resources():
     config = RcConfig(mtu=MTU, max_inflight=8, max_rd_atomic=2)
     net = pair(config)

@@ -1,15 +1,22 @@
-"""The discrete-event engine (emulator.sim.engine), and a model driven in simulated time."""
+"""The discrete-event engine (emulator.sim.engine, and its compiled twin emulator._core.engine: every test runs
+on both), and a model driven in simulated time."""
 
 from __future__ import annotations
 
 import pytest
 
+from emulator._core import engine as compiled_engine
 from emulator.model.pause import PauseState
-from emulator.sim.engine import Simulator
+from emulator.sim import engine as python_engine
 from emulator.wire.pfc import MAX_QUANTA
 
 
-def test_events_run_in_time_order_and_ties_in_scheduling_order():
+@pytest.fixture(params=[python_engine, compiled_engine], ids=["python", "compiled"])
+def Simulator(request):  # noqa: N802 (the class the tests construct)
+    return request.param.Simulator
+
+
+def test_events_run_in_time_order_and_ties_in_scheduling_order(Simulator):
     sim, seen = Simulator(), []
     sim.at(30, seen.append, "c")
     sim.at(10, seen.append, "a1")
@@ -19,7 +26,7 @@ def test_events_run_in_time_order_and_ties_in_scheduling_order():
     assert sim.now == 30 and sim.events == 5 and sim.next_time() is None
 
 
-def test_cancel_until_and_max_events():
+def test_cancel_until_and_max_events(Simulator):
     sim, seen = Simulator(), []
     gone = sim.at(5, seen.append, "gone")
     sim.at(7, seen.append, "kept")
@@ -34,7 +41,7 @@ def test_cancel_until_and_max_events():
     assert sim.run() == 1 and seen[-1] == "late"
 
 
-def test_cancelling_an_event_that_ran_does_nothing():
+def test_cancelling_an_event_that_ran_does_nothing(Simulator):
     sim, seen = Simulator(), []
     ran = sim.after(0, seen.append, "ran")
     sim.run()
@@ -43,7 +50,7 @@ def test_cancelling_an_event_that_ran_does_nothing():
     assert sim.run() == 1 and seen == ["ran", "next"]
 
 
-def test_a_run_is_deterministic():
+def test_a_run_is_deterministic(Simulator):
     def trace() -> list[tuple[int, int]]:
         sim, out = Simulator(), []
 
@@ -59,7 +66,7 @@ def test_a_run_is_deterministic():
 
 
 @pytest.mark.parametrize("quanta, rate_bps", [(1, 10**9), (1000, 10**8), (MAX_QUANTA, 400 * 10**9)])
-def test_a_pause_of_q_quanta_holds_q_times_512_bit_times(quanta, rate_bps):
+def test_a_pause_of_q_quanta_holds_q_times_512_bit_times(Simulator, quanta, rate_bps):
     """PFC's receiver model under the engine: paused at the frame, resumed Q x 512 bit times later."""
     sim, state, resumed = Simulator(), PauseState(rate_bps), []
 
@@ -75,7 +82,7 @@ def test_a_pause_of_q_quanta_holds_q_times_512_bit_times(quanta, rate_bps):
     assert resumed == [(12_345 - (-quanta * 512 * 10**9 // rate_bps), 3)]  # in whole ns, rounded up
 
 
-def test_a_timer_moves_with_its_deadline_and_fires_once():
+def test_a_timer_moves_with_its_deadline_and_fires_once(Simulator):
     sim, fired = Simulator(), []
     timer = sim.timer(lambda: fired.append(sim.now))
     timer.set(100)
@@ -90,14 +97,14 @@ def test_a_timer_moves_with_its_deadline_and_fires_once():
     assert fired == [50, 60]
 
 
-def test_a_timer_pushed_back_again_and_again_keeps_one_heap_entry_and_fires_at_its_last_deadline():
+def test_a_timer_pushed_back_again_and_again_keeps_one_heap_entry_and_fires_at_its_last_deadline(Simulator):
     sim, fired = Simulator(), []
     timer = sim.timer(lambda: fired.append(sim.now))
     for step in range(1000):  # a retransmission timer re-armed by every ACK, and cleared between messages
         timer.set(1_000 + step)
         timer.set(None)
         timer.set(1_000 + step)
-    assert len(sim._heap) == 1
+    assert sim.entries() == 1  # the one heap entry (near and far heaps both counted)
     sim.run()
     assert fired == [1_999]  # once, at the last deadline (the early entry re-armed itself on the way)
     timer.set(3_000)
@@ -106,7 +113,7 @@ def test_a_timer_pushed_back_again_and_again_keeps_one_heap_entry_and_fires_at_i
     assert fired == [1_999, 2_500]
 
 
-def test_events_near_and_far_run_in_time_and_scheduling_order():
+def test_events_near_and_far_run_in_time_and_scheduling_order(Simulator):
     """Events spread over many of the near heap's windows, some scheduled from callbacks, some cancelled: they
     run exactly in (time, scheduling) order, as from one heap."""
     import random
@@ -140,7 +147,7 @@ def test_events_near_and_far_run_in_time_and_scheduling_order():
     assert sim.next_time() is None
 
 
-def test_stop_ends_the_run_after_the_event_that_called_it():
+def test_stop_ends_the_run_after_the_event_that_called_it(Simulator):
     sim = Simulator()
     seen = []
     sim.at(10, lambda: (seen.append(10), sim.stop()))
