@@ -51,7 +51,11 @@ fn priorities(list: &[usize]) -> PrioritySet {
 }
 
 fn mmu_config(arg: MmuArg) -> PyResult<MmuConfig> {
-    let ((buffer, reserve, headroom, alpha, threshold, xon_delta), (lossless, quanta, strict, weights, mtu_frame), (ecn, kmin, kmax, pmax, vl_buffer, fc_floor)) = arg;
+    let (
+        (buffer, reserve, headroom, alpha, threshold, xon_delta),
+        (lossless, quanta, strict, weights, mtu_frame),
+        (ecn, kmin, kmax, pmax, vl_buffer, fc_floor),
+    ) = arg;
     let weights: [i64; PRIORITIES] = weights
         .try_into()
         .map_err(|_| PyValueError::new_err("weights: one per priority"))?;
@@ -84,7 +88,9 @@ fn endpoint(kind: &str, index: u32, port: u32) -> PyResult<Endpoint> {
             port,
         }),
         "host" => Ok(Endpoint::Host(index)),
-        _ => Err(PyValueError::new_err(format!("no {kind:?} endpoint: switch or host"))),
+        _ => Err(PyValueError::new_err(format!(
+            "no {kind:?} endpoint: switch or host"
+        ))),
     }
 }
 
@@ -121,7 +127,12 @@ fn totals_dict<'py>(py: Python<'py>, totals: &Totals) -> PyResult<Bound<'py, PyD
     dict.set_item("ecn_marked", totals.ecn_marked)?;
     dict.set_item("tx_frames", totals.tx_frames)?;
     dict.set_item("host_paused_ns", totals.host_paused_ns)?;
-    for zero in ["ib_credit_stalls", "cnps_received", "paced_waits", "host_pfc_sent"] {
+    for zero in [
+        "ib_credit_stalls",
+        "cnps_received",
+        "paced_waits",
+        "host_pfc_sent",
+    ] {
         dict.set_item(zero, 0)?;
     }
     Ok(dict)
@@ -174,9 +185,12 @@ impl SimFabric {
         let mut spec = FabricSpec::default();
         for (rate, delay, kind, index, port) in wires {
             if rate == 0 {
-                return Err(PyValueError::new_err(format!("bad wire: rate {rate} bit/s, delay {delay} ns")));
+                return Err(PyValueError::new_err(format!(
+                    "bad wire: rate {rate} bit/s, delay {delay} ns"
+                )));
             }
-            spec.wires.push((rate, delay, endpoint(&kind, index, port)?));
+            spec.wires
+                .push((rate, delay, endpoint(&kind, index, port)?));
         }
         for (ports, routes, config, seed) in switches {
             let ports = ports
@@ -223,7 +237,10 @@ impl SimFabric {
         let records = py
             .detach(|| fabric.run_collective(plans, iterations, warmup, mtu))
             .map_err(PyRuntimeError::new_err)?;
-        records.iter().map(|record| record_dict(py, record)).collect()
+        records
+            .iter()
+            .map(|record| record_dict(py, record))
+            .collect()
     }
 
     /// The fabric-wide counters now (`sim_fabric.totals`'s keys).
@@ -233,7 +250,11 @@ impl SimFabric {
 
     /// The counters when the measured iterations began, or None before.
     fn baseline<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        self.fabric.baseline.as_ref().map(|t| totals_dict(py, t)).transpose()
+        self.fabric
+            .baseline
+            .as_ref()
+            .map(|t| totals_dict(py, t))
+            .transpose()
     }
 
     /// Events run so far.

@@ -129,10 +129,21 @@ impl Fabric {
             let ports = sw
                 .ports
                 .iter()
-                .map(|&(mac, peer_mac, _, wire)| SwitchPort { mac, peer_mac, wire })
+                .map(|&(mac, peer_mac, _, wire)| SwitchPort {
+                    mac,
+                    peer_mac,
+                    wire,
+                })
                 .collect();
             let routes: HashMap<[u8; 4], Vec<u32>> = sw.routes.into_iter().collect();
-            switches.push(SimSwitch::new(index as u32, &mut engine, ports, routes, mmu, sw.seed as u32));
+            switches.push(SimSwitch::new(
+                index as u32,
+                &mut engine,
+                ports,
+                routes,
+                mmu,
+                sw.seed as u32,
+            ));
         }
         let hosts = spec
             .hosts
@@ -183,16 +194,25 @@ impl Fabric {
         mtu: u32,
     ) -> Result<Vec<IterationRecord>, String> {
         if plans.len() != self.hosts.len() {
-            return Err(format!("{} plans for {} hosts", plans.len(), self.hosts.len()));
+            return Err(format!(
+                "{} plans for {} hosts",
+                plans.len(),
+                self.hosts.len()
+            ));
         }
         for (host, plan) in self.hosts.iter_mut().zip(&plans) {
             let size = plan.data_bytes.saturating_add(plan.staging_bytes);
-            host.memory = crate::sim::host::FlatMemory::new(usize::try_from(size).unwrap_or(0).max(1));
+            host.memory =
+                crate::sim::host::FlatMemory::new(usize::try_from(size).unwrap_or(0).max(1));
         }
         self.ranks = plans.into_iter().map(SimRank::new).collect();
         for rank in 0..self.ranks.len() {
             for peer in self.ranks[rank].plan.peers() {
-                let peer_ip = self.hosts.get(peer as usize).ok_or("a peer beyond the ranks")?.ip;
+                let peer_ip = self
+                    .hosts
+                    .get(peer as usize)
+                    .ok_or("a peer beyond the ranks")?
+                    .ip;
                 self.hosts[rank].connect(
                     rank as u32,
                     &mut self.engine,
@@ -218,7 +238,10 @@ impl Fabric {
             return Err(format!("simulation: {failure}"));
         }
         if (self.run.records.len() as u32) < self.run.total {
-            let waiting: Vec<usize> = (0..self.ranks.len()).filter(|&r| self.run.pending[r]).take(8).collect();
+            let waiting: Vec<usize> = (0..self.ranks.len())
+                .filter(|&r| self.run.pending[r])
+                .take(8)
+                .collect();
             return Err(format!(
                 "simulation: iteration {} cannot finish: nothing more will happen (ranks {:?} still wait)",
                 self.run.iteration, waiting
@@ -262,7 +285,13 @@ impl Fabric {
         match to {
             Endpoint::Switch { switch, port } => {
                 if let Some(s) = self.switches.get_mut(switch as usize) {
-                    s.receive(switch, &mut self.engine, &mut self.wires, port as usize, frame);
+                    s.receive(
+                        switch,
+                        &mut self.engine,
+                        &mut self.wires,
+                        port as usize,
+                        frame,
+                    );
                 }
             }
             Endpoint::Host(host) => {
@@ -337,13 +366,16 @@ impl Fabric {
                 }
             }
         }
-        self.engine.after(start - self.engine.now(), Event::StepBegins(rank as u32));
+        self.engine
+            .after(start - self.engine.now(), Event::StepBegins(rank as u32));
     }
 
     /// Posts the current step's sends; moves on while a step expects nothing.
     fn step_begins(&mut self, rank: usize) {
         loop {
-            let Some(r) = self.ranks.get(rank) else { return };
+            let Some(r) = self.ranks.get(rank) else {
+                return;
+            };
             let Some(step) = r.plan.steps.get(r.step).cloned() else {
                 self.maybe_done(rank);
                 return;
@@ -351,7 +383,9 @@ impl Fabric {
             let (index, tag) = (r.step as u32, r.tag());
             for send in &step.sends {
                 let base = if send.staging {
-                    self.ranks.get(send.dst as usize).map_or(0, |peer| peer.plan.data_bytes)
+                    self.ranks
+                        .get(send.dst as usize)
+                        .map_or(0, |peer| peer.plan.data_bytes)
                 } else {
                     0
                 };
@@ -486,10 +520,19 @@ impl Fabric {
             .into_iter()
             .filter_map(|peer| {
                 let qp = &host.qps.get(SimRank::qpn(peer) as usize)?.as_ref()?.qp;
-                Some((peer, qp.counters().retransmitted_packets, qp.counters().timeouts))
+                Some((
+                    peer,
+                    qp.counters().retransmitted_packets,
+                    qp.counters().timeouts,
+                ))
             })
             .collect();
-        let released = r.plan.steps.first().filter(|s| !s.sends.is_empty()).map(|_| r.start);
+        let released = r
+            .plan
+            .steps
+            .first()
+            .filter(|s| !s.sends.is_empty())
+            .map(|_| r.start);
         let verified = r.plan.reduce_group.is_empty() || {
             let expected = r.plan.reduce_result(r.iteration);
             (0..(r.plan.data_bytes / 4) as usize)
@@ -508,5 +551,8 @@ impl Fabric {
 
 /// The verbs name of `value` in a table of (name, value).
 fn name<T: PartialEq + Copy>(table: &[(&'static str, T)], value: T) -> &'static str {
-    table.iter().find(|(_, v)| *v == value).map_or("?", |(n, _)| n)
+    table
+        .iter()
+        .find(|(_, v)| *v == value)
+        .map_or("?", |(n, _)| n)
 }

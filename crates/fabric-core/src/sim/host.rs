@@ -66,16 +66,30 @@ impl FlatMemory {
 impl Memory for FlatMemory {
     type Window = Window;
 
-    fn local(&mut self, lkey: u32, addr: u64, length: u64, _write: bool) -> Result<Window, AccessError> {
+    fn local(
+        &mut self,
+        lkey: u32,
+        addr: u64,
+        length: u64,
+        _write: bool,
+    ) -> Result<Window, AccessError> {
         self.window(lkey, addr, length)
     }
 
-    fn remote(&mut self, rkey: u32, addr: u64, length: u64, _write: bool) -> Result<Window, AccessError> {
+    fn remote(
+        &mut self,
+        rkey: u32,
+        addr: u64,
+        length: u64,
+        _write: bool,
+    ) -> Result<Window, AccessError> {
         self.window(rkey, addr, length)
     }
 
     fn read(&mut self, window: &Window, offset: u64, len: usize, out: &mut Vec<u8>) {
-        let start = usize::try_from(offset).unwrap_or(usize::MAX).saturating_add(window.start);
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .saturating_add(window.start);
         match self.data.get(start..start.saturating_add(len)) {
             Some(bytes) => out.extend_from_slice(bytes),
             None => out.resize(out.len() + len, 0), // never: the window was checked
@@ -83,7 +97,9 @@ impl Memory for FlatMemory {
     }
 
     fn write(&mut self, window: &Window, offset: u64, data: &[u8]) {
-        let start = usize::try_from(offset).unwrap_or(usize::MAX).saturating_add(window.start);
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .saturating_add(window.start);
         if let Some(bytes) = self.data.get_mut(start..start.saturating_add(data.len())) {
             bytes.copy_from_slice(data);
         }
@@ -130,7 +146,14 @@ pub struct SimHost {
 
 impl SimHost {
     /// The host's RNIC sending on wire `wire` of `rate_bps`.
-    pub fn new(mac: Mac, gateway_mac: Mac, ip: [u8; 4], wire: u32, rate_bps: u64, memory: usize) -> SimHost {
+    pub fn new(
+        mac: Mac,
+        gateway_mac: Mac,
+        ip: [u8; 4],
+        wire: u32,
+        rate_bps: u64,
+        memory: usize,
+    ) -> SimHost {
         SimHost {
             mac,
             gateway_mac,
@@ -172,8 +195,16 @@ impl SimHost {
         let mut qp = RcQueuePair::new(qpn, config, 0);
         qp.connect(peer_qpn, 0).map_err(|error| error.to_string())?;
         let port = 49152 + (qpn & 0x3FFF) as u16; // the UDP source port: ECMP's entropy per QP
-        let framer = Framer::new(self.mac, self.gateway_mac, self.ip, peer_ip, port, DATA_DSCP, 64)
-            .map_err(|error| error.to_string())?;
+        let framer = Framer::new(
+            self.mac,
+            self.gateway_mac,
+            self.ip,
+            peer_ip,
+            port,
+            DATA_DSCP,
+            64,
+        )
+        .map_err(|error| error.to_string())?;
         let timer = engine.timer(Event::QpTimer { host: index, qpn });
         let at = qpn as usize;
         if self.qps.len() <= at {
@@ -191,7 +222,10 @@ impl SimHost {
 
     /// The QP numbered `qpn`.
     pub fn qp_mut(&mut self, qpn: u32) -> Option<&mut RcQueuePair<Window>> {
-        self.qps.get_mut(qpn as usize)?.as_mut().map(|entry| &mut entry.qp)
+        self.qps
+            .get_mut(qpn as usize)?
+            .as_mut()
+            .map(|entry| &mut entry.qp)
     }
 
     /// The completions `qpn` has, stamped `now`, appended to `out`.
@@ -227,7 +261,13 @@ impl SimHost {
 
     /// A frame's last bit arrived from the switch; the QP it went to, whose completions the caller collects
     /// and hands on before calling [`SimHost::resume`] for it.
-    pub fn receive(&mut self, index: u32, engine: &mut Engine<Event>, wires: &mut [Wire], frame: &[u8]) -> Option<u32> {
+    pub fn receive(
+        &mut self,
+        index: u32,
+        engine: &mut Engine<Event>,
+        wires: &mut [Wire],
+        frame: &[u8],
+    ) -> Option<u32> {
         let now = engine.now();
         if frame.get(12..14) == Some(&ETHERTYPE_MAC_CONTROL.to_be_bytes()[..]) {
             if let Some(quanta) = decode_pfc(frame).filter(|q| q.iter().any(Option::is_some)) {
@@ -259,7 +299,9 @@ impl SimHost {
         let mut packet = decoded.packet;
         packet.payload = std::mem::take(&mut self.scratch.payload);
         packet.payload.clear();
-        packet.payload.extend_from_slice(frame.get(decoded.payload).unwrap_or(&[]));
+        packet
+            .payload
+            .extend_from_slice(frame.get(decoded.payload).unwrap_or(&[]));
         entry.qp.receive(now, &packet, &mut self.memory);
         self.scratch.payload = packet.payload;
         Some(qpn)
@@ -273,7 +315,9 @@ impl SimHost {
     }
 
     fn wire_free_at(&self, wires: &[Wire]) -> u64 {
-        wires.get(self.queue.wire as usize).map_or(0, |wire| wire.free_at)
+        wires
+            .get(self.queue.wire as usize)
+            .map_or(0, |wire| wire.free_at)
     }
 
     /// Packets from the ready QPs, one each in turn, while the NIC queue has room.
@@ -289,7 +333,10 @@ impl SimHost {
             let Some(Some(entry)) = self.qps.get_mut(qpn as usize) else {
                 continue;
             };
-            if !entry.qp.next_packet(now, true, &mut self.memory, &mut self.scratch) {
+            if !entry
+                .qp
+                .next_packet(now, true, &mut self.memory, &mut self.scratch)
+            {
                 continue;
             }
             let mut frame = Vec::with_capacity(self.scratch.payload.len() + 80);
@@ -302,7 +349,14 @@ impl SimHost {
         }
     }
 
-    fn enqueue(&mut self, index: u32, engine: &mut Engine<Event>, wires: &[Wire], frame: Vec<u8>, priority: usize) {
+    fn enqueue(
+        &mut self,
+        index: u32,
+        engine: &mut Engine<Event>,
+        wires: &[Wire],
+        frame: Vec<u8>,
+        priority: usize,
+    ) {
         if let Some(queue) = self.queue.queues.get_mut(priority) {
             queue.push_back(frame);
         }
@@ -329,7 +383,8 @@ impl SimHost {
         };
         if wire.busy(now) {
             let free_at = wire.free_at;
-            self.queue.wake_at_time(engine, free_at, Event::QueueSend(index));
+            self.queue
+                .wake_at_time(engine, free_at, Event::QueueSend(index));
             return;
         }
         for priority in (0..PRIORITIES).rev() {
@@ -342,7 +397,8 @@ impl SimHost {
             let free_at = wire.send(wire_id, engine, frame);
             self.pull(index, engine, wires); // may enqueue the next frame: its look is then due when the wire frees
             if self.queue.wake.is_none() && self.queue.any_queued() {
-                self.queue.wake_at_time(engine, free_at, Event::QueueSend(index));
+                self.queue
+                    .wake_at_time(engine, free_at, Event::QueueSend(index));
             }
             return;
         }
@@ -351,13 +407,16 @@ impl SimHost {
             .fold(PrioritySet::EMPTY, |set, p| set.with(p));
         if let Some(expiry) = self.queue.pause.next_expiry() {
             if held.iter().any(|p| !self.queue.queues[p].is_empty()) {
-                self.queue.wake_at_time(engine, expiry, Event::QueueSend(index));
+                self.queue
+                    .wake_at_time(engine, expiry, Event::QueueSend(index));
             }
         }
     }
 
     /// How long the NIC's queue has been paused, all priorities summed, up to `now`.
     pub fn paused_ns(&self, now: u64) -> u64 {
-        (0..PRIORITIES).map(|p| self.queue.pause.paused_time(p, now)).sum()
+        (0..PRIORITIES)
+            .map(|p| self.queue.pause.paused_time(p, now))
+            .sum()
     }
 }

@@ -41,7 +41,12 @@ impl RankPlan {
         let mut peers: Vec<u32> = self
             .steps
             .iter()
-            .flat_map(|step| step.sends.iter().map(|send| send.dst).chain(step.receives.iter().copied()))
+            .flat_map(|step| {
+                step.sends
+                    .iter()
+                    .map(|send| send.dst)
+                    .chain(step.receives.iter().copied())
+            })
             .collect();
         peers.sort_unstable();
         peers.dedup();
@@ -73,7 +78,11 @@ impl RankPlan {
 
     /// Every float32 of the data region after iteration `iteration`: the group's inputs summed.
     pub fn reduce_result(&self, iteration: u32) -> f32 {
-        let sum: u64 = self.reduce_group.iter().map(|&rank| u64::from(rank) + 1).sum();
+        let sum: u64 = self
+            .reduce_group
+            .iter()
+            .map(|&rank| u64::from(rank) + 1)
+            .sum();
         ((u64::from(iteration) + 1) * sum) as f32
     }
 }
@@ -158,10 +167,11 @@ impl SimRank {
     /// Whether the current step's expected arrivals are all in.
     pub fn step_complete(&self) -> bool {
         let step = self.step as u32;
-        self.plan
-            .steps
-            .get(self.step)
-            .is_some_and(|plan| plan.receives.iter().all(|&src| self.arrived_at.contains_key(&(src, step))))
+        self.plan.steps.get(self.step).is_some_and(|plan| {
+            plan.receives
+                .iter()
+                .all(|&src| self.arrived_at.contains_key(&(src, step)))
+        })
     }
 }
 

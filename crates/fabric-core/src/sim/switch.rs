@@ -215,8 +215,7 @@ impl SimSwitch {
                 _ => return,
             }
         }
-        if !self.pfc_out[port].is_empty() || self.mmu.backlog().get(port).is_some_and(|&n| n > 0)
-        {
+        if !self.pfc_out[port].is_empty() || self.mmu.backlog().get(port).is_some_and(|&n| n > 0) {
             let delay = wire.free_at.saturating_sub(engine.now());
             self.drain_at[port] = Some(engine.after(delay, wake));
         }
