@@ -224,7 +224,7 @@ impl Fabric {
             }
         }
         self.run = RunState {
-            total: warmup + iterations,
+            total: warmup.saturating_add(iterations),
             warmup,
             ..RunState::default()
         };
@@ -335,7 +335,7 @@ impl Fabric {
         self.run.paused_before = self.hosts.iter().map(|h| h.paused_ns(now)).collect();
         self.run.pending = vec![true; self.ranks.len()];
         self.run.pending_count = self.ranks.len();
-        let at = now + START_MARGIN_NS;
+        let at = now.saturating_add(START_MARGIN_NS);
         for rank in 0..self.ranks.len() {
             self.begin(rank, i, at);
         }
@@ -366,8 +366,8 @@ impl Fabric {
                 }
             }
         }
-        self.engine
-            .after(start - self.engine.now(), Event::StepBegins(rank as u32));
+        let delay = start.saturating_sub(self.engine.now());
+        self.engine.after(delay, Event::StepBegins(rank as u32));
     }
 
     /// Posts the current step's sends; moves on while a step expects nothing.
@@ -395,7 +395,7 @@ impl Fabric {
                     addr: send.offset,
                     length: send.length,
                     lkey: MEMORY_KEY,
-                    remote_addr: base + send.dst_offset,
+                    remote_addr: base.saturating_add(send.dst_offset),
                     rkey: MEMORY_KEY,
                     imm: tag | index,
                     signaled: true,
@@ -418,7 +418,7 @@ impl Fabric {
     fn finish_step(&mut self, rank: usize) {
         let r = &mut self.ranks[rank];
         if let Some((staged, offset, length)) = r.plan.steps.get(r.step).and_then(|s| s.reduce) {
-            let staging = r.plan.data_bytes + staged;
+            let staging = r.plan.data_bytes.saturating_add(staged);
             add_f32(
                 &mut self.hosts[rank].memory.data,
                 offset as usize,
@@ -555,4 +555,150 @@ fn name<T: PartialEq + Copy>(table: &[(&'static str, T)], value: T) -> &'static 
         .iter()
         .find(|(_, v)| *v == value)
         .map_or("?", |(n, _)| n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::pause::PrioritySet;
+    use crate::sim::ranks::{SendPlan, StepPlan};
+    use proptest::prelude::*;
+
+    const RATE: u64 = 10_000_000_000;
+
+    fn config() -> MmuConfig {
+        MmuConfig {
+            buffer: 1 << 22,
+            reserve: 1514,
+            headroom: 100_000,
+            alpha: 1.0,
+            threshold: 96_896,
+            xon_delta: 3028,
+            lossless: PrioritySet::EMPTY.with(3),
+            quanta: 65535,
+            strict: PrioritySet::EMPTY.with(6).with(7),
+            weights: [1; 8],
+            mtu_frame: 1514,
+            ecn: false,
+            kmin: 15_140,
+            kmax: 60_560,
+            pmax: 0.2,
+            vl_buffer: 24_224,
+            fc_floor: 500_000,
+            pfcwd: None,
+        }
+    }
+
+    /// Two hosts on one switch: wires 0 and 1 from the hosts, 2 and 3 from the switch's ports.
+    fn star() -> Fabric {
+        let mac = |n: u8| [2, 0, 0, 0, n, 0];
+        let spec = FabricSpec {
+            wires: vec![
+                (RATE, 1000, Endpoint::Switch { switch: 0, port: 0 }),
+                (RATE, 1000, Endpoint::Switch { switch: 0, port: 1 }),
+                (RATE, 1000, Endpoint::Host(0)),
+                (RATE, 1000, Endpoint::Host(1)),
+            ],
+            switches: vec![SwitchSpec {
+                ports: vec![(mac(10), mac(1), RATE, 2), (mac(11), mac(2), RATE, 3)],
+                routes: vec![([10, 0, 0, 1], vec![0]), ([10, 0, 0, 2], vec![1])],
+                mmu: config(),
+                seed: 1001,
+            }],
+            hosts: vec![
+                HostSpec {
+                    mac: mac(1),
+                    gateway_mac: mac(10),
+                    ip: [10, 0, 0, 1],
+                    rate_bps: RATE,
+                    wire: 0,
+                },
+                HostSpec {
+                    mac: mac(2),
+                    gateway_mac: mac(11),
+                    ip: [10, 0, 0, 2],
+                    rate_bps: RATE,
+                    wire: 1,
+                },
+            ],
+        };
+        Fabric::new(spec).unwrap()
+    }
+
+    /// Rank 1 WRITEs `length` bytes into rank 0's staging region.
+    fn one_write(length: u64) -> Vec<RankPlan> {
+        let receiver = RankPlan {
+            data_bytes: length,
+            staging_bytes: length,
+            steps: vec![StepPlan {
+                receives: vec![1],
+                ..StepPlan::default()
+            }],
+            reduce_group: vec![],
+        };
+        let sender = RankPlan {
+            data_bytes: length,
+            staging_bytes: 0,
+            steps: vec![StepPlan {
+                sends: vec![SendPlan {
+                    dst: 0,
+                    offset: 0,
+                    length,
+                    staging: true,
+                    dst_offset: 0,
+                }],
+                ..StepPlan::default()
+            }],
+            reduce_group: vec![],
+        };
+        vec![receiver, sender]
+    }
+
+    #[test]
+    fn a_write_crosses_the_switch_in_serialization_plus_delay() {
+        let mut fabric = star();
+        let records = fabric.run_collective(one_write(1024), 2, 0, 1024).unwrap();
+        assert_eq!(records.len(), 2);
+        let [(src, step, stamp)] = records[0].reports[0].arrivals[..] else {
+            panic!("one arrival expected");
+        };
+        assert_eq!((src, step), (1, 0));
+        // One WRITE only with immediate of 1024 B (Ethernet 14, IPv4 20, UDP 8, BTH 12, RETH 16, ImmDt 4, ICRC 4:
+        // 1102 B) on two wires of 1 us.
+        let frame_ns = crate::sim::wire::serialization_ns(1102, RATE);
+        assert_eq!(stamp - records[0].start, 2 * (frame_ns + 1000));
+        assert_eq!(fabric.totals().drops, 0);
+        assert!(records[1].start > records[0].start);
+        assert_eq!(records[0].reports[1].sends.len(), 1);
+    }
+
+    #[test]
+    fn plans_for_other_hosts_are_refused() {
+        let mut fabric = star();
+        assert!(fabric
+            .run_collective(vec![RankPlan::default()], 1, 0, 1024)
+            .is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn any_frame_from_the_wire_is_counted_never_a_panic(
+            frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..120), 1..20),
+            prefix in prop_oneof![Just(vec![0x08u8, 0x00, 0x45]), Just(vec![0x88, 0x08, 0x01, 0x01]), Just(vec![])],
+        ) {
+            let mut fabric = star();
+            for (i, mut frame) in frames.into_iter().enumerate() {
+                if frame.len() >= 12 + prefix.len() {
+                    frame[12..12 + prefix.len()].copy_from_slice(&prefix);
+                }
+                let wire = (i % 4) as u32;
+                fabric.deliver(wire, frame);
+            }
+            let mut run = fabric.engine.start_run(None, Some(10_000));
+            while let Some(event) = fabric.engine.next_event(&mut run) {
+                fabric.dispatch(event);
+            }
+            fabric.engine.end_run(run);
+        }
+    }
 }

@@ -130,7 +130,7 @@ impl SimRank {
 
     /// The QP number that talks to `peer` (one QP per peer).
     pub fn qpn(peer: u32) -> u32 {
-        peer + 1
+        peer.saturating_add(1)
     }
 
     /// Back to the start of an iteration.
