@@ -3,8 +3,9 @@
 //! `cargo run --release --example hold -- [EVENTS] [PENDING...]` (defaults: 10000000 events; 1000, 100000 and
 //! 1000000 pending). `PENDING` events are outstanding at all times: each, when it runs, schedules one more at a
 //! pseudo-random delay of 1 ns to 2^20 ns, the linear congruential sequence `bench/bench_sim_engine.py` uses
-//! for the Python engine, until `EVENTS` have run. Prints events/s and ns per event for each queue size.
-//! `bench/bench_engine.py` runs it next to the Python engine.
+//! for the Python engine, until `EVENTS` have run. Prints events/s and ns per event for each queue size, by the
+//! wall clock and by the time the process was on a CPU (`/proc/self/schedstat`), which a loaded machine
+//! disturbs less. `bench/bench_engine.py` runs it next to the Python engine.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -28,18 +29,40 @@ impl Delays {
 #[derive(Clone, Copy)]
 struct Hold;
 
-/// Runs `events` events with `pending` outstanding; (seconds, events run, entries left).
-fn hold(events: u64, pending: u64) -> (f64, u64, usize) {
+/// Seconds this process has run on a CPU, if Linux says (`/proc/self/schedstat`: ns on CPU first).
+fn on_cpu() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/self/schedstat").ok()?;
+    let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(ns as f64 / 1e9)
+}
+
+/// What one queue size measured.
+struct Measured {
+    wall: f64,
+    cpu: Option<f64>,
+    ran: u64,
+    entries: usize,
+}
+
+/// Runs `events` events with `pending` outstanding.
+fn hold(events: u64, pending: u64) -> Measured {
     let mut delays = Delays(12_345);
     let mut engine = Engine::new();
     for _ in 0..pending {
         engine.after(delays.next(), Hold);
     }
-    let began = Instant::now();
+    let (began, cpu_began) = (Instant::now(), on_cpu());
     let ran = engine.run(None, Some(events), |engine, Hold| {
         engine.after(delays.next(), Hold);
     });
-    (began.elapsed().as_secs_f64(), ran, engine.entries())
+    let wall = began.elapsed().as_secs_f64();
+    let cpu = on_cpu().zip(cpu_began).map(|(end, start)| end - start);
+    Measured {
+        wall,
+        cpu,
+        ran,
+        entries: engine.entries(),
+    }
 }
 
 fn parse(arg: &str) -> Option<u64> {
@@ -61,12 +84,24 @@ fn main() -> ExitCode {
         _ => vec![1_000, 100_000, 1_000_000],
     };
     for pending in sizes {
-        let (seconds, ran, entries) = hold(events, pending);
+        let Measured {
+            wall,
+            cpu,
+            ran,
+            entries,
+        } = hold(events, pending);
+        let on_cpu = cpu.map_or(String::new(), |cpu| {
+            format!(
+                "; on CPU {cpu:.3} s: {:.2} M events/s ({:.1} ns per event)",
+                ran as f64 / cpu / 1e6,
+                cpu / ran as f64 * 1e9
+            )
+        });
         println!(
-            "fabric-core engine (native): {ran} events in {seconds:.3} s: {:.2} M events/s ({:.1} ns per event), \
-             {pending} pending ({entries} entries at the end)",
-            ran as f64 / seconds / 1e6,
-            seconds / ran as f64 * 1e9,
+            "fabric-core engine (native), {pending} pending: {ran} events in {wall:.3} s: {:.2} M events/s \
+             ({:.1} ns per event){on_cpu}; {entries} entries at the end",
+            ran as f64 / wall / 1e6,
+            wall / ran as f64 * 1e9,
         );
     }
     ExitCode::SUCCESS

@@ -5,7 +5,7 @@
 //! keeps (one-shot calls with their arguments, freed when they run or are cancelled; timers' callbacks).
 //! The engine is borrowed only between callbacks, never across one, so a callback schedules, cancels and
 //! stops as it likes.
-use fabric_core::sim::engine::{Engine, EventId, TimerId};
+use fabric_core::sim::engine::{Engine, EventId, Run, TimerId};
 use pyo3::exceptions::{PyOverflowError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -22,6 +22,8 @@ enum Call {
 #[pyclass(frozen, module = "emulator._core.engine")]
 pub struct Handle {
     id: EventId,
+    /// Its call's index in `Simulator::calls`, freed when the call is cancelled.
+    call: u32,
 }
 
 /// Simulated time and the events to come (`emulator.sim.engine.Simulator`).
@@ -73,6 +75,7 @@ impl Simulator {
         };
         Ok(Handle {
             id: self.engine.after(delay, Call::Once(index)),
+            call: index,
         })
     }
 
@@ -83,13 +86,8 @@ impl Simulator {
         call
     }
 
-    /// The next callback of a run and its arguments (`None` for a timer's: it takes none), or `None` at the
-    /// end of the run.
-    fn next_callback(
-        &mut self,
-        py: Python<'_>,
-        run: &mut fabric_core::sim::engine::Run,
-    ) -> Option<Due> {
+    /// The run's next callback due, taken out of the simulator, or `None` at the end of the run.
+    fn next_callback(&mut self, py: Python<'_>, run: &mut Run) -> Option<Due> {
         loop {
             match self.engine.next_event(run)? {
                 Call::Once(index) => {
@@ -173,8 +171,10 @@ impl Simulator {
     /// Keep a scheduled event from running (nothing if it ran already, or for None).
     #[pyo3(signature = (handle))]
     fn cancel(&mut self, handle: Option<&Handle>) {
-        if let Some(Call::Once(index)) = handle.and_then(|handle| self.engine.cancel(handle.id)) {
-            self.take_call(index);
+        if let Some(handle) = handle {
+            if self.engine.cancel(handle.id) {
+                self.take_call(handle.call);
+            }
         }
     }
 
@@ -239,6 +239,7 @@ impl Timer {
     }
 }
 
+/// Fills `emulator._core.engine`: `Simulator`, `Timer`, `Handle`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Simulator>()?;
     m.add_class::<Timer>()?;

@@ -321,6 +321,7 @@ fn crc16(data: &Bound<'_, PyAny>, crc: u16) -> PyResult<u16> {
     with_bytes(data, |data| core::crc16(crc, data))
 }
 
+/// Fills `emulator._core.ib` with the Python module's public names.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("ETHERTYPE_IB", core::ETHERTYPE_IB)?;

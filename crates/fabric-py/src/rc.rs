@@ -160,6 +160,26 @@ impl SendWr {
 }
 
 impl SendWr {
+    /// The work request of a compiled `SendWR`, or of any object with its fields (the Python model's
+    /// dataclass, while callers move over).
+    fn of(wr: &Bound<'_, PyAny>) -> PyResult<core::SendWr> {
+        if let Ok(compiled) = wr.cast::<SendWr>() {
+            return Ok(compiled.borrow().to_core());
+        }
+        let field = |name: &str| wr.getattr(name);
+        Ok(core::SendWr {
+            wr_id: field("wr_id")?.extract()?,
+            opcode: wr_opcode(field("opcode")?.extract()?)?,
+            addr: field("addr")?.extract()?,
+            length: field("length")?.extract()?,
+            lkey: field("lkey")?.extract()?,
+            remote_addr: field("remote_addr")?.extract()?,
+            rkey: field("rkey")?.extract()?,
+            imm: field("imm")?.extract()?,
+            signaled: field("signaled")?.extract()?,
+        })
+    }
+
     fn to_core(&self) -> core::SendWr {
         core::SendWr {
             wr_id: self.wr_id,
@@ -187,6 +207,28 @@ pub struct RecvWr {
     length: u64,
     #[pyo3(get, set)]
     lkey: u32,
+}
+
+impl RecvWr {
+    /// The receive of a compiled `RecvWR`, or of any object with its fields.
+    fn of(wr: &Bound<'_, PyAny>) -> PyResult<core::RecvWr> {
+        if let Ok(compiled) = wr.cast::<RecvWr>() {
+            let wr = compiled.borrow();
+            return Ok(core::RecvWr {
+                wr_id: wr.wr_id,
+                addr: wr.addr,
+                length: wr.length,
+                lkey: wr.lkey,
+            });
+        }
+        let field = |name: &str| wr.getattr(name);
+        Ok(core::RecvWr {
+            wr_id: field("wr_id")?.extract()?,
+            addr: field("addr")?.extract()?,
+            length: field("length")?.extract()?,
+            lkey: field("lkey")?.extract()?,
+        })
+    }
 }
 
 #[pymethods]
@@ -809,20 +851,19 @@ impl RcQueuePair {
             .map_err(|err| PyValueError::new_err(err.to_string()))
     }
 
-    fn post_send(&mut self, py: Python<'_>, wr: PyRef<'_, SendWr>) -> PyResult<()> {
+    /// Queues a send WR (a compiled `SendWR` or the Python model's); ValueError before `connect`.
+    fn post_send(&mut self, py: Python<'_>, wr: &Bound<'_, PyAny>) -> PyResult<()> {
+        let wr = SendWr::of(wr)?;
         let mut memory = PyMemory::new(self.memory.bind(py));
-        let posted = self.qp.post_send(&mut memory, wr.to_core());
+        let posted = self.qp.post_send(&mut memory, wr);
         memory.finish()?;
         posted.map_err(|err| PyValueError::new_err(err.to_string()))
     }
 
-    fn post_recv(&mut self, wr: PyRef<'_, RecvWr>) {
-        self.qp.post_recv(core::RecvWr {
-            wr_id: wr.wr_id,
-            addr: wr.addr,
-            length: wr.length,
-            lkey: wr.lkey,
-        });
+    /// Queues a receive (a compiled `RecvWR` or the Python model's).
+    fn post_recv(&mut self, wr: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.qp.post_recv(RecvWr::of(wr)?);
+        Ok(())
     }
 
     /// Up to `max_entries` completions (all if None), oldest first; a negative count leaves that many out,

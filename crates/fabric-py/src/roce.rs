@@ -312,6 +312,7 @@ fn decode(py: Python<'_>, frame: &Bound<'_, PyAny>) -> PyResult<Option<Decoded>>
     })?
 }
 
+/// Fills `emulator._core.roce` with the Python module's public names.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("ROCE_PORT", core::ROCE_PORT)?;

@@ -214,7 +214,9 @@ impl<F> Link<F> {
         }
     }
 
-    /// Numbers the next frame of a direction and says whether injected loss takes it (counted if so).
+    /// Whether injected loss takes frame `seq` of a direction, counted under `priority` if so (a priority
+    /// beyond [`PRIORITIES`] is no counter: the frame is lost uncounted rather than the model panicking; the
+    /// bindings refuse such a priority first, with Python's `IndexError`).
     fn draw(&mut self, seq: u64, priority: usize) -> bool {
         if self.lossy && self.lost(seq) {
             if let Some(count) = self.injected_drops.get_mut(priority) {

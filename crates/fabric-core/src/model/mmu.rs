@@ -110,7 +110,11 @@ pub struct NoSuchQueue {
 
 impl fmt::Display for NoSuchQueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "no queue (port {}, priority {})", self.port, self.priority)
+        write!(
+            f,
+            "no queue (port {}, priority {})",
+            self.port, self.priority
+        )
     }
 }
 
@@ -226,7 +230,11 @@ pub struct Mmu<F> {
 
 impl<F: MmuFrame> Mmu<F> {
     /// An empty MMU over ports of `port_rates`, its ECN draws from CPython's `random.Random(seed)`.
-    pub fn new(config: MmuConfig, port_rates: Vec<u64>, random: CpythonRandom) -> Result<Self, MmuError> {
+    pub fn new(
+        config: MmuConfig,
+        port_rates: Vec<u64>,
+        random: CpythonRandom,
+    ) -> Result<Self, MmuError> {
         let ports = port_rates.len();
         let pool = config.shared_pool(ports);
         if pool <= 0 {
@@ -262,7 +270,10 @@ impl<F: MmuFrame> Mmu<F> {
             shared_used: 0,
             ingress: vec![Ingress::default(); ports],
             queues: (0..ports).map(|_| empty_queues()).collect(),
-            pause: port_rates.iter().map(|&rate| PauseState::new(rate)).collect(),
+            pause: port_rates
+                .iter()
+                .map(|&rate| PauseState::new(rate))
+                .collect(),
             counters: vec![[Counters::default(); PRIORITIES]; ports],
             backlog: vec![0; ports],
             drr,
@@ -343,7 +354,9 @@ impl<F: MmuFrame> Mmu<F> {
     }
 
     fn queue(&self, port: usize, priority: usize) -> Option<&EgressQueue<F>> {
-        self.queues.get(port).and_then(|queues| queues.get(priority))
+        self.queues
+            .get(port)
+            .and_then(|queues| queues.get(priority))
     }
 
     fn check(&self, port: usize, priority: usize) -> Result<(), NoSuchQueue> {
@@ -399,13 +412,16 @@ impl<F: MmuFrame> Mmu<F> {
         let shared_after = (used.saturating_add(size) - ing.headroom[priority] - reserve).max(0);
         let mut grow = shared_after - before;
         let fits = grow == 0
-            || (shared_after <= self.threshold() && self.shared_used.saturating_add(grow) <= self.pool);
+            || (shared_after <= self.threshold()
+                && self.shared_used.saturating_add(grow) <= self.pool);
         if self.config.lossless.contains(priority) {
             if fits {
                 if grow != 0 && shared_after >= self.threshold() {
                     self.xoff(now, ingress, priority);
                 }
-            } else if self.ingress[ingress].headroom[priority].saturating_add(size) <= self.config.headroom {
+            } else if self.ingress[ingress].headroom[priority].saturating_add(size)
+                <= self.config.headroom
+            {
                 self.ingress[ingress].headroom[priority] += size;
                 grow = 0;
                 self.xoff(now, ingress, priority);
@@ -482,7 +498,9 @@ impl<F: MmuFrame> Mmu<F> {
 
     fn maybe_xon(&mut self, port: usize, priority: usize) {
         let xon_point = (self.threshold() - self.config.xon_delta).max(0);
-        if self.ingress[port].headroom[priority] != 0 || self.shared_part(port, priority) > xon_point {
+        if self.ingress[port].headroom[priority] != 0
+            || self.shared_part(port, priority) > xon_point
+        {
             return;
         }
         let ing = &mut self.ingress[port];
@@ -512,31 +530,45 @@ impl<F: MmuFrame> Mmu<F> {
         if self.backlog.get(egress).copied().unwrap_or(0) == 0 {
             return None;
         }
+        let priority = self.strict_turn(egress).or_else(|| self.drr_turn(egress))?;
+        self.queues[egress][priority]
+            .frames
+            .front()
+            .map(|(frame, _)| (priority, frame))
+    }
+
+    /// The highest strict priority of `egress` with frames and no pause.
+    fn strict_turn(&self, egress: usize) -> Option<usize> {
+        let queues = &self.queues[egress];
+        let paused = &self.pause[egress];
+        self.strict
+            .iter()
+            .copied()
+            .find(|&p| !queues[p].frames.is_empty() && !paused.is_paused(p))
+    }
+
+    /// The DWRR priority whose turn it is on `egress`, its deficit topped up for its head frame; the turn
+    /// moves past queues that are empty (their credit lost) or paused.
+    fn drr_turn(&mut self, egress: usize) -> Option<usize> {
         let paused = &self.pause[egress];
         let queues = &mut self.queues[egress];
-        if let Some(&priority) = self
-            .strict
-            .iter()
-            .find(|&&p| !queues[p].frames.is_empty() && !paused.is_paused(p))
-        {
-            return queues[priority].frames.front().map(|(frame, _)| (priority, frame));
-        }
         let order = &self.drr;
         let mut at = self.drr_at[egress];
+        let mut chosen = None;
         for _ in 0..order.len() {
             let priority = order[at];
             let queue = &mut queues[priority];
-            match queue.frames.front() {
-                Some((frame, _)) if !paused.is_paused(priority) => {
-                    let size = i64::try_from(frame.size()).unwrap_or(i64::MAX);
+            match queue.frames.front().map(|(frame, _)| frame.size()) {
+                Some(size) if !paused.is_paused(priority) => {
+                    let size = i64::try_from(size).unwrap_or(i64::MAX);
                     if queue.deficit < size {
                         // Its turn: one quantum (more for an oversized frame).
                         let quantum = self.quantum[priority];
                         let turns = (size - queue.deficit + quantum - 1) / quantum;
                         queue.deficit = queue.deficit.saturating_add(quantum.saturating_mul(turns));
                     }
-                    self.drr_at[egress] = at;
-                    return queue.frames.front().map(|(frame, _)| (priority, frame));
+                    chosen = Some(priority);
+                    break;
                 }
                 Some(_) => {}
                 None => queue.deficit = 0,
@@ -544,7 +576,7 @@ impl<F: MmuFrame> Mmu<F> {
             at = (at + 1) % order.len();
         }
         self.drr_at[egress] = at;
-        None
+        chosen
     }
 
     /// The head frame of (`egress`, `priority`) went to the wire: it leaves the buffer and is returned;
@@ -853,7 +885,8 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            (0usize..4, 0usize..4, 0usize..8, 0usize..2000).prop_map(|(i, e, p, s)| Op::Enqueue(i, e, p, s)),
+            (0usize..4, 0usize..4, 0usize..8, 0usize..2000)
+                .prop_map(|(i, e, p, s)| Op::Enqueue(i, e, p, s)),
             (0usize..4).prop_map(Op::Send),
             (0usize..4, 0usize..8, any::<u16>()).prop_map(|(port, p, q)| Op::Pfc(port, p, q)),
             Just(Op::Timer),
@@ -874,6 +907,7 @@ mod tests {
             cfg.kmin = 1000;
             cfg.kmax = 8000;
             cfg.lossless = PrioritySet::EMPTY.with(3).with(4);
+            cfg.buffer += 4 * 5000;
             cfg.pfcwd = watchdog.then(|| WatchdogConfig::new(50_000, 100_000, Action::Drop).unwrap());
             let mut m: Mmu<Vec<u8>> = Mmu::new(cfg, vec![GBIT, 10 * GBIT, GBIT, 100_000_000],
                                                CpythonRandom::from_u64(seed)).unwrap();

@@ -1,6 +1,8 @@
 //! What the RNIC offers and what its packets cost on a link (the Python twin: emulator/model/rdma_params.py).
 //!
 //! The header lengths are the wire layer's; the RC model takes its MTUs and its largest region from here.
+use crate::wire::ib::{LRH_LEN, VCRC_LEN};
+use crate::wire::roce::{BTH_LEN, ICRC_LEN, IP_LEN, UDP_LEN};
 
 /// The IB path MTUs.
 pub const PATHS_MTU: [u32; 5] = [256, 512, 1024, 2048, 4096];
@@ -9,12 +11,6 @@ pub const MAX_MR_BYTES: u64 = 1 << 30;
 /// The largest a path-MTU packet's extension headers get: RDMA WRITE with immediate.
 pub const RETH_LEN: usize = 16;
 pub const IMMDT_LEN: usize = 4;
-pub const IP_LEN: usize = 20;
-pub const UDP_LEN: usize = 8;
-pub const BTH_LEN: usize = 12;
-pub const ICRC_LEN: usize = 4;
-pub const LRH_LEN: usize = 8;
-pub const VCRC_LEN: usize = 2;
 /// What a path-MTU payload needs on top in a link's MTU: IPv4 + UDP + BTH + RETH + ImmDt + ICRC.
 pub const ROCE_OVERHEAD: usize = IP_LEN + UDP_LEN + BTH_LEN + RETH_LEN + IMMDT_LEN + ICRC_LEN;
 /// The most an IB packet carries on top of a path-MTU payload: LRH, BTH, RETH, ImmDt, ICRC, VCRC.

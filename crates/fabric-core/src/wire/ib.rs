@@ -57,9 +57,13 @@ pub const MANAGEMENT_VL: u8 = 15;
 
 /// After the Ethernet header and the delimiter.
 pub const LRH_AT: usize = ETH_LEN + 1;
+/// The local route header.
 pub const LRH_LEN: usize = 8;
+/// The variant CRC, the packet's last bytes.
 pub const VCRC_LEN: usize = 2;
+/// A flow-control packet: Op|FCTBS, VL|FCCL, LPCRC.
 pub const FC_LEN: usize = 6;
+/// Where a data packet's BTH starts in a frame.
 pub const BTH_AT: usize = LRH_AT + LRH_LEN;
 /// The Ethernet minimum (without FCS) that short frames are padded to.
 pub const MIN_FRAME: usize = 60;
@@ -131,7 +135,9 @@ pub fn crc16(crc: u16, data: &[u8]) -> u16 {
 /// The addressing fields of an LRH: destination and source LID, service level, virtual lane.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Lrh {
+    /// Destination LID: what switches forward on.
     pub dlid: u16,
+    /// Source LID: the sender.
     pub slid: u16,
     /// 4 bits.
     pub sl: u8,
@@ -143,9 +149,13 @@ pub struct Lrh {
 /// integer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LrhError {
+    /// The DLID asked for (16 bits fit).
     pub dlid: i64,
+    /// The SLID asked for (16 bits fit).
     pub slid: i64,
+    /// The SL asked for (4 bits fit).
     pub sl: i64,
+    /// The VL asked for (4 bits fit).
     pub vl: i64,
 }
 
@@ -162,10 +172,13 @@ impl fmt::Display for LrhError {
 /// Why a data packet cannot be framed; the messages are the Python twin's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IbEncodeError {
+    /// An LRH field does not fit its bits.
     Lrh(LrhError),
+    /// The transport headers cannot be made (as in RoCEv2).
     Transport(EncodeError),
     /// LRH through ICRC would take more than [`MAX_WORDS`] words.
     TooLong {
+        /// LRH through ICRC, rounded down to words, as the Python twin reports it.
         bytes: usize,
     },
 }
@@ -340,9 +353,13 @@ pub struct IbDecoded {
     pub packet: Packet,
     /// Where the payload (without its pad) sits in the frame.
     pub payload: Range<usize>,
+    /// The LRH's addressing: LIDs, SL, VL.
     pub lrh: Lrh,
+    /// Who put it on this link.
     pub src_mac: Mac,
+    /// Whether the end-to-end CRC held (a switch that changed a covered field breaks it).
     pub icrc_ok: bool,
+    /// Whether the link CRC held.
     pub vcrc_ok: bool,
 }
 
@@ -376,6 +393,7 @@ pub fn decode_data(frame: &[u8]) -> Option<IbDecoded> {
 /// [`set_vl`] refused: not a local-routed IB data frame, or a VL that is not 4 bits (as the caller gave it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SetVlError {
+    /// The VL asked for.
     pub vl: i64,
 }
 
@@ -406,8 +424,16 @@ pub fn set_vl(frame: &mut [u8], vl: u8) -> Result<(), SetVlError> {
 /// Flow-control packet fields that do not fit their bits, as the caller gave them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FcError {
+    /// Neither [`OP_NORMAL`] nor [`OP_INIT`].
     Op(i64),
-    Counts { fctbs: i64, fccl: i64 },
+    /// FCTBS or FCCL past 12 bits.
+    Counts {
+        /// The FCTBS asked for.
+        fctbs: i64,
+        /// The FCCL asked for.
+        fccl: i64,
+    },
+    /// A VL past 4 bits.
     Vl(i64),
 }
 
@@ -471,6 +497,7 @@ impl FcPacket {
         self.fctbs
     }
 
+    /// The VL whose credits this packet reports.
     pub fn vl(&self) -> u8 {
         self.vl
     }
@@ -491,8 +518,11 @@ impl FcPacket {
 /// A received [`FcPacket`], whether its LPCRC held and who sent it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FcDecoded {
+    /// The packet's fields.
     pub packet: FcPacket,
+    /// Whether its link packet CRC held.
     pub lpcrc_ok: bool,
+    /// Who sent it: the link's other end.
     pub src_mac: Mac,
 }
 

@@ -27,6 +27,7 @@ pub const DATA_DSCP: u8 = 26;
 pub const CNP_DSCP: u8 = 48;
 /// The EtherType of IPv4, as it sits in a frame.
 pub const ETH_IPV4: [u8; 2] = [0x08, 0x00];
+/// The IPv4 protocol number of UDP, which carries RoCEv2.
 pub const IPPROTO_UDP: u8 = 17;
 /// ECN codepoint ECT(0): what senders put in the TOS so that switches may mark CE.
 pub const ECT0: u8 = 0b10;
@@ -39,9 +40,13 @@ pub const BECN: u8 = 0x40;
 /// Reserved zero bytes after a CNP's BTH.
 pub const CNP_BODY_LEN: usize = 16;
 
+/// An IPv4 header without options, as we send it (a received one may be longer: its IHL says).
 pub const IP_LEN: usize = 20;
+/// The UDP header.
 pub const UDP_LEN: usize = 8;
+/// The base transport header, the same in RoCEv2 and native IB.
 pub const BTH_LEN: usize = 12;
+/// The invariant CRC at the end of the packet.
 pub const ICRC_LEN: usize = 4;
 /// Where the IP header starts in a frame.
 pub const IP_AT: usize = ETH_LEN;
@@ -63,13 +68,31 @@ const MAX_IP_LEN: usize = 60;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EncodeError {
     /// Not an opcode we speak, or payload on an opcode that carries none.
-    Opcode { opcode: u8, payload_len: usize },
+    Opcode {
+        /// The opcode asked for.
+        opcode: u8,
+        /// The payload's length.
+        payload_len: usize,
+    },
     /// DestQP or PSN does not fit its 24 bits.
-    QpOrPsn { dest_qp: u32, psn: u32 },
+    QpOrPsn {
+        /// The destination QP asked for.
+        dest_qp: u32,
+        /// The PSN asked for.
+        psn: u32,
+    },
     /// The AETH's MSN does not fit its 24 bits.
-    Aeth { syndrome: u8, msn: u32 },
+    Aeth {
+        /// The AETH syndrome asked for.
+        syndrome: u8,
+        /// The MSN asked for.
+        msn: u32,
+    },
     /// The IP datagram would exceed 65535 bytes (its total length is 16 bits).
-    TooLong { total_len: usize },
+    TooLong {
+        /// The IP total length the packet would need.
+        total_len: usize,
+    },
 }
 
 impl fmt::Display for EncodeError {
@@ -105,8 +128,11 @@ impl std::error::Error for EncodeError {}
 /// Framer parameters out of range, as the caller gave them (wide, so that a binding can report any integer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FramerError {
+    /// The DSCP asked for (0 to 63 fit).
     pub dscp: i64,
+    /// The TTL asked for (1 to 255 fit).
     pub ttl: i64,
+    /// The UDP source port asked for (0 to 65535 fit).
     pub port: i64,
 }
 
@@ -535,9 +561,13 @@ pub struct Decoded {
     pub packet: Packet,
     /// Where the payload (without its pad) sits in the frame.
     pub payload: Range<usize>,
+    /// Who sent it: where an answer goes.
     pub src_mac: Mac,
+    /// The sender's IPv4 address.
     pub src_ip: [u8; 4],
+    /// Our IPv4 address, as the sender named it.
     pub dst_ip: [u8; 4],
+    /// The sender's UDP port (its flow's entropy).
     pub src_port: u16,
     /// False when the ICRC does not match: the packet is still returned so that the caller can count it.
     pub icrc_ok: bool,
