@@ -31,22 +31,25 @@ CASES = [
 def _both(topo: str, fabric: str, collective: str, size: int, switch: dict[str, str]):
     plan = make_plan(build_topo(topo), "sim", {"bw": "10gbit", "delay": "1us", "mtu": "1500"})
     python = build_sim_fabric(plan, fabric, switch)
-    python_run = run_sim_collective(python.sim, python.hosts, collective, size, 2, 1, None, 1024)
+    baseline: dict[str, int] = {}
+    python_run = run_sim_collective(python.sim, python.hosts, collective, size, 2, 1, None, 1024,
+                                    measured_from=lambda: baseline.update(totals(python)))
     rust = build_rust_fabric(plan, fabric, switch)
     rust_run = run_rust_collective(rust, [node.name for node in plan.hosts()], collective, size, 2, 1, None, 1024)
-    return (python_run, totals(python), python.sim.events, python.sim.now), \
-        (rust_run, rust.totals(), rust.events, rust.now)
+    return (python_run, totals(python), baseline, python.sim.events, python.sim.now), \
+        (rust_run, rust.totals(), rust.baseline(), rust.events, rust.now)
 
 
 @pytest.mark.parametrize("topo,fabric,collective,size,switch,expect", CASES,
                          ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
 def test_same_run_on_both_backends(topo, fabric, collective, size, switch, expect) -> None:
     python, rust = _both(topo, fabric, collective, size, switch)
-    (python_run, python_totals, python_events, python_now) = python
-    (rust_run, rust_totals, rust_events, rust_now) = rust
+    (python_run, python_totals, python_baseline, python_events, python_now) = python
+    (rust_run, rust_totals, rust_baseline, rust_events, rust_now) = rust
     assert [r.cct_us for r in rust_run.iterations] == [r.cct_us for r in python_run.iterations]
     assert rust_run == python_run  # every iteration's metrics and flows, warm-up included
     assert rust_totals == python_totals
+    assert rust_baseline == python_baseline  # the counters when the measured iterations began
     assert (rust_events, rust_now) == (python_events, python_now)
     assert all(r.verified for r in rust_run.iterations)
     if expect == "pfc":
