@@ -6,8 +6,6 @@
 //! of the same step, so the engine's order (time, then scheduling sequence) is the Python engine's and a run
 //! gives the same CCTs, counters and events. Python builds the plan, hands it over as a [`FabricSpec`] and the
 //! collective's plans, and reads the [`IterationRecord`]s back.
-use std::collections::HashMap;
-
 use crate::model::link::CpythonRandom;
 use crate::model::mmu::{Mmu, MmuConfig};
 use crate::model::rc::{Completion, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode};
@@ -135,7 +133,7 @@ impl Fabric {
                     wire,
                 })
                 .collect();
-            let routes: HashMap<[u8; 4], Vec<u32>> = sw.routes.into_iter().collect();
+            let routes = sw.routes;
             switches.push(SimSwitch::new(
                 index as u32,
                 &mut engine,
@@ -298,7 +296,9 @@ impl Fabric {
                 let Some(h) = self.hosts.get_mut(host as usize) else {
                     return;
                 };
-                if let Some(qpn) = h.receive(host, &mut self.engine, &mut self.wires, &frame) {
+                let qpn = h.receive(host, &mut self.engine, &mut self.wires, &frame);
+                h.recycle(frame);
+                if let Some(qpn) = qpn {
                     self.after_qp(host, qpn);
                 }
             }

@@ -142,7 +142,12 @@ pub struct SimHost {
     in_ready: Vec<bool>,
     /// The packet buffer reused for every packet pulled or received.
     scratch: Packet,
+    /// Frame buffers that arrived here, reused for the frames it sends (no allocation per frame).
+    spare: Vec<Vec<u8>>,
 }
+
+/// Frame buffers a host keeps for reuse (a NIC queue's worth and then some).
+const SPARE_FRAMES: usize = 64;
 
 impl SimHost {
     /// The host's RNIC sending on wire `wire` of `rate_bps`.
@@ -165,6 +170,7 @@ impl SimHost {
             ready: VecDeque::new(),
             in_ready: Vec::new(),
             scratch: Packet::default(),
+            spare: Vec::new(),
         }
     }
 
@@ -307,6 +313,13 @@ impl SimHost {
         Some(qpn)
     }
 
+    /// A frame this host is done with: its buffer kept for a frame to send.
+    pub fn recycle(&mut self, frame: Vec<u8>) {
+        if self.spare.len() < SPARE_FRAMES {
+            self.spare.push(frame);
+        }
+    }
+
     /// The QP's timer fired; the caller collects its completions, then calls [`SimHost::resume`].
     pub fn on_timer(&mut self, engine: &Engine<Event>, qpn: u32) {
         if let Some(qp) = self.qp_mut(qpn) {
@@ -339,7 +352,8 @@ impl SimHost {
             {
                 continue;
             }
-            let mut frame = Vec::with_capacity(self.scratch.payload.len() + 80);
+            let mut frame = self.spare.pop().unwrap_or_default();
+            frame.clear();
             let framed = entry.framer.encode(&self.scratch, &mut frame);
             self.mark_ready(qpn); // to the back of the turn
             self.arm(engine, qpn); // its first packet in flight starts the retransmission timer

@@ -5,10 +5,10 @@
 //! tc class), then what the MMU chooses. Frames that are neither IPv4 nor PFC are dropped and counted, as the
 //! agent does. Every step schedules its events in the order the Python switch does, so a run is the Python
 //! run event for event.
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::model::forwarding::{ecmp_index, ipv4_ok, priority, route_in_place, ETH_IPV4};
-use crate::model::mmu::Mmu;
+use crate::model::mmu::{Mmu, PfcRequest};
 use crate::sim::engine::{Engine, EventId, TimerId};
 use crate::sim::fabric::Event;
 use crate::sim::wire::Wire;
@@ -43,12 +43,15 @@ impl Dropped {
 #[derive(Debug)]
 pub struct SimSwitch {
     pub ports: Vec<SwitchPort>,
-    /// IPv4 destination -> the egress ports that lead there (ECMP among several).
-    pub routes: HashMap<[u8; 4], Vec<u32>>,
+    /// IPv4 destination (big-endian u32), sorted -> the egress ports that lead there (ECMP among several). A
+    /// binary search over a few hundred addresses is cheaper per frame than hashing the key.
+    routes: Vec<(u32, Vec<u32>)>,
     pub seed: u32,
     pub mmu: Mmu<Vec<u8>>,
     pub dropped: Dropped,
     pfc_out: Vec<VecDeque<[u8; MIN_FRAME]>>,
+    /// The MMU's PFC decisions being sent (kept to reuse its allocation).
+    decided: Vec<PfcRequest>,
     drain_at: Vec<Option<EventId>>,
     timer: TimerId,
 }
@@ -59,11 +62,17 @@ impl SimSwitch {
         index: u32,
         engine: &mut Engine<Event>,
         ports: Vec<SwitchPort>,
-        routes: HashMap<[u8; 4], Vec<u32>>,
+        routes: Vec<([u8; 4], Vec<u32>)>,
         mmu: Mmu<Vec<u8>>,
         seed: u32,
     ) -> SimSwitch {
         let count = ports.len();
+        let mut routes: Vec<(u32, Vec<u32>)> = routes
+            .into_iter()
+            .map(|(ip, out)| (u32::from_be_bytes(ip), out))
+            .collect();
+        routes.sort_by_key(|(ip, _)| *ip);
+        routes.dedup_by_key(|(ip, _)| *ip);
         SimSwitch {
             ports,
             routes,
@@ -71,9 +80,17 @@ impl SimSwitch {
             mmu,
             dropped: Dropped::default(),
             pfc_out: vec![VecDeque::new(); count],
+            decided: Vec::new(),
             drain_at: vec![None; count],
             timer: engine.timer(Event::SwitchTimer(index)),
         }
+    }
+
+    /// The egress ports towards `ip`, if it has a route.
+    fn route(&self, ip: [u8; 4]) -> Option<&Vec<u32>> {
+        let key = u32::from_be_bytes(ip);
+        let at = self.routes.binary_search_by_key(&key, |(ip, _)| *ip).ok()?;
+        self.routes.get(at).map(|(_, out)| out)
     }
 
     /// Once every port's wire is connected: what is due at once.
@@ -94,7 +111,7 @@ impl SimSwitch {
         let ethertype = frame.get(12..14);
         if ethertype == Some(&ETH_IPV4[..]) && frame.len() >= ETH_LEN && ipv4_ok(&frame) {
             let destination: Option<[u8; 4]> = frame.get(30..34).and_then(|ip| ip.try_into().ok());
-            match destination.and_then(|ip| self.routes.get(&ip)) {
+            match destination.and_then(|ip| self.route(ip)) {
                 None => self.dropped.no_route += 1,
                 Some(choices) => {
                     let out = if choices.len() == 1 {
@@ -141,11 +158,13 @@ impl SimSwitch {
     /// Sends the PFC frames the MMU decided on (sending may decide more: an XON), and keeps its timer armed.
     fn after(&mut self, index: u32, engine: &mut Engine<Event>, wires: &mut [Wire]) {
         loop {
-            let decided: Vec<_> = self.mmu.take_pfc().collect();
+            let mut decided = std::mem::take(&mut self.decided);
+            decided.extend(self.mmu.take_pfc());
             if decided.is_empty() {
+                self.decided = decided;
                 break;
             }
-            for request in decided {
+            for request in decided.drain(..) {
                 let Some(port) = self.ports.get(request.port) else {
                     continue;
                 };
@@ -157,6 +176,7 @@ impl SimSwitch {
                 self.pfc_out[request.port].push_back(frame);
                 self.drain(index, engine, wires, request.port);
             }
+            self.decided = decided;
         }
         let deadline = self.mmu.next_deadline();
         engine.set_timer(self.timer, deadline);
