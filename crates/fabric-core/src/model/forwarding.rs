@@ -3,7 +3,7 @@
 //! Frames come from the wire and are hostile until checked: the switch calls [`ipv4_ok`] before the other
 //! functions here see an IPv4 frame; each of them still checks the bytes it reads and answers `None` for a
 //! frame too short for them, so no input panics. A switch forwards IPv4 by destination host address to one of
-//! the equal-cost ports the plan computed, chosen by a CRC-32 of the 5-tuple seeded with the switch's own
+//! the equal-cost ports the plan computed, chosen by a CRC-32 (zlib's) of the 5-tuple seeded with the switch's own
 //! number (so a flow keeps its path and neighbouring switches do not polarise). It answers ARP for fabric
 //! addresses with its own port MAC (proxy ARP), as the hosts' gateway.
 use crate::wire::mac::{Mac, ETH_LEN};
@@ -51,14 +51,15 @@ pub fn ecmp_index(frame: &[u8], seed: u32, choices: usize) -> Option<usize> {
     if choices == 0 {
         return None;
     }
-    let mut crc = Crc32::new(seed);
+    // zlib's CRC-32 continued from `seed`, as the Python model's zlib.crc32(key, seed).
+    let mut crc = crc32fast::Hasher::new_with_initial(seed);
     crc.update(clipped(frame, 26, 8));
     crc.update(&[proto]);
     if proto == IPPROTO_TCP || proto == IPPROTO_UDP {
         let l4 = ETH_LEN + usize::from(frame[ETH_LEN] & 0x0F) * 4;
         crc.update(clipped(frame, l4, 4));
     }
-    Some((crc.value() as usize) % choices)
+    Some((crc.finalize() as usize) % choices)
 }
 
 /// Up to `len` bytes of `frame` from `start`, fewer where it ends.
@@ -145,48 +146,6 @@ pub fn mark_ce_in_place(frame: &mut [u8]) -> bool {
     true
 }
 
-/// CRC-32 (IEEE 802.3, reflected, zlib's) continued from a previous value, as `zlib.crc32(data, value)`.
-struct Crc32(u32);
-
-/// The byte-at-a-time table of the reflected polynomial 0xEDB88320.
-const CRC_TABLE: [u32; 256] = crc_table();
-
-const fn crc_table() -> [u32; 256] {
-    let mut table = [0u32; 256];
-    let mut n = 0;
-    while n < 256 {
-        let mut c = n as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 == 1 {
-                0xEDB8_8320 ^ (c >> 1)
-            } else {
-                c >> 1
-            };
-            k += 1;
-        }
-        table[n] = c;
-        n += 1;
-    }
-    table
-}
-
-impl Crc32 {
-    fn new(value: u32) -> Crc32 {
-        Crc32(!value)
-    }
-
-    fn update(&mut self, data: &[u8]) {
-        for &byte in data {
-            self.0 = CRC_TABLE[((self.0 ^ u32::from(byte)) & 0xFF) as usize] ^ (self.0 >> 8);
-        }
-    }
-
-    fn value(&self) -> u32 {
-        !self.0
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,14 +180,14 @@ mod tests {
     }
 
     #[test]
-    fn crc32_is_zlibs() {
-        // zlib.crc32(b"123456789") == 0xCBF43926; zlib.crc32(b"a", 1) == 0x3C5C2D2A... checked by value below.
-        let mut crc = Crc32::new(0);
+    fn crc32_continues_from_the_seed_as_zlibs() {
+        // zlib.crc32(b"123456789") == 0xCBF43926 and zlib.crc32(b"a", 0xFFFFFFFF) == 3310005809.
+        let mut crc = crc32fast::Hasher::new_with_initial(0);
         crc.update(b"123456789");
-        assert_eq!(crc.value(), 0xCBF4_3926);
-        let mut crc = Crc32::new(0xFFFF_FFFF);
+        assert_eq!(crc.finalize(), 0xCBF4_3926);
+        let mut crc = crc32fast::Hasher::new_with_initial(0xFFFF_FFFF);
         crc.update(b"a");
-        assert_eq!(crc.value(), 3_310_005_809);
+        assert_eq!(crc.finalize(), 3_310_005_809);
     }
 
     #[test]

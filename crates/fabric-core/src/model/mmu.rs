@@ -29,7 +29,7 @@ use std::collections::VecDeque;
 use std::fmt;
 
 use crate::model::forwarding;
-use crate::model::link::CpythonRandom;
+use crate::model::link::{CpythonRandom, Dequeued, EgressQueue};
 use crate::model::pause::{PauseState, PrioritySet};
 use crate::model::pfcwd::{Action, QueueKey, Watchdog, WatchdogConfig};
 use crate::wire::pfc::{pause_ns, PfcQuanta, PRIORITIES};
@@ -168,7 +168,7 @@ pub struct Counters {
 
 /// One egress FIFO: frames with the ingress port each came from (its bytes are charged there).
 #[derive(Debug)]
-pub struct EgressQueue<F> {
+pub struct PortQueue<F> {
     pub frames: VecDeque<(F, usize)>,
     pub bytes: i64,
     /// DWRR credit, in bytes.
@@ -205,7 +205,7 @@ pub struct Mmu<F> {
     shared_used: i64,
     ingress: Vec<Ingress>,
     /// Per port, per priority.
-    queues: Vec<[EgressQueue<F>; PRIORITIES]>,
+    queues: Vec<[PortQueue<F>; PRIORITIES]>,
     pause: Vec<PauseState>,
     counters: Vec<[Counters; PRIORITIES]>,
     /// Frames queued per egress port.
@@ -316,7 +316,7 @@ impl<F: MmuFrame> Mmu<F> {
     }
 
     /// The egress queues of `port`, by priority.
-    pub fn queues(&self, port: usize) -> Option<&[EgressQueue<F>; PRIORITIES]> {
+    pub fn queues(&self, port: usize) -> Option<&[PortQueue<F>; PRIORITIES]> {
         self.queues.get(port)
     }
 
@@ -353,7 +353,7 @@ impl<F: MmuFrame> Mmu<F> {
         self.queue(port, priority).map_or(0, |queue| queue.bytes)
     }
 
-    fn queue(&self, port: usize, priority: usize) -> Option<&EgressQueue<F>> {
+    fn queue(&self, port: usize, priority: usize) -> Option<&PortQueue<F>> {
         self.queues
             .get(port)
             .and_then(|queues| queues.get(priority))
@@ -755,9 +755,27 @@ impl<F: MmuFrame> Mmu<F> {
     }
 }
 
+/// The link model's virtual wire takes its frames straight from the MMU: each head in turn, popped.
+impl<F: MmuFrame> EgressQueue for Mmu<F> {
+    type Frame = F;
+    type Error = NoSuchQueue;
+
+    fn take_head(&mut self, egress: usize) -> Result<Option<Dequeued<F>>, NoSuchQueue> {
+        let Some((priority, _)) = self.head(egress) else {
+            return Ok(None);
+        };
+        let frame = self.pop(egress, priority)?;
+        Ok(frame.map(|frame| Dequeued {
+            priority,
+            len: frame.size(),
+            frame,
+        }))
+    }
+}
+
 /// The eight empty queues of a port.
-fn empty_queues<F>() -> [EgressQueue<F>; PRIORITIES] {
-    std::array::from_fn(|_| EgressQueue {
+fn empty_queues<F>() -> [PortQueue<F>; PRIORITIES] {
+    std::array::from_fn(|_| PortQueue {
         frames: VecDeque::new(),
         bytes: 0,
         deficit: 0,
@@ -863,6 +881,18 @@ mod tests {
         assert_eq!(m.next_deadline(), Some(1000 + 51_200));
         assert_eq!(m.on_timer(1000 + 51_200), [3]);
         assert_eq!(m.head(3).map(|(p, _)| p), Some(2));
+    }
+
+    #[test]
+    fn the_link_takes_heads_in_scheduling_order() {
+        let mut m = mmu(config());
+        m.enqueue(0, 0, 2, 1, vec![1; 100]).unwrap();
+        m.enqueue(0, 0, 2, 7, vec![7; 200]).unwrap();
+        let first = m.take_head(2).unwrap().unwrap();
+        assert_eq!((first.priority, first.len, first.frame[0]), (7, 200, 7));
+        assert_eq!(m.take_head(2).unwrap().map(|d| d.priority), Some(1));
+        assert!(m.take_head(2).unwrap().is_none());
+        assert_eq!(m.counters()[2][7].tx_frames, 1);
     }
 
     #[test]

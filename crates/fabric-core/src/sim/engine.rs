@@ -55,43 +55,48 @@ impl fmt::Display for BeforeNow {
 
 impl std::error::Error for BeforeNow {}
 
-/// What a queue entry carries: a one-shot event (and the slot that says whether it is still pending), or a
-/// timer's wake-up.
-#[derive(Debug)]
-enum Target<E> {
-    Event { slot: u32, event: E },
-    Timer(u32),
-}
+/// The `timer` of a one-shot event's entry.
+const NO_TIMER: u32 = u32::MAX;
 
-/// One entry of the queue: ordered by time, then by the sequence number taken when it was made.
+/// One entry of the queue: a time, a slot whose bit says whether the entry is live, and the event; for a
+/// timer's wake-up, the timer's index. 16 bytes and the event: the queue's moves are most of its cost.
 #[derive(Debug)]
 struct Entry<E> {
     time: u64,
-    seq: u64,
-    target: Target<E>,
+    slot: u32,
+    timer: u32,
+    event: E,
 }
 
-impl<E> Entry<E> {
+/// An entry in the `early` heap: ordered by time, then by the order it came in (which is the sequence
+/// order, entries being pushed as they are scheduled).
+#[derive(Debug)]
+struct Early<E> {
+    order: u64,
+    entry: Entry<E>,
+}
+
+impl<E> Early<E> {
     fn key(&self) -> (u64, u64) {
-        (self.time, self.seq)
+        (self.entry.time, self.order)
     }
 }
 
-impl<E> PartialEq for Entry<E> {
+impl<E> PartialEq for Early<E> {
     fn eq(&self, other: &Self) -> bool {
         self.key() == other.key()
     }
 }
 
-impl<E> Eq for Entry<E> {}
+impl<E> Eq for Early<E> {}
 
-impl<E> PartialOrd for Entry<E> {
+impl<E> PartialOrd for Early<E> {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl<E> Ord for Entry<E> {
+impl<E> Ord for Early<E> {
     /// Reversed: `BinaryHeap` is a max-heap and the earliest entry must come out first.
     fn cmp(&self, other: &Self) -> Ordering {
         other.key().cmp(&self.key())
@@ -125,7 +130,7 @@ const WORDS: usize = DIGITS.div_ceil(64);
 ///
 /// An entry earlier than `last` can be pushed only after the engine looked at (or dropped the tombstone of)
 /// a later head without running it: `run(until)` stopping short, or `next_time`. Those few go to `early`, an
-/// ordinary heap on (time, sequence), which comes first: all its times are below `last`.
+/// ordinary heap on (time, arrival), which comes first: all its times are below `last`.
 #[derive(Debug)]
 struct Queue<E> {
     last: u64,
@@ -137,7 +142,9 @@ struct Queue<E> {
     occupied: [[u64; WORDS]; LEVELS],
     /// A bit per level with an occupied bucket.
     levels: u64,
-    early: BinaryHeap<Entry<E>>,
+    early: BinaryHeap<Early<E>>,
+    /// Entries that went to `early` so far: their arrival order.
+    arrivals: u64,
     len: usize,
 }
 
@@ -150,6 +157,7 @@ impl<E> Default for Queue<E> {
             occupied: [[0; WORDS]; LEVELS],
             levels: 0,
             early: BinaryHeap::new(),
+            arrivals: 0,
             len: 0,
         }
     }
@@ -163,7 +171,11 @@ impl<E> Queue<E> {
     fn push(&mut self, entry: Entry<E>) {
         self.len += 1;
         if entry.time < self.last {
-            self.early.push(entry);
+            self.arrivals += 1;
+            self.early.push(Early {
+                order: self.arrivals,
+                entry,
+            });
         } else {
             self.place(entry);
         }
@@ -188,7 +200,7 @@ impl<E> Queue<E> {
     /// The earliest entry, if any.
     fn peek(&mut self) -> Option<&Entry<E>> {
         if !self.early.is_empty() {
-            return self.early.peek();
+            return self.early.peek().map(|early| &early.entry);
         }
         if self.front.is_empty() {
             self.refill();
@@ -198,7 +210,7 @@ impl<E> Queue<E> {
 
     fn pop(&mut self) -> Option<Entry<E>> {
         let entry = match self.early.pop() {
-            Some(entry) => entry,
+            Some(early) => early.entry,
             None => {
                 if self.front.is_empty() {
                     self.refill();
@@ -242,12 +254,12 @@ impl<E> Queue<E> {
     }
 }
 
-/// One-shot events' slots: a slot is taken when an event is scheduled and given back when its entry leaves
-/// the queue (run, or dropped as a tombstone), so a slot has at most one entry and its bit alone says whether
-/// that entry is live. The sequence numbers are read only to check a handle.
+/// Entries' slots: a slot is taken when an entry is made (an event scheduled, a timer armed) and given back
+/// when the entry leaves the queue (run, or dropped as a tombstone), so a slot has one entry and its bit alone
+/// says whether that entry is live. The sequence numbers are read only to check a handle.
 #[derive(Debug, Default)]
 struct Slots {
-    /// Bit s set while slot s's event is pending.
+    /// Bit s set while slot s's entry is live (its event pending, or its timer's wake-up still wanted).
     pending: Vec<u64>,
     /// The sequence number of slot s's entry.
     seqs: Vec<u64>,
@@ -255,7 +267,7 @@ struct Slots {
 }
 
 impl Slots {
-    /// A slot for the event of sequence number `seq`, marked pending.
+    /// A slot for the entry of sequence number `seq`, marked live.
     fn take(&mut self, seq: u64) -> u32 {
         let slot = match self.free.pop() {
             Some(slot) => slot,
@@ -285,7 +297,7 @@ impl Slots {
         self.seqs.get(id.slot as usize) == Some(&id.seq) && self.is_pending(id.slot)
     }
 
-    /// Marks a slot's event no longer pending (its entry stays queued, a tombstone).
+    /// Marks a slot's entry dead (it stays queued, a tombstone).
     fn clear(&mut self, slot: u32) {
         if let Some(bits) = self.pending.get_mut(slot as usize / 64) {
             *bits &= !(1 << (slot % 64));
@@ -301,10 +313,10 @@ impl Slots {
     }
 }
 
-/// The queue entry a timer has pending: its sequence number and when it comes up.
+/// The queue entry a timer has pending: its slot and when it comes up.
 #[derive(Clone, Copy, Debug)]
 struct Armed {
-    seq: u64,
+    slot: u32,
     time: u64,
 }
 
@@ -425,7 +437,10 @@ impl<E> Engine<E> {
 
     /// Moves a timer's deadline (`None`: unset). A later deadline keeps the pending entry, which re-arms when
     /// it comes up; an earlier one makes a new entry (the old one a tombstone); a past one fires now.
-    pub fn set_timer(&mut self, id: TimerId, deadline: Option<u64>) {
+    pub fn set_timer(&mut self, id: TimerId, deadline: Option<u64>)
+    where
+        E: Clone,
+    {
         let now = self.now;
         let Some(timer) = self.timers.get_mut(id.0 as usize) else {
             return;
@@ -434,10 +449,14 @@ impl<E> Engine<E> {
         let Some(deadline) = deadline else {
             return; // a pending entry comes up and finds nothing to do
         };
-        if timer.armed.is_some_and(|armed| armed.time <= deadline) {
-            return; // comes up early and re-arms then (or on time)
+        if let Some(armed) = timer.armed {
+            if armed.time <= deadline {
+                return; // comes up early and re-arms then (or on time)
+            }
+            self.slots.clear(armed.slot);
         }
-        self.arm(id, deadline.max(now));
+        let event = timer.event.clone();
+        self.arm(id.0, deadline.max(now), event);
     }
 
     /// A timer's deadline, if set.
@@ -449,11 +468,11 @@ impl<E> Engine<E> {
     pub fn next_time(&mut self) -> Option<u64> {
         loop {
             let head = self.queue.peek()?;
-            if Self::is_live(&self.slots, &self.timers, head) {
+            if self.slots.is_pending(head.slot) {
                 return Some(head.time);
             }
             if let Some(entry) = self.queue.pop() {
-                self.drop_tombstone(entry);
+                self.slots.release(entry.slot);
             }
         }
     }
@@ -486,26 +505,16 @@ impl<E> Engine<E> {
                 return None;
             }
             let entry = self.queue.pop()?;
-            let time = entry.time;
-            let event = match entry.target {
-                Target::Event { slot, event } => {
-                    if !self.slots.release(slot) {
-                        continue; // cancelled
-                    }
-                    Some(event)
-                }
-                Target::Timer(timer) => {
-                    if !self.timer_armed_by(timer, entry.seq) {
-                        continue; // re-armed earlier since
-                    }
-                    self.now = time;
-                    self.wake_timer(timer)
-                }
-            };
-            self.now = time;
+            if !self.slots.release(entry.slot) {
+                continue; // cancelled, or a timer's entry it replaced by an earlier one
+            }
+            self.now = entry.time;
             run.ran += 1;
-            if event.is_some() {
-                return event;
+            if entry.timer == NO_TIMER {
+                return Some(entry.event);
+            }
+            if let Some(event) = self.wake_timer(entry.timer, entry.event) {
+                return Some(event);
             }
         }
         None
@@ -542,8 +551,9 @@ impl<E> Engine<E> {
         let slot = self.slots.take(seq);
         self.queue.push(Entry {
             time,
-            seq,
-            target: Target::Event { slot, event },
+            slot,
+            timer: NO_TIMER,
+            event,
         });
         EventId { slot, seq }
     }
@@ -553,65 +563,38 @@ impl<E> Engine<E> {
         self.seq
     }
 
-    /// Whether an entry still stands for something: its event not cancelled, its timer not re-armed earlier.
-    fn is_live(slots: &Slots, timers: &[TimerState<E>], entry: &Entry<E>) -> bool {
-        match entry.target {
-            Target::Event { slot, .. } => slots.is_pending(slot),
-            Target::Timer(timer) => timers
-                .get(timer as usize)
-                .and_then(|timer| timer.armed)
-                .is_some_and(|armed| armed.seq == entry.seq),
-        }
-    }
-
-    /// Whether a timer's pending entry is the one of sequence number `seq`.
-    fn timer_armed_by(&self, timer: u32, seq: u64) -> bool {
-        self.timers
-            .get(timer as usize)
-            .and_then(|timer| timer.armed)
-            .is_some_and(|armed| armed.seq == seq)
-    }
-
-    /// A dead entry left the queue: its slot, if it had one, is free again.
-    fn drop_tombstone(&mut self, entry: Entry<E>) {
-        if let Target::Event { slot, .. } = entry.target {
-            self.slots.release(slot);
-        }
-    }
-
-    /// A timer's entry came up (now is its time): re-arm for a deadline moved later, nothing if cleared, else
-    /// fire.
-    fn wake_timer(&mut self, id: u32) -> Option<E>
-    where
-        E: Clone,
-    {
+    /// A timer's live entry came up (now is its time), carrying the timer's event: re-arm for a deadline
+    /// moved later, nothing if cleared, else fire.
+    fn wake_timer(&mut self, id: u32, event: E) -> Option<E> {
         let now = self.now;
         let timer = self.timers.get_mut(id as usize)?;
         timer.armed = None;
         match timer.deadline {
             None => None,
             Some(deadline) if deadline > now => {
-                self.arm(TimerId(id), deadline);
+                self.arm(id, deadline, event);
                 None
             }
             Some(_) => {
                 timer.deadline = None;
-                Some(timer.event.clone())
+                Some(event)
             }
         }
     }
 
-    /// Gives a timer a new entry at `time`; its previous one, if any, becomes a tombstone.
-    fn arm(&mut self, id: TimerId, time: u64) {
+    /// Gives a timer a new entry at `time`, carrying its event.
+    fn arm(&mut self, id: u32, time: u64, event: E) {
         let seq = self.next_seq();
-        if let Some(timer) = self.timers.get_mut(id.0 as usize) {
-            timer.armed = Some(Armed { seq, time });
-            self.queue.push(Entry {
-                time,
-                seq,
-                target: Target::Timer(id.0),
-            });
+        let slot = self.slots.take(seq);
+        if let Some(timer) = self.timers.get_mut(id as usize) {
+            timer.armed = Some(Armed { slot, time });
         }
+        self.queue.push(Entry {
+            time,
+            slot,
+            timer: id,
+            event,
+        });
     }
 }
 
