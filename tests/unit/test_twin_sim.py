@@ -32,25 +32,29 @@ def _both(topo: str, fabric: str, collective: str, size: int, switch: dict[str, 
     plan = make_plan(build_topo(topo), "sim", {"bw": "10gbit", "delay": "1us", "mtu": "1500"})
     python = build_sim_fabric(plan, fabric, switch)
     baseline: dict[str, int] = {}
+    said: tuple[list, list] = ([], [])  # per backend: the progress and ticker calls
     python_run = run_sim_collective(python.sim, python.hosts, collective, size, 2, 1, None, 1024,
+                                    lambda *args: said[0].append(args), said[0].append,
                                     measured_from=lambda: baseline.update(totals(python)))
     rust = build_rust_fabric(plan, fabric, switch)
-    rust_run = run_rust_collective(rust, [node.name for node in plan.hosts()], collective, size, 2, 1, None, 1024)
-    return (python_run, totals(python), baseline, python.sim.events, python.sim.now), \
-        (rust_run, rust.totals(), rust.baseline(), rust.events, rust.now)
+    rust_run = run_rust_collective(rust, [node.name for node in plan.hosts()], collective, size, 2, 1, None, 1024,
+                                   lambda *args: said[1].append(args), said[1].append)
+    return (python_run, totals(python), baseline, python.sim.events, python.sim.now, said[0]), \
+        (rust_run, rust.totals(), rust.baseline(), rust.events, rust.now, said[1])
 
 
 @pytest.mark.parametrize("topo,fabric,collective,size,switch,expect", CASES,
                          ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
 def test_same_run_on_both_backends(topo, fabric, collective, size, switch, expect) -> None:
     python, rust = _both(topo, fabric, collective, size, switch)
-    (python_run, python_totals, python_baseline, python_events, python_now) = python
-    (rust_run, rust_totals, rust_baseline, rust_events, rust_now) = rust
+    (python_run, python_totals, python_baseline, python_events, python_now, python_said) = python
+    (rust_run, rust_totals, rust_baseline, rust_events, rust_now, rust_said) = rust
     assert [r.cct_us for r in rust_run.iterations] == [r.cct_us for r in python_run.iterations]
     assert rust_run == python_run  # every iteration's metrics and flows, warm-up included
     assert rust_totals == python_totals
     assert rust_baseline == python_baseline  # the counters when the measured iterations began
     assert (rust_events, rust_now) == (python_events, python_now)
+    assert rust_said == python_said  # the runner's progress lines and ticks
     assert all(r.verified for r in rust_run.iterations)
     if expect == "pfc":
         assert rust_totals["pfc_sent"] > 0

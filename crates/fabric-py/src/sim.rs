@@ -243,6 +243,43 @@ impl SimFabric {
             .collect()
     }
 
+    /// Sets up a collective of `plans` (memory, QPs, the first iteration begun); `advance` runs it.
+    fn begin_collective(
+        &mut self,
+        plans: Vec<PlanArg>,
+        iterations: u32,
+        warmup: u32,
+        mtu: u32,
+    ) -> PyResult<()> {
+        let plans: Vec<RankPlan> = plans.into_iter().map(rank_plan).collect();
+        self.fabric
+            .begin_collective(plans, iterations, warmup, mtu)
+            .map_err(PyRuntimeError::new_err)
+    }
+
+    /// Runs up to `max_events` events (all if None) with the GIL released; whether every iteration finished.
+    /// RuntimeError with the Python backend's message when the run cannot finish.
+    #[pyo3(signature = (max_events=None))]
+    fn advance(&mut self, py: Python<'_>, max_events: Option<u64>) -> PyResult<bool> {
+        let fabric = &mut self.fabric;
+        py.detach(|| fabric.advance(max_events))
+            .map_err(PyRuntimeError::new_err)
+    }
+
+    /// The records of the iterations finished since the last call.
+    fn take_records<'py>(&mut self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let records = self.fabric.take_records();
+        records
+            .iter()
+            .map(|record| record_dict(py, record))
+            .collect()
+    }
+
+    /// (iterations finished, iterations in all, arrivals in the current iteration, arrivals it expects).
+    fn progress(&self) -> (u32, u32, usize, usize) {
+        self.fabric.progress()
+    }
+
     /// The fabric-wide counters now (`sim_fabric.totals`'s keys).
     fn totals<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         totals_dict(py, &self.fabric.totals())

@@ -93,6 +93,8 @@ struct RunState {
     pending_count: usize,
     paused_before: Vec<u64>,
     failure: Option<String>,
+    /// Iterations finished.
+    finished: u32,
     records: Vec<IterationRecord>,
 }
 
@@ -191,6 +193,20 @@ impl Fabric {
         warmup: u32,
         mtu: u32,
     ) -> Result<Vec<IterationRecord>, String> {
+        self.begin_collective(plans, iterations, warmup, mtu)?;
+        while !self.advance(None)? {}
+        Ok(self.take_records())
+    }
+
+    /// Sets up a collective: each host's memory laid out for its rank, one QP per peer, the first iteration
+    /// begun. [`Fabric::advance`] then runs it.
+    pub fn begin_collective(
+        &mut self,
+        plans: Vec<RankPlan>,
+        iterations: u32,
+        warmup: u32,
+        mtu: u32,
+    ) -> Result<(), String> {
         if plans.len() != self.hosts.len() {
             return Err(format!(
                 "{} plans for {} hosts",
@@ -227,17 +243,30 @@ impl Fabric {
             ..RunState::default()
         };
         self.start(0);
-        let mut run = self.engine.start_run(None, None);
+        Ok(())
+    }
+
+    /// Runs up to `max_events` events of the collective (all if `None`, a slice between looks at its progress,
+    /// as `sim_ranks.py` runs SLICE_EVENTS at a time); whether every iteration finished. An `Err` with the
+    /// Python backend's message when a completion failed or nothing more will happen.
+    pub fn advance(&mut self, max_events: Option<u64>) -> Result<bool, String> {
+        if self.finished() {
+            return Ok(true);
+        }
+        let mut run = self.engine.start_run(None, max_events);
         while let Some(event) = self.engine.next_event(&mut run) {
             self.dispatch(event);
         }
-        self.engine.end_run(run);
+        let ran = self.engine.end_run(run);
         if let Some(failure) = &self.run.failure {
             return Err(format!("simulation: {failure}"));
         }
-        if (self.run.records.len() as u32) < self.run.total {
+        if self.finished() {
+            return Ok(true);
+        }
+        if ran == 0 {
             let waiting: Vec<usize> = (0..self.ranks.len())
-                .filter(|&r| self.run.pending[r])
+                .filter(|&r| self.run.pending.get(r).copied().unwrap_or(false))
                 .take(8)
                 .collect();
             return Err(format!(
@@ -245,7 +274,24 @@ impl Fabric {
                 self.run.iteration, waiting
             ));
         }
-        Ok(std::mem::take(&mut self.run.records))
+        Ok(false)
+    }
+
+    /// Whether every iteration of the collective finished.
+    fn finished(&self) -> bool {
+        self.run.finished >= self.run.total
+    }
+
+    /// The records of the iterations finished since the last call, oldest first.
+    pub fn take_records(&mut self) -> Vec<IterationRecord> {
+        std::mem::take(&mut self.run.records)
+    }
+
+    /// Iterations finished and in all, and the current iteration's arrivals against those it expects.
+    pub fn progress(&self) -> (u32, u32, usize, usize) {
+        let arrived = self.ranks.iter().map(|r| r.arrived.len()).sum();
+        let expected = self.ranks.iter().map(|r| r.plan.receive_count()).sum();
+        (self.run.finished, self.run.total, arrived, expected)
     }
 
     fn dispatch(&mut self, event: Event) {
@@ -498,6 +544,7 @@ impl Fabric {
             .map(|(h, before)| h.paused_ns(now).saturating_sub(*before))
             .collect();
         let start = self.ranks.first().map_or(0, |r| r.start);
+        self.run.finished += 1;
         self.run.records.push(IterationRecord {
             iteration: i,
             start,
