@@ -154,3 +154,25 @@ def test_stop_ends_the_run_after_the_event_that_called_it(Simulator):
     sim.at(20, seen.append, 20)
     assert sim.run() == 1 and seen == [10] and sim.now == 10 and sim.next_time() == 20
     assert sim.run() == 1 and seen == [10, 20]
+
+
+def test_a_simulator_in_a_cycle_with_its_models_is_collected(Simulator):
+    """A model holds the simulator, which holds the model's callbacks (its timer, its events): when the run is
+    dropped, the garbage collector frees the lot (a study builds a fabric per variant)."""
+    import gc
+    import weakref
+
+    class Model:
+        def __init__(self, sim) -> None:
+            self.sim, self.timer = sim, sim.timer(self.fire)
+            sim.after(5, self.fire, self)
+
+        def fire(self, *_args) -> None:
+            pass
+
+    model = Model(Simulator())
+    model.timer.set(10)
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None

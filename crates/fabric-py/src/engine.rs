@@ -4,11 +4,15 @@
 //! The core engine delivers small `Copy` values; here a value names a callback in a table the simulator
 //! keeps (one-shot calls with their arguments, freed when they run or are cancelled; timers' callbacks).
 //! The engine is borrowed only between callbacks, never across one, so a callback schedules, cancels and
-//! stops as it likes.
+//! stops as it likes. The simulator and its timers tell the garbage collector what they hold: a model's
+//! timer calls back into the model, which holds the simulator, and such cycles must be collected as the
+//! Python engine's are (a study builds a fabric per variant).
 use fabric_core::sim::engine::{Engine, EventId, Run, TimerId};
 use pyo3::exceptions::{PyOverflowError, PyValueError};
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
+use pyo3::PyTraverseError;
 
 /// What a queue entry runs: a one-shot call (an index into `Simulator::calls`), or a timer's callback (an
 /// index into `Simulator::timer_callbacks`).
@@ -223,10 +227,32 @@ impl Simulator {
     fn stop(&mut self) {
         self.engine.stop();
     }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        for (callback, args) in self.calls.iter().flatten() {
+            visit.call(callback)?;
+            visit.call(args)?;
+        }
+        for callback in &self.timer_callbacks {
+            visit.call(callback)?;
+        }
+        Ok(())
+    }
+
+    /// Drops the callbacks (the collector breaking a cycle); their entries, when they come up, run nothing.
+    fn __clear__(&mut self) {
+        self.calls.iter_mut().for_each(|call| *call = None);
+        self.timer_callbacks.clear();
+    }
 }
 
 #[pymethods]
 impl Timer {
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.sim)?;
+        visit.call(&self.callback)
+    }
+
     /// Move the deadline (ns; None unsets it); a deadline already past fires now.
     #[pyo3(signature = (deadline))]
     fn set(&self, py: Python<'_>, deadline: Option<i128>) {
