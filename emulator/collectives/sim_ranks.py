@@ -252,3 +252,46 @@ def run_sim_collective(sim: Simulator, hosts: dict[str, SimHost], collective: st
     if state["failure"] is not None:
         raise FabricError(f"simulation: {state['failure']}")
     return CollectiveRun(names, measured, warm)
+
+
+def run_rust_collective(fabric: Any, names: list[str], collective: str, size: int, iterations: int, warmup: int,
+                        senders: int | None, mtu: int,
+                        progress: Callable[[int, int, IterationResult], None] | None = None,
+                        ticker: Callable[[SimProgress], None] | None = None) -> CollectiveRun:
+    """:func:`run_sim_collective` on the compiled backend (``emulator.study.sim_fabric.build_rust_fabric``):
+    the same plans run in Rust with the GIL released, SLICE_EVENTS at a time, the ranks' reports summarized
+    here as the coordinator does.  ``names``: the hosts in rank order (the plan's host order).  The counters at
+    the start of the measured iterations are ``fabric.baseline()``."""
+    plans = plan(collective, len(names), size, senders)
+    data = [(p.data_bytes, p.staging_bytes,
+             [([(s.dst, s.offset, s.length, s.region == "staging", s.dst_offset) for s in step.sends],
+               list(step.receives), step.reduce) for step in p.steps],
+             list(p.reduce_group)) for p in plans]
+    previous: dict[str, dict[str, list[int]]] = {name: {} for name in names}
+    measured: list[IterationResult] = []
+    warm: list[IterationResult] = []
+    total = warmup + iterations
+
+    def summarized() -> None:
+        for record in fabric.take_records():
+            i = record["iteration"]
+            reports = dict(zip(names, record["reports"]))
+            result = summarize(i, record["start"], names, plans, reports, previous,
+                               dict(zip(names, record["paused"])))
+            (warm if i < warmup else measured).append(result)
+            if progress is not None:
+                progress(i, total, result)
+
+    try:
+        fabric.begin_collective(data, iterations, warmup, mtu)
+        while True:
+            finished = fabric.advance(SLICE_EVENTS)
+            summarized()
+            if ticker is not None:
+                done, total_, arrived, expected = fabric.progress()
+                ticker(SimProgress(fabric.now, fabric.events, done, total_, arrived, expected))
+            if finished:
+                break
+    except RuntimeError as error:
+        raise FabricError(str(error)) from None
+    return CollectiveRun(names, measured, warm)

@@ -134,3 +134,47 @@ def pfcwd(fabric: SimFabric) -> dict[str, Any]:
             "pfcwd_drops": sum(c.pfcwd_drops for c in counters),
             "stormed_ports": sorted(f"{name}:{fabric.port_names[name][i]}" for name, sw in fabric.switches.items()
                                     for i, port in enumerate(sw.mmu.counters) if any(c.pfcwd_storms for c in port))}
+
+
+def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | None = None, seed: int = 1) -> Any:
+    """The plan's nodes and links as the compiled simulation backend (``emulator._core.sim.SimFabric``): the same
+    switches, routes, MMU settings, seeds, hosts and wires :func:`build_sim_fabric` makes, every frame in Rust.
+    Ethernet only (lossless or lossy), without DCQCN, injected loss or the PFC watchdog, for now."""
+    from emulator._core.sim import SimFabric as RustSimFabric
+
+    if fabric not in ("lossless", "lossy"):
+        raise ValueError(f"the compiled simulation backend has no {fabric!r} fabric yet: lossless or lossy")
+    switches = plan.switches()
+    hosts = plan.hosts()
+    index = {node.name: i for i, node in enumerate(switches)} | {node.name: i for i, node in enumerate(hosts)}
+    seeds = {name: seed * 1000 + i for i, name in enumerate(plan.nodes, start=1)}  # as agent_configs
+    wires: list[tuple[int, int, str, int, int]] = []
+    wire_of: dict[tuple[str, str], int] = {}
+    for a, b in plan.links:
+        for src, dst in ((a, b), (b, a)):
+            if src.params.loss or src.params.drop:
+                raise ValueError("the compiled simulation backend has no injected loss yet")
+            kind = plan.nodes[dst.node].kind
+            port = next(i for i, p in enumerate(plan.nodes[dst.node].ports) if p.ifname == dst.ifname) \
+                if kind != "host" else 0
+            wire_of[(src.node, src.ifname)] = len(wires)
+            wires.append((src.params.bw_bps, src.params.delay_ns, "host" if kind == "host" else "switch",
+                          index[dst.node], port))
+    switch_specs = []
+    for node in switches:
+        config = switch_mmu(node, fabric, switch or {})
+        if config.pfcwd is not None:
+            raise ValueError("the compiled simulation backend has no PFC watchdog yet")
+        ports = {port.ifname: i for i, port in enumerate(node.ports)}
+        routes = [(bytes(int(part) for part in ip.split(".")), [ports[name] for name in names])
+                  for ip, names in plan.routes[node.name].items()]
+        mmu = ((config.buffer, config.reserve, config.headroom, config.alpha, config.threshold, config.xon_delta),
+               (sorted(config.lossless), config.quanta, sorted(config.strict), list(config.weights),
+                config.mtu_frame),
+               (config.ecn, config.kmin, config.kmax, config.pmax, config.vl_buffer, config.fc_floor))
+        switch_specs.append(([(mac_bytes(p.mac), mac_bytes(p.peer_mac), p.params.bw_bps, wire_of[(node.name, p.ifname)])
+                              for p in node.ports], routes, mmu, seeds[node.name]))
+    host_specs = [(mac_bytes(node.ports[0].mac), mac_bytes(node.ports[0].peer_mac),
+                   bytes(int(part) for part in (node.ip or "0.0.0.0").split(".")), node.ports[0].params.bw_bps,
+                   wire_of[(node.name, node.ports[0].ifname)]) for node in hosts]
+    return RustSimFabric(wires, switch_specs, host_specs)

@@ -23,6 +23,7 @@ mod rc;
 mod rdma_params;
 mod roce;
 mod rx_pipeline;
+mod sim;
 mod transport;
 
 /// Each submodule's name and the function that fills it.
@@ -47,6 +48,7 @@ const SUBMODULES: &[(&str, Register)] = &[
     ("link", link::register),
     ("fidelity", fidelity::register),
     ("engine", engine::register),
+    ("sim", sim::register),
 ];
 
 #[pymodule]

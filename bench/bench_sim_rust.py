@@ -1,0 +1,84 @@
+"""One collective on the compiled simulation backend (and, with ``--python``, on the Python one), timed.
+
+Run from the repository root (no root needed)::
+
+    .venv/bin/python bench/bench_sim_rust.py fattree,8 lossless alltoall 1MiB 400gbit --delay 1us [--python]
+
+The Rust counterpart of ``bench/bench_sim_collective.py``: one iteration, no warm-up, the same plan, MTU and
+link MTU. Prints per backend the build and run wall times, the events and events per second (per wall and per CPU second: on a busy machine the CPU time is the fairer figure), the CCT, whether
+the data added up, the fabric's counters and the process's peak memory (with ``--python`` the peak is the
+larger of the two runs, the Rust one coming first). With ``--python`` it also says whether the two runs agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from emulator.collectives.sim_ranks import run_rust_collective, run_sim_collective  # noqa: E402
+from emulator.fabric.plan import make_plan  # noqa: E402
+from emulator.fabric.topospec import build_topo  # noqa: E402
+from emulator.study.sim_fabric import build_rust_fabric, build_sim_fabric, totals  # noqa: E402
+from emulator.units import parse_size  # noqa: E402
+
+MTU = 4096
+LINK_MTU = "4200"  # the experiments' link MTU for a 4096-byte path MTU
+
+
+def _peak_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("topo", help="a topology spec, e.g. fattree,8")
+    parser.add_argument("fabric", choices=("lossless", "lossy"))
+    parser.add_argument("collective", help="incast, alltoall, allreduce, ...")
+    parser.add_argument("size", help="bytes as nccl-tests counts them, e.g. 1MiB")
+    parser.add_argument("bw", help="every link's rate, e.g. 400gbit")
+    parser.add_argument("--delay", default="0us", help="every link's delay (default 0us)")
+    parser.add_argument("--python", action="store_true", help="run the Python backend too, and compare")
+    args = parser.parse_args()
+    size = parse_size(args.size)
+    plan = make_plan(build_topo(args.topo), "sim", {"bw": args.bw, "delay": args.delay, "mtu": LINK_MTU})
+    names = [node.name for node in plan.hosts()]
+    label = f"{args.topo} {args.fabric} {args.collective} {args.size} at {args.bw}, delay {args.delay}"
+
+    began = time.perf_counter()
+    rust = build_rust_fabric(plan, args.fabric)
+    built = time.perf_counter()
+    cpu = time.process_time()
+    rust_run = run_rust_collective(rust, names, args.collective, size, 1, 0, None, MTU)
+    ran, cpu = time.perf_counter(), time.process_time() - cpu
+    [iteration] = rust_run.iterations
+    print(f"rust   {label}: build {built - began:.2f} s, run {ran - built:.2f} s, {rust.events:,} events "
+          f"({rust.events / (ran - built):,.0f}/s), CPU {cpu:.2f} s ({rust.events / cpu:,.0f} events/CPU s), simulated {rust.now / 1e6:.3f} ms")
+    print(f"  CCT {iteration.cct_us:.1f} us, verified {iteration.verified}, "
+          f"retransmissions {iteration.retransmissions}, peak memory {_peak_gb():.2f} GB")
+    print(f"  counters {rust.totals()}")
+    if not args.python:
+        return
+    began = time.perf_counter()
+    python = build_sim_fabric(plan, args.fabric)
+    built = time.perf_counter()
+    cpu = time.process_time()
+    python_run = run_sim_collective(python.sim, python.hosts, args.collective, size, 1, 0, None, MTU)
+    ran, cpu = time.perf_counter(), time.process_time() - cpu
+    [iteration] = python_run.iterations
+    events = python.sim.events
+    print(f"python {label}: build {built - began:.2f} s, run {ran - built:.2f} s, {events:,} events "
+          f"({events / (ran - built):,.0f}/s), CPU {cpu:.2f} s ({events / cpu:,.0f} events/CPU s), simulated {python.sim.now / 1e6:.3f} ms")
+    print(f"  CCT {iteration.cct_us:.1f} us, verified {iteration.verified}, "
+          f"retransmissions {iteration.retransmissions}, peak memory {_peak_gb():.2f} GB (both runs)")
+    print(f"  counters {totals(python)}")
+    same = python_run == rust_run and totals(python) == rust.totals() and events == rust.events
+    print(f"same run on both backends: {same}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,751 @@
+//! A whole Ethernet fabric in simulated time and the collective's ranks on it (port of
+//! `emulator/study/sim_fabric.py` and `emulator/collectives/sim_ranks.py`'s run loop).
+//!
+//! The fabric owns the engine, the wires, the switches, the hosts and the ranks, and dispatches each event to
+//! the one it concerns. Every callback of the Python backend is an [`Event`] here, scheduled at the same point
+//! of the same step, so the engine's order (time, then scheduling sequence) is the Python engine's and a run
+//! gives the same CCTs, counters and events. Python builds the plan, hands it over as a [`FabricSpec`] and the
+//! collective's plans, and reads the [`IterationRecord`]s back.
+use crate::model::link::CpythonRandom;
+use crate::model::mmu::{Mmu, MmuConfig};
+use crate::model::rc::{Completion, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode};
+use crate::sim::engine::Engine;
+use crate::sim::host::{SimHost, MEMORY_KEY};
+use crate::sim::ranks::{add_f32, read_f32, RankPlan, RankReport, SimRank};
+use crate::sim::switch::{SimSwitch, SwitchPort};
+use crate::sim::wire::{Endpoint, Wire};
+use crate::wire::mac::Mac;
+
+/// Time between an iteration's set-up and its start instant (the coordinator's margin).
+pub const START_MARGIN_NS: u64 = 10_000_000;
+
+/// Everything that happens in the simulated fabric: one variant per callback of the Python backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A frame's last bit arrives at the end of a wire.
+    Deliver { wire: u32, frame: Vec<u8> },
+    /// A switch's MMU timer (pause expiries, XOFF refreshes).
+    SwitchTimer(u32),
+    /// A switch port's wire is free: send its next frame.
+    WireFree { switch: u32, port: u32 },
+    /// A host's NIC queue looks at its queues.
+    QueueSend(u32),
+    /// A host QP's transport timer.
+    QpTimer { host: u32, qpn: u32 },
+    /// A rank's iteration starts: its first step's sends are posted.
+    StepBegins(u32),
+}
+
+/// One switch as the plan gives it.
+#[derive(Clone, Debug)]
+pub struct SwitchSpec {
+    /// Per port: its MAC, its peer's MAC, its rate and the wire it sends on.
+    pub ports: Vec<(Mac, Mac, u64, u32)>,
+    pub routes: Vec<([u8; 4], Vec<u32>)>,
+    pub mmu: MmuConfig,
+    pub seed: u64,
+}
+
+/// One host as the plan gives it: its MAC, its gateway's MAC, its IPv4 address, its rate, the wire it sends on.
+#[derive(Clone, Copy, Debug)]
+pub struct HostSpec {
+    pub mac: Mac,
+    pub gateway_mac: Mac,
+    pub ip: [u8; 4],
+    pub rate_bps: u64,
+    pub wire: u32,
+}
+
+/// A fabric to build: wires (rate, delay, where they deliver), switches, hosts.
+#[derive(Clone, Debug, Default)]
+pub struct FabricSpec {
+    pub wires: Vec<(u64, u64, Endpoint)>,
+    pub switches: Vec<SwitchSpec>,
+    pub hosts: Vec<HostSpec>,
+}
+
+/// One finished iteration: its start instant, every rank's report, and each host's time paused during it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IterationRecord {
+    pub iteration: u32,
+    pub start: u64,
+    pub reports: Vec<RankReport>,
+    pub paused: Vec<u64>,
+}
+
+/// The fabric-wide counters the runner keeps (Ethernet's part of `sim_fabric.totals`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub drops: u64,
+    pub pfc_sent: u64,
+    pub ecn_marked: u64,
+    pub tx_frames: u64,
+    pub host_paused_ns: u64,
+}
+
+/// Where a collective run is.
+#[derive(Debug, Default)]
+struct RunState {
+    iteration: u32,
+    total: u32,
+    warmup: u32,
+    pending: Vec<bool>,
+    pending_count: usize,
+    paused_before: Vec<u64>,
+    failure: Option<String>,
+    /// Iterations finished.
+    finished: u32,
+    records: Vec<IterationRecord>,
+}
+
+/// The simulated fabric.
+#[derive(Debug)]
+pub struct Fabric {
+    pub engine: Engine<Event>,
+    pub wires: Vec<Wire>,
+    pub switches: Vec<SimSwitch>,
+    pub hosts: Vec<SimHost>,
+    pub ranks: Vec<SimRank>,
+    /// The totals when the measured iterations began.
+    pub baseline: Option<Totals>,
+    run: RunState,
+    completions: Vec<Completion>,
+}
+
+impl Fabric {
+    /// The fabric of `spec` on a new engine, every switch started.
+    pub fn new(spec: FabricSpec) -> Result<Fabric, String> {
+        let mut engine = Engine::new();
+        let mut wires: Vec<Wire> = spec
+            .wires
+            .iter()
+            .map(|&(rate, delay, to)| Wire::new(rate, delay, to))
+            .collect();
+        let mut switches = Vec::with_capacity(spec.switches.len());
+        for (index, sw) in spec.switches.into_iter().enumerate() {
+            let rates = sw.ports.iter().map(|p| p.2).collect();
+            let random = CpythonRandom::from_int_seed(&[sw.seed as u32, (sw.seed >> 32) as u32]);
+            let mmu = Mmu::new(sw.mmu, rates, random).map_err(|error| error.to_string())?;
+            let ports = sw
+                .ports
+                .iter()
+                .map(|&(mac, peer_mac, _, wire)| SwitchPort {
+                    mac,
+                    peer_mac,
+                    wire,
+                })
+                .collect();
+            let routes = sw.routes;
+            switches.push(SimSwitch::new(
+                index as u32,
+                &mut engine,
+                ports,
+                routes,
+                mmu,
+                sw.seed as u32,
+            ));
+        }
+        let hosts = spec
+            .hosts
+            .iter()
+            .map(|h| SimHost::new(h.mac, h.gateway_mac, h.ip, h.wire, h.rate_bps, 4096))
+            .collect();
+        for (index, sw) in switches.iter_mut().enumerate() {
+            sw.start(index as u32, &mut engine, &mut wires);
+        }
+        Ok(Fabric {
+            engine,
+            wires,
+            switches,
+            hosts,
+            ranks: Vec::new(),
+            baseline: None,
+            run: RunState::default(),
+            completions: Vec::new(),
+        })
+    }
+
+    /// The fabric-wide counters now.
+    pub fn totals(&self) -> Totals {
+        let mut totals = Totals::default();
+        for sw in &self.switches {
+            for port in sw.mmu.counters() {
+                for c in port {
+                    totals.drops += c.drops_threshold + c.drops_headroom + c.pfcwd_drops;
+                    totals.pfc_sent += c.pfc_xoff_sent + c.pfc_xon_sent;
+                    totals.ecn_marked += c.ecn_marked;
+                    totals.tx_frames += c.tx_frames;
+                }
+            }
+            totals.drops += sw.dropped.total();
+        }
+        let now = self.engine.now();
+        totals.host_paused_ns = self.hosts.iter().map(|host| host.paused_ns(now)).sum();
+        totals
+    }
+
+    /// Runs `warmup + iterations` iterations of the plans (one per host, in host order) and returns every
+    /// iteration's record; an `Err` with the Python backend's message when it cannot finish.
+    pub fn run_collective(
+        &mut self,
+        plans: Vec<RankPlan>,
+        iterations: u32,
+        warmup: u32,
+        mtu: u32,
+    ) -> Result<Vec<IterationRecord>, String> {
+        self.begin_collective(plans, iterations, warmup, mtu)?;
+        while !self.advance(None)? {}
+        Ok(self.take_records())
+    }
+
+    /// Sets up a collective: each host's memory laid out for its rank, one QP per peer, the first iteration
+    /// begun. [`Fabric::advance`] then runs it.
+    pub fn begin_collective(
+        &mut self,
+        plans: Vec<RankPlan>,
+        iterations: u32,
+        warmup: u32,
+        mtu: u32,
+    ) -> Result<(), String> {
+        if plans.len() != self.hosts.len() {
+            return Err(format!(
+                "{} plans for {} hosts",
+                plans.len(),
+                self.hosts.len()
+            ));
+        }
+        for (host, plan) in self.hosts.iter_mut().zip(&plans) {
+            let size = plan.data_bytes.saturating_add(plan.staging_bytes);
+            host.memory =
+                crate::sim::host::FlatMemory::new(usize::try_from(size).unwrap_or(0).max(1));
+        }
+        self.ranks = plans.into_iter().map(SimRank::new).collect();
+        for rank in 0..self.ranks.len() {
+            for peer in self.ranks[rank].plan.peers() {
+                let peer_ip = self
+                    .hosts
+                    .get(peer as usize)
+                    .ok_or("a peer beyond the ranks")?
+                    .ip;
+                self.hosts[rank].connect(
+                    rank as u32,
+                    &mut self.engine,
+                    SimRank::qpn(peer),
+                    peer_ip,
+                    SimRank::qpn(rank as u32),
+                    mtu,
+                )?;
+            }
+        }
+        self.run = RunState {
+            total: warmup.saturating_add(iterations),
+            warmup,
+            ..RunState::default()
+        };
+        self.start(0);
+        Ok(())
+    }
+
+    /// Runs up to `max_events` events of the collective (all if `None`, a slice between looks at its progress,
+    /// as `sim_ranks.py` runs SLICE_EVENTS at a time); whether every iteration finished. An `Err` with the
+    /// Python backend's message when a completion failed or nothing more will happen.
+    pub fn advance(&mut self, max_events: Option<u64>) -> Result<bool, String> {
+        if self.finished() {
+            return Ok(true);
+        }
+        let mut run = self.engine.start_run(None, max_events);
+        while let Some(event) = self.engine.next_event(&mut run) {
+            self.dispatch(event);
+        }
+        let ran = self.engine.end_run(run);
+        if let Some(failure) = &self.run.failure {
+            return Err(format!("simulation: {failure}"));
+        }
+        if self.finished() {
+            return Ok(true);
+        }
+        if ran == 0 {
+            let waiting: Vec<usize> = (0..self.ranks.len())
+                .filter(|&r| self.run.pending.get(r).copied().unwrap_or(false))
+                .take(8)
+                .collect();
+            return Err(format!(
+                "simulation: iteration {} cannot finish: nothing more will happen (ranks {:?} still wait)",
+                self.run.iteration, waiting
+            ));
+        }
+        Ok(false)
+    }
+
+    /// Whether every iteration of the collective finished.
+    fn finished(&self) -> bool {
+        self.run.finished >= self.run.total
+    }
+
+    /// The records of the iterations finished since the last call, oldest first.
+    pub fn take_records(&mut self) -> Vec<IterationRecord> {
+        std::mem::take(&mut self.run.records)
+    }
+
+    /// Iterations finished and in all, and the current iteration's arrivals against those it expects.
+    pub fn progress(&self) -> (u32, u32, usize, usize) {
+        let arrived = self.ranks.iter().map(|r| r.arrived.len()).sum();
+        let expected = self.ranks.iter().map(|r| r.plan.receive_count()).sum();
+        (self.run.finished, self.run.total, arrived, expected)
+    }
+
+    fn dispatch(&mut self, event: Event) {
+        match event {
+            Event::Deliver { wire, frame } => self.deliver(wire, frame),
+            Event::SwitchTimer(sw) => {
+                if let Some(s) = self.switches.get_mut(sw as usize) {
+                    s.on_timer(sw, &mut self.engine, &mut self.wires);
+                }
+            }
+            Event::WireFree { switch, port } => {
+                if let Some(s) = self.switches.get_mut(switch as usize) {
+                    s.wire_free(switch, &mut self.engine, &mut self.wires, port as usize);
+                }
+            }
+            Event::QueueSend(host) => {
+                if let Some(h) = self.hosts.get_mut(host as usize) {
+                    h.queue_send(host, &mut self.engine, &mut self.wires);
+                }
+            }
+            Event::QpTimer { host, qpn } => {
+                if let Some(h) = self.hosts.get_mut(host as usize) {
+                    h.on_timer(&self.engine, qpn);
+                    self.after_qp(host, qpn);
+                }
+            }
+            Event::StepBegins(rank) => self.step_begins(rank as usize),
+        }
+    }
+
+    fn deliver(&mut self, wire: u32, frame: Vec<u8>) {
+        let Some(to) = self.wires.get(wire as usize).map(|w| w.to) else {
+            return;
+        };
+        match to {
+            Endpoint::Switch { switch, port } => {
+                if let Some(s) = self.switches.get_mut(switch as usize) {
+                    s.receive(
+                        switch,
+                        &mut self.engine,
+                        &mut self.wires,
+                        port as usize,
+                        frame,
+                    );
+                }
+            }
+            Endpoint::Host(host) => {
+                let Some(h) = self.hosts.get_mut(host as usize) else {
+                    return;
+                };
+                let qpn = h.receive(host, &mut self.engine, &mut self.wires, &frame);
+                h.recycle(frame);
+                if let Some(qpn) = qpn {
+                    self.after_qp(host, qpn);
+                }
+            }
+        }
+    }
+
+    /// A QP of `host` took a packet or a timer: its completions to the rank, then the host goes on.
+    fn after_qp(&mut self, host: u32, qpn: u32) {
+        let now = self.engine.now();
+        let mut completions = std::mem::take(&mut self.completions);
+        if let Some(h) = self.hosts.get_mut(host as usize) {
+            h.collect(qpn, now, &mut completions);
+        }
+        for completion in completions.drain(..) {
+            if (host as usize) < self.ranks.len() {
+                self.completion(host as usize, completion);
+            }
+        }
+        self.completions = completions;
+        if let Some(h) = self.hosts.get_mut(host as usize) {
+            h.resume(host, &mut self.engine, &mut self.wires, qpn);
+        }
+    }
+
+    // --- the ranks (sim_ranks.py's SimRank) ----------------------------------------------------------------
+
+    /// Iteration `i` begins: every rank's receives posted, its first step at the start instant.
+    fn start(&mut self, i: u32) {
+        self.run.iteration = i;
+        if i == self.run.warmup {
+            self.baseline = Some(self.totals());
+        }
+        let now = self.engine.now();
+        self.run.paused_before = self.hosts.iter().map(|h| h.paused_ns(now)).collect();
+        self.run.pending = vec![true; self.ranks.len()];
+        self.run.pending_count = self.ranks.len();
+        let at = now.saturating_add(START_MARGIN_NS);
+        for rank in 0..self.ranks.len() {
+            self.begin(rank, i, at);
+        }
+    }
+
+    fn begin(&mut self, rank: usize, iteration: u32, start: u64) {
+        let (Some(r), Some(host)) = (self.ranks.get_mut(rank), self.hosts.get_mut(rank)) else {
+            return;
+        };
+        r.reset();
+        r.iteration = iteration;
+        r.start = start;
+        if !r.plan.reduce_group.is_empty() {
+            let value = RankPlan::reduce_input(rank as u32, iteration).to_le_bytes();
+            for chunk in host.memory.data.chunks_exact_mut(4) {
+                chunk.copy_from_slice(&value);
+            }
+        }
+        for (src, count) in r.plan.receives_by_peer() {
+            if let Some(qp) = host.qp_mut(SimRank::qpn(src)) {
+                for _ in 0..count {
+                    qp.post_recv(RecvWr {
+                        wr_id: 0,
+                        addr: 0,
+                        length: 0,
+                        lkey: MEMORY_KEY,
+                    });
+                }
+            }
+        }
+        let delay = start.saturating_sub(self.engine.now());
+        self.engine.after(delay, Event::StepBegins(rank as u32));
+    }
+
+    /// Posts the current step's sends; moves on while a step expects nothing.
+    fn step_begins(&mut self, rank: usize) {
+        loop {
+            let Some(r) = self.ranks.get(rank) else {
+                return;
+            };
+            let Some(step) = r.plan.steps.get(r.step).cloned() else {
+                self.maybe_done(rank);
+                return;
+            };
+            let (index, tag) = (r.step as u32, r.tag());
+            for send in &step.sends {
+                let base = if send.staging {
+                    self.ranks
+                        .get(send.dst as usize)
+                        .map_or(0, |peer| peer.plan.data_bytes)
+                } else {
+                    0
+                };
+                let wr = SendWr {
+                    wr_id: u64::from(index),
+                    opcode: WrOpcode::RdmaWriteWithImm,
+                    addr: send.offset,
+                    length: send.length,
+                    lkey: MEMORY_KEY,
+                    remote_addr: base.saturating_add(send.dst_offset),
+                    rkey: MEMORY_KEY,
+                    imm: tag | index,
+                    signaled: true,
+                };
+                let qpn = SimRank::qpn(send.dst);
+                let host = &mut self.hosts[rank];
+                if let Some(Some(entry)) = host.qps.get_mut(qpn as usize) {
+                    let _ = entry.qp.post_send(&mut host.memory, wr);
+                }
+                self.ranks[rank].outstanding += 1;
+                self.hosts[rank].kick(rank as u32, &mut self.engine, &mut self.wires, qpn);
+            }
+            if !self.ranks[rank].step_complete() {
+                return;
+            }
+            self.finish_step(rank);
+        }
+    }
+
+    fn finish_step(&mut self, rank: usize) {
+        let r = &mut self.ranks[rank];
+        if let Some((staged, offset, length)) = r.plan.steps.get(r.step).and_then(|s| s.reduce) {
+            let staging = r.plan.data_bytes.saturating_add(staged);
+            add_f32(
+                &mut self.hosts[rank].memory.data,
+                offset as usize,
+                staging as usize,
+                (length / 4) as usize,
+            );
+        }
+        r.step += 1;
+    }
+
+    fn completion(&mut self, rank: usize, wc: Completion) {
+        if wc.status != WcStatus::Success {
+            let r = &mut self.ranks[rank];
+            r.failure = Some(format!(
+                "rank {rank}: {} {}",
+                name(&WcOpcode::ALL, wc.opcode),
+                name(&WcStatus::ALL, wc.status)
+            ));
+            r.done = true;
+            self.rank_done(rank);
+            return;
+        }
+        let peer = wc.qp_num.saturating_sub(1);
+        if wc.opcode == WcOpcode::RecvRdmaWithImm {
+            let imm = wc.imm.unwrap_or(0);
+            let r = &mut self.ranks[rank];
+            if imm & 0xFFFF_0000 != r.tag() {
+                r.failure = Some(format!(
+                    "rank {rank}: immediate {imm:#x} is not of iteration {}",
+                    r.iteration
+                ));
+            }
+            r.arrive(peer, imm & 0xFFFF, wc.timestamp);
+            if r.step < r.plan.steps.len() && r.step_complete() {
+                self.finish_step(rank);
+                self.step_begins(rank);
+            }
+        } else {
+            let r = &mut self.ranks[rank];
+            r.outstanding = r.outstanding.saturating_sub(1);
+            r.sends.push((peer, wc.wr_id, wc.timestamp));
+        }
+        self.maybe_done(rank);
+    }
+
+    fn maybe_done(&mut self, rank: usize) {
+        let r = &mut self.ranks[rank];
+        if !r.done && r.step >= r.plan.steps.len() && r.outstanding == 0 {
+            r.done = true;
+            self.rank_done(rank);
+        }
+    }
+
+    fn rank_done(&mut self, rank: usize) {
+        if let Some(flag) = self.run.pending.get_mut(rank) {
+            if *flag {
+                *flag = false;
+                self.run.pending_count -= 1;
+            }
+        }
+        if let Some(failure) = &self.ranks[rank].failure {
+            if self.run.failure.is_none() {
+                self.run.failure = Some(failure.clone());
+                self.engine.stop();
+            }
+        }
+        if self.run.pending_count > 0 {
+            return;
+        }
+        let now = self.engine.now();
+        let i = self.run.iteration;
+        let reports = (0..self.ranks.len()).map(|r| self.report(r)).collect();
+        let paused = self
+            .hosts
+            .iter()
+            .zip(&self.run.paused_before)
+            .map(|(h, before)| h.paused_ns(now).saturating_sub(*before))
+            .collect();
+        let start = self.ranks.first().map_or(0, |r| r.start);
+        self.run.finished += 1;
+        self.run.records.push(IterationRecord {
+            iteration: i,
+            start,
+            reports,
+            paused,
+        });
+        if i + 1 < self.run.total && self.run.failure.is_none() {
+            self.start(i + 1);
+        } else {
+            self.engine.stop();
+        }
+    }
+
+    fn report(&self, rank: usize) -> RankReport {
+        let r = &self.ranks[rank];
+        let host = &self.hosts[rank];
+        let counters = r
+            .plan
+            .peers()
+            .into_iter()
+            .filter_map(|peer| {
+                let qp = &host.qps.get(SimRank::qpn(peer) as usize)?.as_ref()?.qp;
+                Some((
+                    peer,
+                    qp.counters().retransmitted_packets,
+                    qp.counters().timeouts,
+                ))
+            })
+            .collect();
+        let released = r
+            .plan
+            .steps
+            .first()
+            .filter(|s| !s.sends.is_empty())
+            .map(|_| r.start);
+        let verified = r.plan.reduce_group.is_empty() || {
+            let expected = r.plan.reduce_result(r.iteration);
+            (0..(r.plan.data_bytes / 4) as usize)
+                .all(|i| read_f32(&host.memory.data, 4 * i) == Some(expected))
+        };
+        RankReport {
+            iteration: r.iteration,
+            released_ns: released,
+            arrivals: r.arrived.clone(),
+            sends: r.sends.clone(),
+            counters,
+            verified,
+        }
+    }
+}
+
+/// The verbs name of `value` in a table of (name, value).
+fn name<T: PartialEq + Copy>(table: &[(&'static str, T)], value: T) -> &'static str {
+    table
+        .iter()
+        .find(|(_, v)| *v == value)
+        .map_or("?", |(n, _)| n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::pause::PrioritySet;
+    use crate::sim::ranks::{SendPlan, StepPlan};
+    use proptest::prelude::*;
+
+    const RATE: u64 = 10_000_000_000;
+
+    fn config() -> MmuConfig {
+        MmuConfig {
+            buffer: 1 << 22,
+            reserve: 1514,
+            headroom: 100_000,
+            alpha: 1.0,
+            threshold: 96_896,
+            xon_delta: 3028,
+            lossless: PrioritySet::EMPTY.with(3),
+            quanta: 65535,
+            strict: PrioritySet::EMPTY.with(6).with(7),
+            weights: [1; 8],
+            mtu_frame: 1514,
+            ecn: false,
+            kmin: 15_140,
+            kmax: 60_560,
+            pmax: 0.2,
+            vl_buffer: 24_224,
+            fc_floor: 500_000,
+            pfcwd: None,
+        }
+    }
+
+    /// Two hosts on one switch: wires 0 and 1 from the hosts, 2 and 3 from the switch's ports.
+    fn star() -> Fabric {
+        let mac = |n: u8| [2, 0, 0, 0, n, 0];
+        let spec = FabricSpec {
+            wires: vec![
+                (RATE, 1000, Endpoint::Switch { switch: 0, port: 0 }),
+                (RATE, 1000, Endpoint::Switch { switch: 0, port: 1 }),
+                (RATE, 1000, Endpoint::Host(0)),
+                (RATE, 1000, Endpoint::Host(1)),
+            ],
+            switches: vec![SwitchSpec {
+                ports: vec![(mac(10), mac(1), RATE, 2), (mac(11), mac(2), RATE, 3)],
+                routes: vec![([10, 0, 0, 1], vec![0]), ([10, 0, 0, 2], vec![1])],
+                mmu: config(),
+                seed: 1001,
+            }],
+            hosts: vec![
+                HostSpec {
+                    mac: mac(1),
+                    gateway_mac: mac(10),
+                    ip: [10, 0, 0, 1],
+                    rate_bps: RATE,
+                    wire: 0,
+                },
+                HostSpec {
+                    mac: mac(2),
+                    gateway_mac: mac(11),
+                    ip: [10, 0, 0, 2],
+                    rate_bps: RATE,
+                    wire: 1,
+                },
+            ],
+        };
+        Fabric::new(spec).unwrap()
+    }
+
+    /// Rank 1 WRITEs `length` bytes into rank 0's staging region.
+    fn one_write(length: u64) -> Vec<RankPlan> {
+        let receiver = RankPlan {
+            data_bytes: length,
+            staging_bytes: length,
+            steps: vec![StepPlan {
+                receives: vec![1],
+                ..StepPlan::default()
+            }],
+            reduce_group: vec![],
+        };
+        let sender = RankPlan {
+            data_bytes: length,
+            staging_bytes: 0,
+            steps: vec![StepPlan {
+                sends: vec![SendPlan {
+                    dst: 0,
+                    offset: 0,
+                    length,
+                    staging: true,
+                    dst_offset: 0,
+                }],
+                ..StepPlan::default()
+            }],
+            reduce_group: vec![],
+        };
+        vec![receiver, sender]
+    }
+
+    #[test]
+    fn a_write_crosses_the_switch_in_serialization_plus_delay() {
+        let mut fabric = star();
+        let records = fabric.run_collective(one_write(1024), 2, 0, 1024).unwrap();
+        assert_eq!(records.len(), 2);
+        let [(src, step, stamp)] = records[0].reports[0].arrivals[..] else {
+            panic!("one arrival expected");
+        };
+        assert_eq!((src, step), (1, 0));
+        // One WRITE only with immediate of 1024 B (Ethernet 14, IPv4 20, UDP 8, BTH 12, RETH 16, ImmDt 4, ICRC 4:
+        // 1102 B) on two wires of 1 us.
+        let frame_ns = crate::sim::wire::serialization_ns(1102, RATE);
+        assert_eq!(stamp - records[0].start, 2 * (frame_ns + 1000));
+        assert_eq!(fabric.totals().drops, 0);
+        assert!(records[1].start > records[0].start);
+        assert_eq!(records[0].reports[1].sends.len(), 1);
+    }
+
+    #[test]
+    fn plans_for_other_hosts_are_refused() {
+        let mut fabric = star();
+        assert!(fabric
+            .run_collective(vec![RankPlan::default()], 1, 0, 1024)
+            .is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn any_frame_from_the_wire_is_counted_never_a_panic(
+            frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..120), 1..20),
+            prefix in prop_oneof![Just(vec![0x08u8, 0x00, 0x45]), Just(vec![0x88, 0x08, 0x01, 0x01]), Just(vec![])],
+        ) {
+            let mut fabric = star();
+            for (i, mut frame) in frames.into_iter().enumerate() {
+                if frame.len() >= 12 + prefix.len() {
+                    frame[12..12 + prefix.len()].copy_from_slice(&prefix);
+                }
+                let wire = (i % 4) as u32;
+                fabric.deliver(wire, frame);
+            }
+            let mut run = fabric.engine.start_run(None, Some(10_000));
+            while let Some(event) = fabric.engine.next_event(&mut run) {
+                fabric.dispatch(event);
+            }
+            fabric.engine.end_run(run);
+        }
+    }
+}

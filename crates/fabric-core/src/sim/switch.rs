@@ -1,0 +1,243 @@
+//! A switch in simulated time (port of `emulator/sim/switch.py`, Ethernet): the forwarding decisions and the
+//! MMU on real frame bytes, cables instead of sockets.
+//!
+//! A port sends on its wire whenever the wire is free: PFC frames first (the agent sends them in the highest
+//! tc class), then what the MMU chooses. Frames that are neither IPv4 nor PFC are dropped and counted, as the
+//! agent does. Every step schedules its events in the order the Python switch does, so a run is the Python
+//! run event for event.
+use std::collections::VecDeque;
+
+use crate::model::forwarding::{ecmp_index, ipv4_ok, priority, route_in_place, ETH_IPV4};
+use crate::model::mmu::{Mmu, PfcRequest};
+use crate::sim::engine::{Engine, EventId, TimerId};
+use crate::sim::fabric::Event;
+use crate::sim::wire::Wire;
+use crate::wire::mac::{Mac, ETH_LEN};
+use crate::wire::pfc::{decode_pfc, encode_pfc, ETHERTYPE_MAC_CONTROL, MIN_FRAME, PRIORITIES};
+
+/// One port: its MAC, its peer's MAC, and the wire it sends on.
+#[derive(Clone, Copy, Debug)]
+pub struct SwitchPort {
+    pub mac: Mac,
+    pub peer_mac: Mac,
+    pub wire: u32,
+}
+
+/// Frames the switch dropped before the MMU, by reason (the Python switch's `dropped`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dropped {
+    pub malformed: u64,
+    pub no_route: u64,
+    pub ttl: u64,
+    pub unsupported: u64,
+}
+
+impl Dropped {
+    /// All of them.
+    pub fn total(&self) -> u64 {
+        self.malformed + self.no_route + self.ttl + self.unsupported
+    }
+}
+
+/// One simulated switch.
+#[derive(Debug)]
+pub struct SimSwitch {
+    pub ports: Vec<SwitchPort>,
+    /// IPv4 destination (big-endian u32), sorted -> the egress ports that lead there (ECMP among several). A
+    /// binary search over a few hundred addresses is cheaper per frame than hashing the key.
+    routes: Vec<(u32, Vec<u32>)>,
+    pub seed: u32,
+    pub mmu: Mmu<Vec<u8>>,
+    pub dropped: Dropped,
+    pfc_out: Vec<VecDeque<[u8; MIN_FRAME]>>,
+    /// The MMU's PFC decisions being sent (kept to reuse its allocation).
+    decided: Vec<PfcRequest>,
+    drain_at: Vec<Option<EventId>>,
+    timer: TimerId,
+}
+
+impl SimSwitch {
+    /// Switch `index` of the fabric with its ports, routes, MMU and ECMP seed; its timer is made on `engine`.
+    pub fn new(
+        index: u32,
+        engine: &mut Engine<Event>,
+        ports: Vec<SwitchPort>,
+        routes: Vec<([u8; 4], Vec<u32>)>,
+        mmu: Mmu<Vec<u8>>,
+        seed: u32,
+    ) -> SimSwitch {
+        let count = ports.len();
+        let mut routes: Vec<(u32, Vec<u32>)> = routes
+            .into_iter()
+            .map(|(ip, out)| (u32::from_be_bytes(ip), out))
+            .collect();
+        routes.sort_by_key(|(ip, _)| *ip);
+        routes.dedup_by_key(|(ip, _)| *ip);
+        SimSwitch {
+            ports,
+            routes,
+            seed,
+            mmu,
+            dropped: Dropped::default(),
+            pfc_out: vec![VecDeque::new(); count],
+            decided: Vec::new(),
+            drain_at: vec![None; count],
+            timer: engine.timer(Event::SwitchTimer(index)),
+        }
+    }
+
+    /// The egress ports towards `ip`, if it has a route.
+    fn route(&self, ip: [u8; 4]) -> Option<&Vec<u32>> {
+        let key = u32::from_be_bytes(ip);
+        let at = self.routes.binary_search_by_key(&key, |(ip, _)| *ip).ok()?;
+        self.routes.get(at).map(|(_, out)| out)
+    }
+
+    /// Once every port's wire is connected: what is due at once.
+    pub fn start(&mut self, index: u32, engine: &mut Engine<Event>, wires: &mut [Wire]) {
+        self.after(index, engine, wires);
+    }
+
+    /// A frame's last bit arrived on `port`.
+    pub fn receive(
+        &mut self,
+        index: u32,
+        engine: &mut Engine<Event>,
+        wires: &mut [Wire],
+        port: usize,
+        mut frame: Vec<u8>,
+    ) {
+        let now = engine.now();
+        let ethertype = frame.get(12..14);
+        if ethertype == Some(&ETH_IPV4[..]) && frame.len() >= ETH_LEN && ipv4_ok(&frame) {
+            let destination: Option<[u8; 4]> = frame.get(30..34).and_then(|ip| ip.try_into().ok());
+            match destination.and_then(|ip| self.route(ip)) {
+                None => self.dropped.no_route += 1,
+                Some(choices) => {
+                    let out = if choices.len() == 1 {
+                        choices.first().copied()
+                    } else {
+                        ecmp_index(&frame, self.seed, choices.len())
+                            .and_then(|i| choices.get(i).copied())
+                    };
+                    let out = out.map_or(usize::MAX, |out| out as usize);
+                    let prio = priority(&frame).unwrap_or(0);
+                    match self.ports.get(out) {
+                        None => self.dropped.no_route += 1,
+                        Some(egress) => {
+                            if route_in_place(&mut frame, &egress.mac, &egress.peer_mac).is_err() {
+                                self.dropped.ttl += 1;
+                            } else if self
+                                .mmu
+                                .enqueue(now, port, out, prio, frame)
+                                .unwrap_or(false)
+                            {
+                                self.drain(index, engine, wires, out);
+                            }
+                        }
+                    }
+                }
+            }
+        } else if ethertype == Some(&ETHERTYPE_MAC_CONTROL.to_be_bytes()[..])
+            && decode_pfc(&frame).is_some_and(|quanta| quanta.iter().any(Option::is_some))
+        {
+            if let Some(quanta) = decode_pfc(&frame) {
+                let resumed = self.mmu.pfc_received(now, port, &quanta);
+                if resumed.is_ok_and(|set| !set.is_empty()) {
+                    self.drain(index, engine, wires, port);
+                }
+            }
+        } else if ethertype == Some(&ETH_IPV4[..]) {
+            self.dropped.malformed += 1;
+        } else {
+            self.dropped.unsupported += 1;
+        }
+        self.after(index, engine, wires);
+    }
+
+    /// Sends the PFC frames the MMU decided on (sending may decide more: an XON), and keeps its timer armed.
+    fn after(&mut self, index: u32, engine: &mut Engine<Event>, wires: &mut [Wire]) {
+        loop {
+            let mut decided = std::mem::take(&mut self.decided);
+            decided.extend(self.mmu.take_pfc());
+            if decided.is_empty() {
+                self.decided = decided;
+                break;
+            }
+            for request in decided.drain(..) {
+                let Some(port) = self.ports.get(request.port) else {
+                    continue;
+                };
+                let mut quanta = [None; PRIORITIES];
+                if let Some(slot) = quanta.get_mut(request.priority) {
+                    *slot = Some(request.quanta);
+                }
+                let frame = encode_pfc(&port.mac, &quanta);
+                self.pfc_out[request.port].push_back(frame);
+                self.drain(index, engine, wires, request.port);
+            }
+            self.decided = decided;
+        }
+        let deadline = self.mmu.next_deadline();
+        engine.set_timer(self.timer, deadline);
+    }
+
+    /// The switch's timer: pauses expired, XOFFs to refresh.
+    pub fn on_timer(&mut self, index: u32, engine: &mut Engine<Event>, wires: &mut [Wire]) {
+        for port in self.mmu.on_timer(engine.now()) {
+            self.drain(index, engine, wires, port);
+        }
+        self.after(index, engine, wires);
+    }
+
+    /// `port`'s wire is free again.
+    pub fn wire_free(
+        &mut self,
+        index: u32,
+        engine: &mut Engine<Event>,
+        wires: &mut [Wire],
+        port: usize,
+    ) {
+        self.drain(index, engine, wires, port);
+        self.after(index, engine, wires); // what left may have brought an ingress below XON
+    }
+
+    /// Puts the next frame on the port's wire if it is free, else looks again when it is; a look is
+    /// scheduled only while something waits.
+    fn drain(&mut self, index: u32, engine: &mut Engine<Event>, wires: &mut [Wire], port: usize) {
+        let Some(wire_id) = self.ports.get(port).map(|p| p.wire) else {
+            return;
+        };
+        let Some(wire) = wires.get_mut(wire_id as usize) else {
+            return;
+        };
+        let now = engine.now();
+        let wake = Event::WireFree {
+            switch: index,
+            port: port as u32,
+        };
+        if wire.busy(now) {
+            if !self.drain_at[port].is_some_and(|id| engine.pending(id)) {
+                self.drain_at[port] = Some(engine.after(wire.free_at - now, wake));
+            }
+            return;
+        }
+        if let Some(frame) = self.pfc_out[port].pop_front() {
+            wire.send(wire_id, engine, frame.to_vec());
+        } else {
+            let Some((prio, _)) = self.mmu.head(port) else {
+                return;
+            };
+            match self.mmu.pop(port, prio) {
+                Ok(Some(frame)) => {
+                    wire.send(wire_id, engine, frame);
+                }
+                _ => return,
+            }
+        }
+        if !self.pfc_out[port].is_empty() || self.mmu.backlog().get(port).is_some_and(|&n| n > 0) {
+            let delay = wire.free_at.saturating_sub(engine.now());
+            self.drain_at[port] = Some(engine.after(delay, wake));
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! `emulator._core.sim`: the simulation backend's Ethernet fabric in Rust (`fabric_core::sim::fabric`), built
+//! from the plain data `emulator.study.sim_fabric.rust_fabric_spec` makes of a `FabricPlan`, running a
+//! collective's plans with the GIL released and giving back the ranks' reports for the coordinator's
+//! `summarize`.
+use fabric_core::model::mmu::MmuConfig;
+use fabric_core::model::pause::PrioritySet;
+use fabric_core::sim::fabric::{Fabric, FabricSpec, HostSpec, IterationRecord, SwitchSpec, Totals};
+use fabric_core::sim::ranks::{RankPlan, SendPlan, StepPlan};
+use fabric_core::sim::wire::Endpoint;
+use fabric_core::wire::mac::Mac;
+use fabric_core::wire::pfc::PRIORITIES;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// A wire as Python gives it: rate, delay, "switch" or "host", the node's index, the switch's port.
+type WireArg = (u64, u64, String, u32, u32);
+/// A switch port: MAC, peer MAC, rate, the wire it sends on.
+type PortArg = (Vec<u8>, Vec<u8>, u64, u32);
+/// The MMU settings, field by field in `MmuConfig`'s order (without the watchdog).
+type MmuArg = (
+    (i64, i64, i64, f64, i64, i64),
+    (Vec<usize>, u16, Vec<usize>, Vec<i64>, i64),
+    (bool, i64, i64, f64, i64, u64),
+);
+/// A switch: its ports, its routes (IPv4 address, egress ports), its MMU, its seed.
+type SwitchArg = (Vec<PortArg>, Vec<(Vec<u8>, Vec<u32>)>, MmuArg, u64);
+/// A host: MAC, gateway MAC, IPv4 address, rate, the wire it sends on.
+type HostArg = (Vec<u8>, Vec<u8>, Vec<u8>, u64, u32);
+/// A send: dst, offset, length, to the staging region, dst offset.
+type SendArg = (u32, u64, u64, bool, u64);
+/// A step: sends, receives, reduce.
+type StepArg = (Vec<SendArg>, Vec<u32>, Option<(u64, u64, u64)>);
+/// A rank plan: data bytes, staging bytes, steps, reduce group.
+type PlanArg = (u64, u64, Vec<StepArg>, Vec<u32>);
+
+fn mac(bytes: &[u8]) -> PyResult<Mac> {
+    bytes
+        .try_into()
+        .map_err(|_| PyValueError::new_err(format!("not a MAC address: {bytes:?}")))
+}
+
+fn ipv4(bytes: &[u8]) -> PyResult<[u8; 4]> {
+    bytes
+        .try_into()
+        .map_err(|_| PyValueError::new_err(format!("not an IPv4 address: {bytes:?}")))
+}
+
+fn priorities(list: &[usize]) -> PrioritySet {
+    list.iter().fold(PrioritySet::EMPTY, |set, &p| set.with(p))
+}
+
+fn mmu_config(arg: MmuArg) -> PyResult<MmuConfig> {
+    let (
+        (buffer, reserve, headroom, alpha, threshold, xon_delta),
+        (lossless, quanta, strict, weights, mtu_frame),
+        (ecn, kmin, kmax, pmax, vl_buffer, fc_floor),
+    ) = arg;
+    let weights: [i64; PRIORITIES] = weights
+        .try_into()
+        .map_err(|_| PyValueError::new_err("weights: one per priority"))?;
+    Ok(MmuConfig {
+        buffer,
+        reserve,
+        headroom,
+        alpha,
+        threshold,
+        xon_delta,
+        lossless: priorities(&lossless),
+        quanta,
+        strict: priorities(&strict),
+        weights,
+        mtu_frame,
+        ecn,
+        kmin,
+        kmax,
+        pmax,
+        vl_buffer,
+        fc_floor,
+        pfcwd: None,
+    })
+}
+
+fn endpoint(kind: &str, index: u32, port: u32) -> PyResult<Endpoint> {
+    match kind {
+        "switch" => Ok(Endpoint::Switch {
+            switch: index,
+            port,
+        }),
+        "host" => Ok(Endpoint::Host(index)),
+        _ => Err(PyValueError::new_err(format!(
+            "no {kind:?} endpoint: switch or host"
+        ))),
+    }
+}
+
+fn rank_plan((data_bytes, staging_bytes, steps, reduce_group): PlanArg) -> RankPlan {
+    let steps = steps
+        .into_iter()
+        .map(|(sends, receives, reduce)| StepPlan {
+            sends: sends
+                .into_iter()
+                .map(|(dst, offset, length, staging, dst_offset)| SendPlan {
+                    dst,
+                    offset,
+                    length,
+                    staging,
+                    dst_offset,
+                })
+                .collect(),
+            receives,
+            reduce,
+        })
+        .collect();
+    RankPlan {
+        data_bytes,
+        staging_bytes,
+        steps,
+        reduce_group,
+    }
+}
+
+fn totals_dict<'py>(py: Python<'py>, totals: &Totals) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("drops", totals.drops)?;
+    dict.set_item("pfc_sent", totals.pfc_sent)?;
+    dict.set_item("ecn_marked", totals.ecn_marked)?;
+    dict.set_item("tx_frames", totals.tx_frames)?;
+    dict.set_item("host_paused_ns", totals.host_paused_ns)?;
+    for zero in [
+        "ib_credit_stalls",
+        "cnps_received",
+        "paced_waits",
+        "host_pfc_sent",
+    ] {
+        dict.set_item(zero, 0)?;
+    }
+    Ok(dict)
+}
+
+fn record_dict<'py>(py: Python<'py>, record: &IterationRecord) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("iteration", record.iteration)?;
+    dict.set_item("start", record.start)?;
+    dict.set_item("paused", record.paused.clone())?;
+    let mut reports = Vec::with_capacity(record.reports.len());
+    for report in &record.reports {
+        let r = PyDict::new(py);
+        r.set_item("iteration", report.iteration)?;
+        r.set_item("released_ns", report.released_ns)?;
+        let arrivals: Vec<[u64; 3]> = report
+            .arrivals
+            .iter()
+            .map(|&(src, step, stamp)| [src.into(), step.into(), stamp])
+            .collect();
+        r.set_item("arrivals", arrivals)?;
+        let sends: Vec<[u64; 3]> = report
+            .sends
+            .iter()
+            .map(|&(peer, wr_id, stamp)| [peer.into(), wr_id, stamp])
+            .collect();
+        r.set_item("sends", sends)?;
+        let counters = PyDict::new(py);
+        for &(peer, retransmitted, timeouts) in &report.counters {
+            counters.set_item(peer.to_string(), [retransmitted, timeouts])?;
+        }
+        r.set_item("counters", counters)?;
+        r.set_item("verified", report.verified)?;
+        reports.push(r);
+    }
+    dict.set_item("reports", reports)?;
+    Ok(dict)
+}
+
+/// An Ethernet fabric (lossless or lossy) in simulated time, every frame in Rust.
+#[pyclass(module = "emulator._core.sim")]
+pub struct SimFabric {
+    fabric: Fabric,
+}
+
+#[pymethods]
+impl SimFabric {
+    #[new]
+    fn new(wires: Vec<WireArg>, switches: Vec<SwitchArg>, hosts: Vec<HostArg>) -> PyResult<Self> {
+        let mut spec = FabricSpec::default();
+        for (rate, delay, kind, index, port) in wires {
+            if rate == 0 {
+                return Err(PyValueError::new_err(format!(
+                    "bad wire: rate {rate} bit/s, delay {delay} ns"
+                )));
+            }
+            spec.wires
+                .push((rate, delay, endpoint(&kind, index, port)?));
+        }
+        for (ports, routes, config, seed) in switches {
+            let ports = ports
+                .iter()
+                .map(|(a, b, rate, wire)| Ok((mac(a)?, mac(b)?, *rate, *wire)))
+                .collect::<PyResult<Vec<_>>>()?;
+            let routes = routes
+                .iter()
+                .map(|(ip, out)| Ok((ipv4(ip)?, out.clone())))
+                .collect::<PyResult<Vec<_>>>()?;
+            spec.switches.push(SwitchSpec {
+                ports,
+                routes,
+                mmu: mmu_config(config)?,
+                seed,
+            });
+        }
+        for (own, gateway, ip, rate_bps, wire) in hosts {
+            spec.hosts.push(HostSpec {
+                mac: mac(&own)?,
+                gateway_mac: mac(&gateway)?,
+                ip: ipv4(&ip)?,
+                rate_bps,
+                wire,
+            });
+        }
+        let fabric = Fabric::new(spec).map_err(PyValueError::new_err)?;
+        Ok(SimFabric { fabric })
+    }
+
+    /// Runs `warmup + iterations` iterations of `plans` (one per host, in host order) with the GIL released;
+    /// every iteration's record (start, per-rank reports, per-host pause time). RuntimeError with the Python
+    /// backend's message when the run cannot finish.
+    fn run_collective<'py>(
+        &mut self,
+        py: Python<'py>,
+        plans: Vec<PlanArg>,
+        iterations: u32,
+        warmup: u32,
+        mtu: u32,
+    ) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let plans: Vec<RankPlan> = plans.into_iter().map(rank_plan).collect();
+        let fabric = &mut self.fabric;
+        let records = py
+            .detach(|| fabric.run_collective(plans, iterations, warmup, mtu))
+            .map_err(PyRuntimeError::new_err)?;
+        records
+            .iter()
+            .map(|record| record_dict(py, record))
+            .collect()
+    }
+
+    /// Sets up a collective of `plans` (memory, QPs, the first iteration begun); `advance` runs it.
+    fn begin_collective(
+        &mut self,
+        plans: Vec<PlanArg>,
+        iterations: u32,
+        warmup: u32,
+        mtu: u32,
+    ) -> PyResult<()> {
+        let plans: Vec<RankPlan> = plans.into_iter().map(rank_plan).collect();
+        self.fabric
+            .begin_collective(plans, iterations, warmup, mtu)
+            .map_err(PyRuntimeError::new_err)
+    }
+
+    /// Runs up to `max_events` events (all if None) with the GIL released; whether every iteration finished.
+    /// RuntimeError with the Python backend's message when the run cannot finish.
+    #[pyo3(signature = (max_events=None))]
+    fn advance(&mut self, py: Python<'_>, max_events: Option<u64>) -> PyResult<bool> {
+        let fabric = &mut self.fabric;
+        py.detach(|| fabric.advance(max_events))
+            .map_err(PyRuntimeError::new_err)
+    }
+
+    /// The records of the iterations finished since the last call.
+    fn take_records<'py>(&mut self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let records = self.fabric.take_records();
+        records
+            .iter()
+            .map(|record| record_dict(py, record))
+            .collect()
+    }
+
+    /// (iterations finished, iterations in all, arrivals in the current iteration, arrivals it expects).
+    fn progress(&self) -> (u32, u32, usize, usize) {
+        self.fabric.progress()
+    }
+
+    /// The fabric-wide counters now (`sim_fabric.totals`'s keys).
+    fn totals<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        totals_dict(py, &self.fabric.totals())
+    }
+
+    /// The counters when the measured iterations began, or None before.
+    fn baseline<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.fabric
+            .baseline
+            .as_ref()
+            .map(|t| totals_dict(py, t))
+            .transpose()
+    }
+
+    /// Events run so far.
+    #[getter]
+    fn events(&self) -> u64 {
+        self.fabric.engine.events()
+    }
+
+    /// Simulated time (ns).
+    #[getter]
+    fn now(&self) -> u64 {
+        self.fabric.engine.now()
+    }
+
+    /// Entries in the engine's queue.
+    fn entries(&self) -> usize {
+        self.fabric.engine.entries()
+    }
+}
+
+/// Fills `emulator._core.sim`.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<SimFabric>()
+}
