@@ -447,6 +447,10 @@ class RcQueuePair:
         self._acknowledge(now, psn)
         if self.state != "RTS":
             return
+        # An RNR or sequence NAK resends from the first PSN the responder lacks: una now, which is psn unless
+        # this NAK skipped READ responses (implied NAK: _acknowledge stopped una at the first missing one).
+        # Resuming at psn there would never ask for that response again and would send past una with no
+        # retransmission timer running: a hang.
         if kind == 1:
             self.counters["rnr_naks_received"] += 1
             if self.config.rnr_retry != INFINITE_RNR_RETRY:
@@ -455,10 +459,10 @@ class RcQueuePair:
                     return
                 self.rnr_left -= 1
             self.rnr_until = now + RNR_TIMER_NS[packet.syndrome & 0x1F]
-            self.tx_psn = psn
+            self.tx_psn = self.una
             self.rto_deadline = None
         elif packet.syndrome == NAK_PSN_SEQUENCE_ERROR:
-            self.tx_psn = psn  # go back N
+            self.tx_psn = self.una  # go back N
         else:
             status = _NAK_STATUS.get(packet.syndrome, WcStatus.REM_OP_ERR)
             self._fail(self._op_at(psn) or self.sq[0], status)

@@ -1080,6 +1080,10 @@ impl<W> RcQueuePair<W> {
         if self.state != QpState::Rts {
             return;
         }
+        // An RNR or sequence NAK resends from the first PSN the responder lacks: `una` now, which is `psn`
+        // unless this NAK skipped READ responses (implied NAK: `acknowledge` stopped `una` at the first
+        // missing one). Resuming at `psn` there would never ask for that response again and would send past
+        // `una` with no retransmission timer running: a hang.
         if kind == 1 {
             self.counters.rnr_naks_received += 1;
             if self.config.rnr_retry != INFINITE_RNR_RETRY {
@@ -1092,10 +1096,10 @@ impl<W> RcQueuePair<W> {
             }
             let wait = RNR_TIMER_NS[usize::from(packet.syndrome & 0x1F)];
             self.rnr_until = Some(now.saturating_add(wait));
-            self.tx_psn = psn;
+            self.tx_psn = self.una;
             self.rto_deadline = None;
         } else if packet.syndrome == NAK_PSN_SEQUENCE_ERROR {
-            self.tx_psn = psn; // go back N
+            self.tx_psn = self.una; // go back N
         } else {
             let at = self.op_at(psn).unwrap_or(0);
             self.fail(at, WcStatus::of_nak(packet.syndrome));
