@@ -12,6 +12,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/as-root.sh"
 source scripts/rust-env.sh
 rust_ok
 export PYO3_PYTHON="$REPO_ROOT/.venv/bin/python"
+# proptest, like the hypothesis profile in tests/unit/conftest.py: a fixed seed, so a run is reproducible and
+# CI does not turn red on a case nobody can replay; FUZZ=deep draws fresh cases, many more of them.
+if [[ ${FUZZ:-} == deep ]]; then
+    export PROPTEST_CASES="${FUZZ_EXAMPLES:-20000}"
+else
+    export PROPTEST_RNG_SEED="${PROPTEST_RNG_SEED:-24}"
+fi
 cargo fmt --all --check
 cargo clippy --release --workspace --all-targets --quiet -- -D warnings
 cargo test --release -p fabric-core --quiet

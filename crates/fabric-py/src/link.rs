@@ -42,13 +42,19 @@ fn priority_index(priority: &Bound<'_, PyAny>) -> PyResult<usize> {
         .ok_or_else(|| PyIndexError::new_err("list index out of range"))
 }
 
+/// The 32-bit words of `abs(seed)`, least significant first, as CPython's `random.Random(seed)` seeds with
+/// (the MMU's seed, and a link's that fits in 128 bits).
+pub(crate) fn small_seed_words(seed: i128) -> [u32; 4] {
+    let magnitude = seed.unsigned_abs();
+    std::array::from_fn(|word| (magnitude >> (32 * word)) as u32)
+}
+
 /// The 32-bit words of the magnitude CPython's `random.Random(seed)` seeds with: `abs(n)` of an int, the
 /// hash (as an unsigned word) of a float.
 fn seed_words(seed: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
     let magnitude = if let Ok(int) = seed.cast::<PyInt>() {
         if let Ok(small) = int.extract::<i128>() {
-            let small = small.unsigned_abs();
-            return Ok((0..4).map(|word| (small >> (32 * word)) as u32).collect());
+            return Ok(small_seed_words(small).to_vec());
         }
         // int.__abs__, not the object's own __abs__ (CPython's random_seed does the same).
         seed.py()

@@ -7,9 +7,9 @@
 //! when read.
 use fabric_core::model::credits::FABRIC_MIN_INTERVAL_NS;
 use fabric_core::model::forwarding;
-use fabric_core::model::link::CpythonRandom;
 use fabric_core::model::mmu as core;
 use fabric_core::model::pause::PrioritySet;
+use fabric_core::model::rng::CpythonRandom;
 use fabric_core::wire::pfc::PRIORITIES;
 use pyo3::exceptions::{PyIndexError, PyValueError, PyZeroDivisionError};
 use pyo3::prelude::*;
@@ -248,12 +248,6 @@ fn config_of(config: &Bound<'_, PyAny>) -> PyResult<core::MmuConfig> {
     })
 }
 
-/// The 32-bit words of `abs(seed)`, least significant first, as CPython's `random.Random(seed)` seeds with.
-fn seed_words(seed: i128) -> [u32; 4] {
-    let magnitude = seed.unsigned_abs();
-    std::array::from_fn(|word| (magnitude >> (32 * word)) as u32)
-}
-
 /// The buffer use of one ingress port, per priority (a copy).
 #[pyclass(module = "emulator._core.mmu", get_all)]
 pub struct Ingress {
@@ -361,7 +355,7 @@ impl Mmu {
     #[new]
     #[pyo3(signature = (config, port_rates, seed = 0))]
     fn new(config: &Bound<'_, PyAny>, port_rates: Vec<u64>, seed: i128) -> PyResult<Self> {
-        let random = CpythonRandom::from_int_seed(&seed_words(seed));
+        let random = CpythonRandom::from_int_seed(&crate::link::small_seed_words(seed));
         let inner =
             core::Mmu::new(config_of(config)?, port_rates, random).map_err(|err| match err {
                 core::MmuError::ZeroRate { .. } => PyZeroDivisionError::new_err(err.to_string()),

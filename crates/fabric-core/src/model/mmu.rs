@@ -29,9 +29,10 @@ use std::collections::VecDeque;
 use std::fmt;
 
 use crate::model::forwarding;
-use crate::model::link::{CpythonRandom, Dequeued, EgressQueue};
+use crate::model::link::{Dequeued, EgressQueue};
 use crate::model::pause::{PauseState, PrioritySet};
 use crate::model::pfcwd::{Action, QueueKey, Watchdog, WatchdogConfig};
+use crate::model::rng::CpythonRandom;
 use crate::wire::pfc::{pause_ns, PfcQuanta, PRIORITIES};
 
 /// Buffer, threshold, PFC, scheduling and ECN settings of one switch.

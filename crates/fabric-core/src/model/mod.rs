@@ -11,4 +11,5 @@ pub mod pause;
 pub mod pfcwd;
 pub mod rc;
 pub mod rdma_params;
+pub mod rng;
 pub mod rx_pipeline;

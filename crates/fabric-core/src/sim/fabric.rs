@@ -6,9 +6,9 @@
 //! of the same step, so the engine's order (time, then scheduling sequence) is the Python engine's and a run
 //! gives the same CCTs, counters and events. Python builds the plan, hands it over as a [`FabricSpec`] and the
 //! collective's plans, and reads the [`IterationRecord`]s back.
-use crate::model::link::CpythonRandom;
 use crate::model::mmu::{Mmu, MmuConfig};
 use crate::model::rc::{Completion, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode};
+use crate::model::rng::CpythonRandom;
 use crate::sim::engine::Engine;
 use crate::sim::host::{SimHost, MEMORY_KEY};
 use crate::sim::ranks::{add_f32, read_f32, RankPlan, RankReport, SimRank};
