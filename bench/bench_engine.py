@@ -42,7 +42,7 @@ MAX_DELAY_NS = 1 << 20
 
 
 def delays(count: int) -> list[int]:
-    """The delays of bench_sim_engine.py and examples/hold.rs."""
+    """The hold model's delays, as examples/hold.rs draws them (bench_sim_engine.py uses these too)."""
     value, out = 12345, []
     for _ in range(count):
         value = (value * 1103515245 + 12345) & 0x7FFFFFFF

@@ -25,35 +25,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from emulator import flags  # noqa: E402
-from emulator.sim.engine import Simulator  # noqa: E402
-
-MAX_DELAY_NS = 1 << 20
-
-
-def delays(count: int) -> list[int]:
-    value, out = 12345, []
-    for _ in range(count):
-        value = (value * 1103515245 + 12345) & 0x7FFFFFFF
-        out.append(1 + value % MAX_DELAY_NS)
-    return out
-
-
-def ours(events: int, pending: int, table: list[int]) -> tuple[float, int]:
-    sim = Simulator()
-    index = [0]
-
-    def hold() -> None:
-        i = index[0]
-        if i < events:
-            index[0] = i + 1
-            sim.after(table[i], hold)
-
-    for _ in range(pending):
-        sim.after(table[index[0]], hold)
-        index[0] += 1
-    began = time.perf_counter()
-    ran = sim.run(max_events=events)
-    return time.perf_counter() - began, ran
+from bench_engine import delays, hold  # noqa: E402 - the hold model's delays and driver, shared
+from emulator.sim import engine as python_engine  # noqa: E402
 
 
 def simpy_run(events: int, pending: int, table: list[int]) -> tuple[float, int] | None:
@@ -92,7 +65,7 @@ def main() -> None:
     if args.pending > args.events:
         parser.error(f"--pending {args.pending}: must be at most --events ({args.events})")
     table = delays(args.events + args.pending)
-    seconds, ran = ours(args.events, args.pending, table)
+    seconds, ran = hold(python_engine, args.events, args.pending, table)
     print(f"emulator.sim.engine: {ran} events in {seconds:.2f} s: {ran / seconds / 1e3:.0f}k events/s "
           f"({seconds / ran * 1e9:.0f} ns per event), {args.pending} pending")
     measured = simpy_run(args.events, args.pending, table)

@@ -3,10 +3,8 @@
 //! Layers, lowest first (the layer test in `tests/unit/test_layers.py` checks the `use crate::` paths):
 //! `wire` (frame formats on bytes) < `model` (sans-I/O state machines: time comes in as integer ns, frames and
 //! deadlines go out) < `sim` (the discrete-event engine that drives the models in virtual time).
-//! Nothing here does I/O, links pyo3 or uses `unsafe`; bytes from the wire are hostile and a malformed frame is
-//! an error value the caller counts, never a panic.
-#![forbid(unsafe_code)]
-
+//! Nothing here does I/O or links pyo3, and the crate's manifest allows safe Rust only (its `[lints.rust]`).
+//! Bytes from the wire are hostile: a malformed frame is an error value the caller counts, never a panic.
 pub mod model;
 pub mod sim;
 pub mod wire;
