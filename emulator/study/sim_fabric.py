@@ -22,6 +22,7 @@ from emulator.model.credits import CreditLink
 from emulator.model.dcqcn import DcqcnParams, at_link
 from emulator.model.ib_port import IbPort
 from emulator.model.link import Link
+from emulator.model.mmu import MmuConfig
 from emulator.sim.engine import Simulator
 from emulator.sim.host import SimHost
 from emulator.sim.link import PortQueue, Wire
@@ -138,12 +139,13 @@ def pfcwd(fabric: SimFabric) -> dict[str, Any]:
 
 def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | None = None, seed: int = 1) -> Any:
     """The plan's nodes and links as the compiled simulation backend (``emulator._core.sim.SimFabric``): the same
-    switches, routes, MMU settings, seeds, hosts and wires :func:`build_sim_fabric` makes, every frame in Rust.
-    Ethernet only (lossless or lossy), without DCQCN, injected loss or the PFC watchdog, for now."""
+    switches, routes, MMU settings, seeds, hosts and wires :func:`build_sim_fabric` makes, every frame in Rust;
+    on ``ib`` also the same subnet (LIDs, forwarding tables, SL to VL, credit sizes). Without DCQCN, injected
+    loss or the PFC watchdog, for now."""
     from emulator._core.sim import SimFabric as RustSimFabric
 
-    if fabric not in ("lossless", "lossy"):
-        raise ValueError(f"the compiled simulation backend has no {fabric!r} fabric yet: lossless or lossy")
+    if fabric not in ("lossless", "lossy", "ib"):
+        raise ValueError(f"no {fabric!r} fabric: lossless, lossy or ib")
     switches = plan.switches()
     hosts = plan.hosts()
     index = {node.name: i for i, node in enumerate(switches)} | {node.name: i for i, node in enumerate(hosts)}
@@ -160,9 +162,10 @@ def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | No
             wire_of[(src.node, src.ifname)] = len(wires)
             wires.append((src.params.bw_bps, src.params.delay_ns, "host" if kind == "host" else "switch",
                           index[dst.node], port))
+    mmu_configs = {node.name: switch_mmu(node, fabric, switch or {}) for node in switches}
     switch_specs = []
     for node in switches:
-        config = switch_mmu(node, fabric, switch or {})
+        config = mmu_configs[node.name]
         if config.pfcwd is not None:
             raise ValueError("the compiled simulation backend has no PFC watchdog yet")
         ports = {port.ifname: i for i, port in enumerate(node.ports)}
@@ -177,4 +180,25 @@ def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | No
     host_specs = [(mac_bytes(node.ports[0].mac), mac_bytes(node.ports[0].peer_mac),
                    bytes(int(part) for part in (node.ip or "0.0.0.0").split(".")), node.ports[0].params.bw_bps,
                    wire_of[(node.name, node.ports[0].ifname)]) for node in hosts]
-    return RustSimFabric(wires, switch_specs, host_specs)
+    return RustSimFabric(wires, switch_specs, host_specs,
+                         _rust_ib_spec(plan, mmu_configs) if fabric == "ib" else None)
+
+
+def _rust_ib_spec(plan: FabricPlan, mmu_configs: dict[str, MmuConfig]) -> tuple[list, list]:
+    """The subnet manager's part of an ``ib`` fabric as :func:`build_rust_fabric` hands it over: per switch its
+    :func:`switch_ib` settings and each port's longest frame, per host its :func:`host_ib` settings, its link's
+    longest frame and its VL, in the plan's switch and host order."""
+    subnet = assign(plan)
+    switch_specs = []
+    for node in plan.switches():
+        ib = switch_ib(plan, node, mmu_configs, subnet)
+        assert ib is not None  # a subnet was given
+        switch_specs.append((sorted(ib.lft.items()), list(ib.sl2vl), ib.vls, ib.vl_buffer, ib.fc_floor,
+                             [(ETH_LEN + port.params.mtu, peer) for port, peer in zip(node.ports, ib.peer_capacity)]))
+    host_specs = []
+    for node in plan.hosts():
+        ib = host_ib(plan, node, mmu_configs, subnet)
+        assert ib is not None
+        host_specs.append((ib.lid, list(ib.lids.items()), ib.sl, ib.sl2vl[ib.sl], ib.vls, ib.capacity,
+                           ib.peer_capacity, ETH_LEN + node.ports[0].params.mtu, ib.fc_floor))
+    return switch_specs, host_specs

@@ -1,10 +1,12 @@
-//! `emulator._core.sim`: the simulation backend's Ethernet fabric in Rust (`fabric_core::sim::fabric`), built
-//! from the plain data `emulator.study.sim_fabric.rust_fabric_spec` makes of a `FabricPlan`, running a
-//! collective's plans with the GIL released and giving back the ranks' reports for the coordinator's
-//! `summarize`.
+//! `emulator._core.sim`: the simulation backend's fabric in Rust (`fabric_core::sim::fabric`: Ethernet, or IB
+//! with its subnet), built from the plain data `emulator.study.sim_fabric.build_rust_fabric` makes of a
+//! `FabricPlan`, running a collective's plans with the GIL released and giving back the ranks' reports for the
+//! coordinator's `summarize`.
+use fabric_core::model::ib_plane::IbPlaneConfig;
 use fabric_core::model::mmu::MmuConfig;
 use fabric_core::model::pause::PrioritySet;
 use fabric_core::sim::fabric::{Fabric, FabricSpec, HostSpec, IterationRecord, SwitchSpec, Totals};
+use fabric_core::sim::ib::{IbHostSpec, IbSpec, IbSwitchSpec};
 use fabric_core::sim::ranks::{RankPlan, SendPlan, StepPlan};
 use fabric_core::sim::wire::Endpoint;
 use fabric_core::wire::mac::Mac;
@@ -27,6 +29,14 @@ type MmuArg = (
 type SwitchArg = (Vec<PortArg>, Vec<(Vec<u8>, Vec<u32>)>, MmuArg, u64);
 /// A host: MAC, gateway MAC, IPv4 address, rate, the wire it sends on.
 type HostArg = (Vec<u8>, Vec<u8>, Vec<u8>, u64, u32);
+/// A switch's part of the IB subnet: its forwarding table (DLID, port index), SL to VL, data VLs, VL buffer,
+/// `fc_floor`, and per port its longest frame and its peer's VL buffer.
+type IbSwitchArg = (Vec<(u16, usize)>, Vec<u8>, usize, u64, u64, Vec<(u64, u64)>);
+/// A host's part of the IB subnet: LID, every GID's LID, SL, VL, data VLs, its VL buffer, the switch's, the
+/// link's longest frame, the switch's `fc_floor`.
+type IbHostArg = (u16, Vec<(String, u16)>, u8, u8, usize, u64, u64, u64, u64);
+/// The IB subnet: per switch, per host.
+type IbArg = (Vec<IbSwitchArg>, Vec<IbHostArg>);
 /// A send: dst, offset, length, to the staging region, dst offset.
 type SendArg = (u32, u64, u64, bool, u64);
 /// A step: sends, receives, reduce.
@@ -94,6 +104,44 @@ fn endpoint(kind: &str, index: u32, port: u32) -> PyResult<Endpoint> {
     }
 }
 
+fn ib_spec((switches, hosts): IbArg) -> IbSpec {
+    IbSpec {
+        switches: switches
+            .into_iter()
+            .map(
+                |(lft, sl2vl, vls, vl_buffer, fc_floor, ports)| IbSwitchSpec {
+                    config: IbPlaneConfig {
+                        lft,
+                        sl2vl,
+                        vls,
+                        vl_buffer,
+                        fc_floor,
+                    },
+                    ports,
+                },
+            )
+            .collect(),
+        hosts: hosts
+            .into_iter()
+            .map(
+                |(lid, lids, sl, vl, vls, capacity, peer_capacity, frame_bytes, fc_floor_ns)| {
+                    IbHostSpec {
+                        lid,
+                        lids,
+                        sl,
+                        vl,
+                        vls,
+                        capacity,
+                        peer_capacity,
+                        frame_bytes,
+                        fc_floor_ns,
+                    }
+                },
+            )
+            .collect(),
+    }
+}
+
 fn rank_plan((data_bytes, staging_bytes, steps, reduce_group): PlanArg) -> RankPlan {
     let steps = steps
         .into_iter()
@@ -127,8 +175,8 @@ fn totals_dict<'py>(py: Python<'py>, totals: &Totals) -> PyResult<Bound<'py, PyD
     dict.set_item("ecn_marked", totals.ecn_marked)?;
     dict.set_item("tx_frames", totals.tx_frames)?;
     dict.set_item("host_paused_ns", totals.host_paused_ns)?;
+    dict.set_item("ib_credit_stalls", totals.ib_credit_stalls)?;
     for zero in [
-        "ib_credit_stalls",
         "cnps_received",
         "paced_waits",
         "host_pfc_sent",
@@ -172,7 +220,7 @@ fn record_dict<'py>(py: Python<'py>, record: &IterationRecord) -> PyResult<Bound
     Ok(dict)
 }
 
-/// An Ethernet fabric (lossless or lossy) in simulated time, every frame in Rust.
+/// A fabric (lossless, lossy, or ib with `ib`, the subnet) in simulated time, every frame in Rust.
 #[pyclass(module = "emulator._core.sim")]
 pub struct SimFabric {
     fabric: Fabric,
@@ -181,8 +229,17 @@ pub struct SimFabric {
 #[pymethods]
 impl SimFabric {
     #[new]
-    fn new(wires: Vec<WireArg>, switches: Vec<SwitchArg>, hosts: Vec<HostArg>) -> PyResult<Self> {
-        let mut spec = FabricSpec::default();
+    #[pyo3(signature = (wires, switches, hosts, ib=None))]
+    fn new(
+        wires: Vec<WireArg>,
+        switches: Vec<SwitchArg>,
+        hosts: Vec<HostArg>,
+        ib: Option<IbArg>,
+    ) -> PyResult<Self> {
+        let mut spec = FabricSpec {
+            ib: ib.map(ib_spec),
+            ..FabricSpec::default()
+        };
         for (rate, delay, kind, index, port) in wires {
             if rate == 0 {
                 return Err(PyValueError::new_err(format!(

@@ -11,6 +11,7 @@ use crate::model::rc::{Completion, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode}
 use crate::model::rng::CpythonRandom;
 use crate::sim::engine::Engine;
 use crate::sim::host::{SimHost, MEMORY_KEY};
+use crate::sim::ib::IbSpec;
 use crate::sim::ranks::{add_f32, read_f32, RankPlan, RankReport, SimRank};
 use crate::sim::switch::{SimSwitch, SwitchPort};
 use crate::sim::wire::{Endpoint, Wire};
@@ -32,6 +33,8 @@ pub enum Event {
     QueueSend(u32),
     /// A host QP's transport timer.
     QpTimer { host: u32, qpn: u32 },
+    /// A host's IB port's flow-control timer (an IB fabric).
+    IbTimer(u32),
     /// A rank's iteration starts: its first step's sends are posted.
     StepBegins(u32),
 }
@@ -62,6 +65,8 @@ pub struct FabricSpec {
     pub wires: Vec<(u64, u64, Endpoint)>,
     pub switches: Vec<SwitchSpec>,
     pub hosts: Vec<HostSpec>,
+    /// The IB subnet on an IB fabric, else none (Ethernet).
+    pub ib: Option<IbSpec>,
 }
 
 /// One finished iteration: its start instant, every rank's report, and each host's time paused during it.
@@ -81,6 +86,8 @@ pub struct Totals {
     pub ecn_marked: u64,
     pub tx_frames: u64,
     pub host_paused_ns: u64,
+    /// IB: times a VL had a packet and no credit for it, at switches and RNICs.
+    pub ib_credit_stalls: u64,
 }
 
 /// Where a collective run is.
@@ -145,11 +152,14 @@ impl Fabric {
                 sw.seed as u32,
             ));
         }
-        let hosts = spec
+        let mut hosts: Vec<SimHost> = spec
             .hosts
             .iter()
             .map(|h| SimHost::new(h.mac, h.gateway_mac, h.ip, h.wire, h.rate_bps, 4096))
             .collect();
+        if let Some(ib) = spec.ib {
+            crate::sim::ib::attach(ib, &mut engine, &wires, &mut switches, &mut hosts)?;
+        }
         for (index, sw) in switches.iter_mut().enumerate() {
             sw.start(index as u32, &mut engine, &mut wires);
         }
@@ -179,6 +189,9 @@ impl Fabric {
             }
             totals.drops += sw.dropped.total();
         }
+        let (forwarded, credit_stalls) = crate::sim::ib::totals(&self.switches, &self.hosts);
+        totals.tx_frames += forwarded;
+        totals.ib_credit_stalls = credit_stalls;
         let now = self.engine.now();
         totals.host_paused_ns = self.hosts.iter().map(|host| host.paused_ns(now)).sum();
         totals
@@ -316,6 +329,11 @@ impl Fabric {
                 if let Some(h) = self.hosts.get_mut(host as usize) {
                     h.on_timer(&self.engine, qpn);
                     self.after_qp(host, qpn);
+                }
+            }
+            Event::IbTimer(host) => {
+                if let Some(h) = self.hosts.get_mut(host as usize) {
+                    h.ib_timer(host, &mut self.engine, &mut self.wires);
                 }
             }
             Event::StepBegins(rank) => self.step_begins(rank as usize),
@@ -605,7 +623,7 @@ fn name<T: PartialEq + Copy>(table: &[(&'static str, T)], value: T) -> &'static 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::pause::PrioritySet;
     use crate::sim::ranks::{SendPlan, StepPlan};
@@ -638,8 +656,13 @@ mod tests {
 
     /// Two hosts on one switch: wires 0 and 1 from the hosts, 2 and 3 from the switch's ports.
     fn star() -> Fabric {
+        Fabric::new(star_spec()).unwrap()
+    }
+
+    /// [`star`]'s spec (Ethernet), for tests that add to it.
+    pub(crate) fn star_spec() -> FabricSpec {
         let mac = |n: u8| [2, 0, 0, 0, n, 0];
-        let spec = FabricSpec {
+        FabricSpec {
             wires: vec![
                 (RATE, 1000, Endpoint::Switch { switch: 0, port: 0 }),
                 (RATE, 1000, Endpoint::Switch { switch: 0, port: 1 }),
@@ -668,12 +691,12 @@ mod tests {
                     wire: 1,
                 },
             ],
-        };
-        Fabric::new(spec).unwrap()
+            ib: None,
+        }
     }
 
     /// Rank 1 WRITEs `length` bytes into rank 0's staging region.
-    fn one_write(length: u64) -> Vec<RankPlan> {
+    pub(crate) fn one_write(length: u64) -> Vec<RankPlan> {
         let receiver = RankPlan {
             data_bytes: length,
             staging_bytes: length,

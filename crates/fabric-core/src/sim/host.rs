@@ -1,5 +1,6 @@
-//! A host's RNIC in simulated time (port of `emulator/sim/host.py`, Ethernet without DCQCN): the RC transport
-//! model on RoCEv2 frames, a NIC queue that obeys the link's PFC.
+//! A host's RNIC in simulated time (port of `emulator/sim/host.py`, without DCQCN): the RC transport model on
+//! RoCEv2 frames, a NIC queue that obeys the link's PFC; on an IB fabric native IB packets sent against the
+//! switch's credits, with flow-control packets back (its IB port, `sim::ib`).
 //!
 //! As the emulator's RNIC does, it pulls packets from its QPs one each in turn while its NIC queue has room
 //! ([`NIC_FRAMES`]), frames them, decodes what arrives (checking the ICRC) and hands it to the QP the BTH
@@ -12,14 +13,18 @@
 //! inside its receive), so receiving is split in two: [`SimHost::receive`] returns the QP whose completions
 //! the caller hands to the rank, then the caller finishes with [`SimHost::resume`].
 use std::collections::VecDeque;
+use std::net::Ipv4Addr;
 
 use crate::model::pause::PrioritySet;
 use crate::model::rc::{
     default_timeout_ns, AccessError, Completion, Memory, RcConfig, RcQueuePair,
 };
 use crate::sim::engine::{Engine, TimerId};
+use crate::model::ib_port::IbPort;
 use crate::sim::fabric::Event;
+use crate::sim::ib::{HostIb, QpFramer};
 use crate::sim::wire::{PortQueue, Wire};
+use crate::wire::ib::Lrh;
 use crate::wire::mac::Mac;
 use crate::wire::pfc::{decode_pfc, ETHERTYPE_MAC_CONTROL, PRIORITIES};
 use crate::wire::roce::{decode, Framer, DATA_DSCP};
@@ -110,7 +115,7 @@ impl Memory for FlatMemory {
 #[derive(Debug)]
 pub struct HostQp {
     pub qp: RcQueuePair<Window>,
-    framer: Framer,
+    framer: QpFramer,
     peer_ip: [u8; 4],
     timer: TimerId,
 }
@@ -144,6 +149,8 @@ pub struct SimHost {
     scratch: Packet,
     /// Frame buffers that arrived here, reused for the frames it sends (no allocation per frame).
     spare: Vec<Vec<u8>>,
+    /// The IB port on an IB fabric (`sim::ib::attach` gives it), else none.
+    pub ib: Option<HostIb>,
 }
 
 /// Frame buffers a host keeps for reuse (a NIC queue's worth and then some).
@@ -171,6 +178,7 @@ impl SimHost {
             in_ready: Vec::new(),
             scratch: Packet::default(),
             spare: Vec::new(),
+            ib: None,
         }
     }
 
@@ -201,16 +209,33 @@ impl SimHost {
         let mut qp = RcQueuePair::new(qpn, config, 0);
         qp.connect(peer_qpn, 0).map_err(|error| error.to_string())?;
         let port = 49152 + (qpn & 0x3FFF) as u16; // the UDP source port: ECMP's entropy per QP
-        let framer = Framer::new(
-            self.mac,
-            self.gateway_mac,
-            self.ip,
-            peer_ip,
-            port,
-            DATA_DSCP,
-            64,
-        )
-        .map_err(|error| error.to_string())?;
+        let framer = match &self.ib {
+            None => QpFramer::Roce(
+                Framer::new(
+                    self.mac,
+                    self.gateway_mac,
+                    self.ip,
+                    peer_ip,
+                    port,
+                    DATA_DSCP,
+                    64,
+                )
+                .map_err(|error| error.to_string())?,
+            ),
+            Some(ib) => QpFramer::Ib {
+                mac: self.mac,
+                gateway_mac: self.gateway_mac,
+                lrh: Lrh {
+                    dlid: ib
+                        .port
+                        .framer(&Ipv4Addr::from(peer_ip).to_string(), u64::from(mtu))
+                        .map_err(|error| error.to_string())?,
+                    slid: ib.port.lid(),
+                    sl: ib.port.sl(),
+                    vl: ib.port.vl(),
+                },
+            },
+        };
         let timer = engine.timer(Event::QpTimer { host: index, qpn });
         let at = qpn as usize;
         if self.qps.len() <= at {
@@ -274,6 +299,9 @@ impl SimHost {
         wires: &mut [Wire],
         frame: &[u8],
     ) -> Option<u32> {
+        if self.ib.is_some() {
+            return self.receive_ib(index, engine, wires, frame);
+        }
         let now = engine.now();
         if frame.get(12..14) == Some(&ETHERTYPE_MAC_CONTROL.to_be_bytes()[..]) {
             if let Some(quanta) = decode_pfc(frame).filter(|q| q.iter().any(Option::is_some)) {
@@ -288,26 +316,37 @@ impl SimHost {
             self.counters.malformed += 1;
             return None;
         };
+        let payload = frame.get(decoded.payload).unwrap_or(&[]);
+        self.to_qp(now, decoded.packet, Some(decoded.src_ip), decoded.icrc_ok, payload)
+    }
+
+    /// A decoded packet from `source` (`None`: an address no host has): counted, and handed to the QP its BTH
+    /// names if its CRCs held and it comes from that QP's peer; that QP, for the caller as `receive` says.
+    fn to_qp(
+        &mut self,
+        now: u64,
+        mut packet: Packet,
+        source: Option<[u8; 4]>,
+        crc_ok: bool,
+        payload: &[u8],
+    ) -> Option<u32> {
         self.counters.frames_received += 1;
-        if !decoded.icrc_ok {
+        if !crc_ok {
             self.counters.icrc_errors += 1;
             return None;
         }
-        let qpn = decoded.packet.dest_qp;
+        let qpn = packet.dest_qp;
         let Some(Some(entry)) = self.qps.get_mut(qpn as usize) else {
             self.counters.unknown += 1;
             return None;
         };
-        if entry.peer_ip != decoded.src_ip {
+        if Some(entry.peer_ip) != source {
             self.counters.unknown += 1;
             return None;
         }
-        let mut packet = decoded.packet;
         packet.payload = std::mem::take(&mut self.scratch.payload);
         packet.payload.clear();
-        packet
-            .payload
-            .extend_from_slice(frame.get(decoded.payload).unwrap_or(&[]));
+        packet.payload.extend_from_slice(payload);
         entry.qp.receive(now, &packet, &mut self.memory);
         self.scratch.payload = packet.payload;
         Some(qpn)
@@ -337,6 +376,16 @@ impl SimHost {
     fn pull(&mut self, index: u32, engine: &mut Engine<Event>, wires: &mut [Wire]) {
         let now = engine.now();
         while self.queue.queued(ROCE_PRIORITY) < NIC_FRAMES {
+            if let Some(ib) = self.ib.as_mut() {
+                if let Some(held) = ib.held.take() {
+                    if !matches!(ib.port.admit(&held), Ok(true)) {
+                        ib.held = Some(held); // still no credit: the next flow-control packet pulls again
+                        return;
+                    }
+                    self.enqueue(index, engine, wires, held, ROCE_PRIORITY);
+                    continue;
+                }
+            }
             let Some(qpn) = self.ready.pop_front() else {
                 return;
             };
@@ -357,7 +406,13 @@ impl SimHost {
             let framed = entry.framer.encode(&self.scratch, &mut frame);
             self.mark_ready(qpn); // to the back of the turn
             self.arm(engine, qpn); // its first packet in flight starts the retransmission timer
-            if framed.is_ok() {
+            if let Some(ib) = self.ib.as_mut().filter(|_| framed) {
+                if !matches!(ib.port.admit(&frame), Ok(true)) {
+                    ib.held = Some(frame); // it waits for the switch's credit
+                    return;
+                }
+            }
+            if framed {
                 self.enqueue(index, engine, wires, frame, ROCE_PRIORITY);
             }
         }
@@ -425,6 +480,68 @@ impl SimHost {
                     .wake_at_time(engine, expiry, Event::QueueSend(index));
             }
         }
+    }
+
+    /// An IB fabric: the host's IB port, its flow-control timer armed (its first packets, init, go at once).
+    pub fn attach_ib(&mut self, index: u32, engine: &mut Engine<Event>, port: IbPort) {
+        let timer = engine.timer(Event::IbTimer(index));
+        self.ib = Some(HostIb {
+            port,
+            held: None,
+            timer,
+            control: Vec::new(),
+        });
+        self.arm_ib(engine);
+    }
+
+    /// The IB port's timer at its next flow-control deadline.
+    fn arm_ib(&mut self, engine: &mut Engine<Event>) {
+        if let Some(ib) = self.ib.as_mut() {
+            let deadline = ib.port.next_deadline();
+            engine.set_timer(ib.timer, Some(deadline));
+        }
+    }
+
+    /// A frame on an IB fabric: a flow-control packet is credit (what waited may go), a data packet goes to its
+    /// QP as on Ethernet, and what arrived is credit to grant back.
+    fn receive_ib(
+        &mut self,
+        index: u32,
+        engine: &mut Engine<Event>,
+        wires: &mut [Wire],
+        frame: &[u8],
+    ) -> Option<u32> {
+        let now = engine.now();
+        let accepted = self.ib.as_mut()?.port.accept(now, frame).map(|accepted| {
+            let source = accepted.source.parse::<Ipv4Addr>().ok().map(|ip| ip.octets());
+            (accepted.decoded, source, accepted.crc_ok)
+        });
+        let Some((decoded, source, crc_ok)) = accepted else {
+            self.pull(index, engine, wires); // a flow-control packet (credit) or garbage (counted)
+            self.arm_ib(engine);
+            return None;
+        };
+        self.arm_ib(engine);
+        let payload = frame.get(decoded.payload).unwrap_or(&[]);
+        self.to_qp(now, decoded.packet, source, crc_ok, payload)
+    }
+
+    /// The IB port's timer: the flow-control packets due (grants, refreshes) go behind the data already queued,
+    /// as the RNIC agent sends them.
+    pub fn ib_timer(&mut self, index: u32, engine: &mut Engine<Event>, wires: &mut [Wire]) {
+        let now = engine.now();
+        let Some(ib) = self.ib.as_mut() else {
+            return;
+        };
+        let mut control = std::mem::take(&mut ib.control);
+        ib.port.control_frames(now, &mut control);
+        for frame in control.drain(..) {
+            self.enqueue(index, engine, wires, frame.to_vec(), ROCE_PRIORITY);
+        }
+        if let Some(ib) = self.ib.as_mut() {
+            ib.control = control;
+        }
+        self.arm_ib(engine);
     }
 
     /// How long the NIC's queue has been paused, all priorities summed, up to `now`.

@@ -2,6 +2,7 @@
 pub mod engine;
 pub mod fabric;
 pub mod host;
+pub mod ib;
 pub mod ranks;
 pub mod switch;
 pub mod wire;

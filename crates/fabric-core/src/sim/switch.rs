@@ -4,14 +4,18 @@
 //! A port sends on its wire whenever the wire is free: PFC frames first (the agent sends them in the highest
 //! tc class), then what the MMU chooses. Frames that are neither IPv4 nor PFC are dropped and counted, as the
 //! agent does. Every step schedules its events in the order the Python switch does, so a run is the Python
-//! run event for event.
+//! run event for event. On an IB fabric the switch's IB plane (`model::ib_plane`, set up by `sim::ib`) takes
+//! the native IB frames and goes before the MMU, its flow-control packets in line with the data they count.
 use std::collections::VecDeque;
 
 use crate::model::forwarding::{ecmp_index, ipv4_ok, priority, route_in_place, ETH_IPV4};
+use crate::model::ib_plane::IbPlane;
 use crate::model::mmu::{Mmu, PfcRequest};
 use crate::sim::engine::{Engine, EventId, TimerId};
 use crate::sim::fabric::Event;
+use crate::sim::ib::port_waiting;
 use crate::sim::wire::Wire;
+use crate::wire::ib::ETH_IB;
 use crate::wire::mac::{Mac, ETH_LEN};
 use crate::wire::pfc::{decode_pfc, encode_pfc, ETHERTYPE_MAC_CONTROL, MIN_FRAME, PRIORITIES};
 
@@ -54,6 +58,10 @@ pub struct SimSwitch {
     decided: Vec<PfcRequest>,
     drain_at: Vec<Option<EventId>>,
     timer: TimerId,
+    /// The IB plane on an IB fabric (`sim::ib::attach` gives it), else none.
+    pub ib: Option<IbPlane>,
+    /// The ports with flow-control packets due (kept to reuse its allocation).
+    ib_ports: Vec<usize>,
 }
 
 impl SimSwitch {
@@ -83,6 +91,8 @@ impl SimSwitch {
             decided: Vec::new(),
             drain_at: vec![None; count],
             timer: engine.timer(Event::SwitchTimer(index)),
+            ib: None,
+            ib_ports: Vec::new(),
         }
     }
 
@@ -138,6 +148,11 @@ impl SimSwitch {
                     }
                 }
             }
+        } else if ethertype == Some(&ETH_IB[..]) && self.ib.is_some() {
+            let out = self.ib.as_mut().and_then(|ib| ib.receive(now, port, &frame));
+            if let Some(out) = out {
+                self.drain(index, engine, wires, out);
+            }
         } else if ethertype == Some(&ETHERTYPE_MAC_CONTROL.to_be_bytes()[..])
             && decode_pfc(&frame).is_some_and(|quanta| quanta.iter().any(Option::is_some))
         {
@@ -178,8 +193,36 @@ impl SimSwitch {
             }
             self.decided = decided;
         }
-        let deadline = self.mmu.next_deadline();
+        let mut deadline = self.mmu.next_deadline();
+        if let Some(ib_deadline) = self.ib_deadline(index, engine, wires) {
+            if deadline.is_none_or(|d| ib_deadline < d) {
+                deadline = Some(ib_deadline);
+            }
+        }
         engine.set_timer(self.timer, deadline);
+    }
+
+    /// The IB plane's next deadline, its flow-control packets now due queued and their ports drained first.
+    fn ib_deadline(
+        &mut self,
+        index: u32,
+        engine: &mut Engine<Event>,
+        wires: &mut [Wire],
+    ) -> Option<u64> {
+        let now = engine.now();
+        let deadline = self.ib.as_mut()?.next_deadline()?;
+        if deadline > now {
+            return Some(deadline);
+        }
+        let mut ports = std::mem::take(&mut self.ib_ports);
+        if let Some(ib) = self.ib.as_mut() {
+            ib.take_fc(now, &mut ports);
+        }
+        for port in ports.drain(..) {
+            self.drain(index, engine, wires, port);
+        }
+        self.ib_ports = ports;
+        self.ib.as_mut()?.next_deadline()
     }
 
     /// The switch's timer: pauses expired, XOFFs to refresh.
@@ -224,6 +267,11 @@ impl SimSwitch {
         }
         if let Some(frame) = self.pfc_out[port].pop_front() {
             wire.send(wire_id, engine, frame.to_vec());
+        } else if let Some((_, frame)) = self.ib.as_mut().and_then(|ib| ib.head(port)) {
+            wire.send(wire_id, engine, frame.to_vec());
+            if let Some(ib) = self.ib.as_mut() {
+                let _ = ib.sent(port); // the head just given: it has credit, so sending it cannot fail
+            }
         } else {
             let Some((prio, _)) = self.mmu.head(port) else {
                 return;
@@ -235,7 +283,10 @@ impl SimSwitch {
                 _ => return,
             }
         }
-        if !self.pfc_out[port].is_empty() || self.mmu.backlog().get(port).is_some_and(|&n| n > 0) {
+        if !self.pfc_out[port].is_empty()
+            || self.mmu.backlog().get(port).is_some_and(|&n| n > 0)
+            || self.ib.as_ref().is_some_and(|ib| port_waiting(ib, port))
+        {
             let delay = wire.free_at.saturating_sub(engine.now());
             self.drain_at[port] = Some(engine.after(delay, wake));
         }
