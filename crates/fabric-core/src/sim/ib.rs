@@ -178,3 +178,140 @@ pub fn totals(switches: &[SimSwitch], hosts: &[SimHost]) -> (u64, u64) {
         .sum::<u64>();
     (forwarded, credit_stalls)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::credits::BLOCK;
+    use crate::sim::fabric::tests::{one_write, star_spec};
+    use crate::sim::fabric::{Fabric, FabricSpec};
+    use crate::wire::ib::{ETH_IB, SDP, SLP};
+    use proptest::prelude::*;
+
+    const RATE: u64 = 10_000_000_000;
+    /// What a host's RNIC receives into per VL (agent_config's HOST_IB_BUFFER).
+    const HOST_BUFFER: u64 = 2048 * BLOCK;
+    const FRAME: u64 = 1514;
+
+    /// The subnet of [`star_spec`]: hosts LID 1 and 2 behind ports 0 and 1, 4 VLs, SL n on VL n % 4, each
+    /// switch VL receiving into `vl_buffer` bytes.
+    fn subnet(vl_buffer: u64) -> IbSpec {
+        let lids = vec![("10.0.0.1".to_owned(), 1), ("10.0.0.2".to_owned(), 2)];
+        let host = |lid| IbHostSpec {
+            lid,
+            lids: lids.clone(),
+            sl: 0,
+            vl: 0,
+            vls: 4,
+            capacity: HOST_BUFFER,
+            peer_capacity: vl_buffer,
+            frame_bytes: FRAME,
+            fc_floor_ns: 500_000,
+        };
+        IbSpec {
+            switches: vec![IbSwitchSpec {
+                config: IbPlaneConfig {
+                    lft: vec![(1, 0), (2, 1)],
+                    sl2vl: (0..16).map(|sl| sl % 4).collect(),
+                    vls: 4,
+                    vl_buffer,
+                    fc_floor: 500_000,
+                },
+                ports: vec![(FRAME, HOST_BUFFER); 2],
+            }],
+            hosts: vec![host(1), host(2)],
+        }
+    }
+
+    fn ib_star(vl_buffer: u64) -> Fabric {
+        Fabric::new(FabricSpec {
+            ib: Some(subnet(vl_buffer)),
+            ..star_spec()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_write_crosses_the_ib_switch_as_native_ib() {
+        let mut fabric = ib_star(16 * FRAME);
+        let records = fabric.run_collective(one_write(1024), 1, 0, 1024).unwrap();
+        let [(src, step, stamp)] = records[0].reports[0].arrivals[..] else {
+            panic!("one arrival expected");
+        };
+        assert_eq!((src, step), (1, 0));
+        // One WRITE only with immediate of 1024 B as IB: Ethernet 14, delimiter 1, LRH 8, BTH 12, RETH 16,
+        // ImmDt 4, ICRC 4, VCRC 2: 1085 B, on two wires of 1 us (the switch had credit from the start).
+        let frame_ns = crate::sim::wire::serialization_ns(1085, RATE);
+        assert_eq!(stamp - records[0].start, 2 * (frame_ns + 1000));
+        let plane = fabric.switches[0].ib.as_ref().unwrap();
+        // the WRITE one way, its ACK back: the plane forwarded them, the MMU nothing
+        assert_eq!((plane.forwarded(0), plane.forwarded(1)), (Some(1), Some(1)));
+        let totals = fabric.totals();
+        assert_eq!((totals.tx_frames, totals.drops, totals.ib_credit_stalls), (2, 0, 0));
+        assert_eq!(fabric.hosts[0].counters.frames_received, 1);
+        assert!(fabric.hosts.iter().all(|h| h.ib.as_ref().unwrap().port.malformed() == 0));
+    }
+
+    #[test]
+    fn a_write_larger_than_the_switch_buffer_waits_for_credit() {
+        let length = 64 * 1024;
+        let roomy = ib_star(16 * FRAME)
+            .run_collective(one_write(length), 1, 0, 1024)
+            .unwrap();
+        let mut tight = ib_star(2048); // 32 blocks: one packet of 17 at a time
+        let records = tight.run_collective(one_write(length), 1, 0, 1024).unwrap();
+        let arrival = |r: &[crate::sim::fabric::IterationRecord]| r[0].reports[0].arrivals[0].2;
+        assert_eq!(records[0].reports[0].arrivals.len(), 1);
+        assert!(tight.totals().ib_credit_stalls > 0);
+        assert!(tight.hosts[1].ib.as_ref().unwrap().port.credits().counters(0).unwrap().stalls > 0);
+        assert!(arrival(&records) > arrival(&roomy));
+        let data = &tight.hosts[0].memory.data;
+        assert_eq!(data.len() as u64, 2 * length); // data and staging regions, the staging one written
+    }
+
+    #[test]
+    fn a_path_mtu_the_switch_could_never_credit_is_refused() {
+        let mut fabric = ib_star(2048);
+        let error = fabric.run_collective(one_write(8192), 1, 0, 4096).unwrap_err();
+        assert!(error.contains("path MTU 4096 does not fit"), "{error}");
+    }
+
+    #[test]
+    fn a_subnet_that_is_not_the_fabric_is_refused() {
+        let mut spec = subnet(16 * FRAME);
+        spec.hosts.pop();
+        let error = Fabric::new(FabricSpec {
+            ib: Some(spec),
+            ..star_spec()
+        })
+        .unwrap_err();
+        assert!(error.contains("1 hosts"), "{error}");
+        let mut spec = subnet(16 * FRAME);
+        spec.switches[0].config.lft.push((3, 7)); // a port the switch lacks
+        assert!(Fabric::new(FabricSpec {
+            ib: Some(spec),
+            ..star_spec()
+        })
+        .is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn any_frame_on_the_ib_fabric_is_counted_never_a_panic(
+            frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..120), 1..20),
+            delimiter in prop_oneof![Just(SDP), Just(SLP), any::<u8>()],
+        ) {
+            let mut fabric = ib_star(16 * FRAME);
+            prop_assert!(fabric.begin_collective(one_write(4096), 1, 0, 1024).is_ok());
+            for (i, mut frame) in frames.into_iter().enumerate() {
+                if frame.len() > 14 {
+                    frame[12..14].copy_from_slice(&ETH_IB);
+                    frame[14] = delimiter;
+                }
+                let wire = (i % 4) as u32;
+                fabric.engine.after(0, Event::Deliver { wire, frame });
+            }
+            let _ = fabric.advance(Some(20_000)); // the write may finish or not: only no panic is asked
+        }
+    }
+}
