@@ -3,6 +3,8 @@
 Run from the repository root (no root needed)::
 
     .venv/bin/python bench/bench_sim_rust.py fattree,8 lossless alltoall 1MiB 400gbit --delay 1us [--python]
+    .venv/bin/python bench/bench_sim_rust.py fattree,8 ib alltoall 1MiB 400gbit --delay 1us \
+        --switch vl_buffer=128KiB,fc_floor=0 [--python]
 
 The Rust counterpart of ``bench/bench_sim_collective.py``: one iteration, no warm-up, the same plan, MTU and
 link MTU. Prints per backend the build and run wall times, the events and events per second (per wall and per CPU second: on a busy machine the CPU time is the fairer figure), the CCT, whether
@@ -20,9 +22,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from emulator.cli import parse_options  # noqa: E402
 from emulator.collectives.sim_ranks import run_rust_collective, run_sim_collective  # noqa: E402
 from emulator.fabric.plan import make_plan  # noqa: E402
 from emulator.fabric.topospec import build_topo  # noqa: E402
+from emulator.model.switch_params import SWITCH_OPTIONS  # noqa: E402
 from emulator.study.sim_fabric import build_rust_fabric, build_sim_fabric, totals  # noqa: E402
 from emulator.units import parse_size  # noqa: E402
 
@@ -37,20 +41,24 @@ def _peak_gb() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("topo", help="a topology spec, e.g. fattree,8")
-    parser.add_argument("fabric", choices=("lossless", "lossy"))
+    parser.add_argument("fabric", choices=("lossless", "lossy", "ib"))
     parser.add_argument("collective", help="incast, alltoall, allreduce, ...")
     parser.add_argument("size", help="bytes as nccl-tests counts them, e.g. 1MiB")
     parser.add_argument("bw", help="every link's rate, e.g. 400gbit")
     parser.add_argument("--delay", default="0us", help="every link's delay (default 0us)")
+    parser.add_argument("--switch", help="the switches' settings as fabric-emu's --switch, e.g. the scale "
+                        "experiment's IB credits vl_buffer=128KiB,fc_floor=0 (default: the derived ones)")
     parser.add_argument("--python", action="store_true", help="run the Python backend too, and compare")
     args = parser.parse_args()
     size = parse_size(args.size)
+    switch = parse_options(args.switch, dict.fromkeys(SWITCH_OPTIONS), "--switch")
     plan = make_plan(build_topo(args.topo), "sim", {"bw": args.bw, "delay": args.delay, "mtu": LINK_MTU})
     names = [node.name for node in plan.hosts()]
-    label = f"{args.topo} {args.fabric} {args.collective} {args.size} at {args.bw}, delay {args.delay}"
+    label = f"{args.topo} {args.fabric} {args.collective} {args.size} at {args.bw}, delay {args.delay}" \
+        + (f", switch {args.switch}" if args.switch else "")
 
     began = time.perf_counter()
-    rust = build_rust_fabric(plan, args.fabric)
+    rust = build_rust_fabric(plan, args.fabric, switch)
     built = time.perf_counter()
     cpu = time.process_time()
     rust_run = run_rust_collective(rust, names, args.collective, size, 1, 0, None, MTU)
@@ -64,7 +72,7 @@ def main() -> None:
     if not args.python:
         return
     began = time.perf_counter()
-    python = build_sim_fabric(plan, args.fabric)
+    python = build_sim_fabric(plan, args.fabric, switch)
     built = time.perf_counter()
     cpu = time.process_time()
     python_run = run_sim_collective(python.sim, python.hosts, args.collective, size, 1, 0, None, MTU)
