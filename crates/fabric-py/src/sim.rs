@@ -176,11 +176,7 @@ fn totals_dict<'py>(py: Python<'py>, totals: &Totals) -> PyResult<Bound<'py, PyD
     dict.set_item("tx_frames", totals.tx_frames)?;
     dict.set_item("host_paused_ns", totals.host_paused_ns)?;
     dict.set_item("ib_credit_stalls", totals.ib_credit_stalls)?;
-    for zero in [
-        "cnps_received",
-        "paced_waits",
-        "host_pfc_sent",
-    ] {
+    for zero in ["cnps_received", "paced_waits", "host_pfc_sent"] {
         dict.set_item(zero, 0)?;
     }
     Ok(dict)

@@ -13,16 +13,15 @@
 //! inside its receive), so receiving is split in two: [`SimHost::receive`] returns the QP whose completions
 //! the caller hands to the rank, then the caller finishes with [`SimHost::resume`].
 use std::collections::VecDeque;
-use std::net::Ipv4Addr;
 
+use crate::model::ib_port::IbPort;
 use crate::model::pause::PrioritySet;
 use crate::model::rc::{
     default_timeout_ns, AccessError, Completion, Memory, RcConfig, RcQueuePair,
 };
 use crate::sim::engine::{Engine, TimerId};
-use crate::model::ib_port::IbPort;
 use crate::sim::fabric::Event;
-use crate::sim::ib::{HostIb, QpFramer};
+use crate::sim::ib::{gid_octets, gid_text, HostIb, QpFramer};
 use crate::sim::wire::{PortQueue, Wire};
 use crate::wire::ib::Lrh;
 use crate::wire::mac::Mac;
@@ -228,7 +227,7 @@ impl SimHost {
                 lrh: Lrh {
                     dlid: ib
                         .port
-                        .framer(&Ipv4Addr::from(peer_ip).to_string(), u64::from(mtu))
+                        .framer(&gid_text(peer_ip), u64::from(mtu))
                         .map_err(|error| error.to_string())?,
                     slid: ib.port.lid(),
                     sl: ib.port.sl(),
@@ -317,12 +316,18 @@ impl SimHost {
             return None;
         };
         let payload = frame.get(decoded.payload).unwrap_or(&[]);
-        self.to_qp(now, decoded.packet, Some(decoded.src_ip), decoded.icrc_ok, payload)
+        self.deliver(
+            now,
+            decoded.packet,
+            Some(decoded.src_ip),
+            decoded.icrc_ok,
+            payload,
+        )
     }
 
     /// A decoded packet from `source` (`None`: an address no host has): counted, and handed to the QP its BTH
     /// names if its CRCs held and it comes from that QP's peer; that QP, for the caller as `receive` says.
-    fn to_qp(
+    fn deliver(
         &mut self,
         now: u64,
         mut packet: Packet,
@@ -513,7 +518,7 @@ impl SimHost {
     ) -> Option<u32> {
         let now = engine.now();
         let accepted = self.ib.as_mut()?.port.accept(now, frame).map(|accepted| {
-            let source = accepted.source.parse::<Ipv4Addr>().ok().map(|ip| ip.octets());
+            let source = gid_octets(accepted.source);
             (accepted.decoded, source, accepted.crc_ok)
         });
         let Some((decoded, source, crc_ok)) = accepted else {
@@ -523,7 +528,7 @@ impl SimHost {
         };
         self.arm_ib(engine);
         let payload = frame.get(decoded.payload).unwrap_or(&[]);
-        self.to_qp(now, decoded.packet, source, crc_ok, payload)
+        self.deliver(now, decoded.packet, source, crc_ok, payload)
     }
 
     /// The IB port's timer: the flow-control packets due (grants, refreshes) go behind the data already queued,

@@ -64,7 +64,11 @@ pub struct HostIb {
 #[derive(Clone, Debug)]
 pub enum QpFramer {
     Roce(Framer),
-    Ib { mac: Mac, gateway_mac: Mac, lrh: Lrh },
+    Ib {
+        mac: Mac,
+        gateway_mac: Mac,
+        lrh: Lrh,
+    },
 }
 
 impl QpFramer {
@@ -80,6 +84,22 @@ impl QpFramer {
             } => encode_data(mac, gateway_mac, lrh, packet, out).is_ok(),
         }
     }
+}
+
+/// A host's GID as the subnet names it (its IPv4 address in dotted decimal, as the plan writes it).
+pub fn gid_text(ip: [u8; 4]) -> String {
+    let [a, b, c, d] = ip;
+    format!("{a}.{b}.{c}.{d}")
+}
+
+/// The IPv4 address a GID names, or none for a text that is not one (the IB port's "" for a LID no host has).
+pub fn gid_octets(text: &str) -> Option<[u8; 4]> {
+    let mut octets = [0; 4];
+    let mut parts = text.split('.');
+    for octet in &mut octets {
+        *octet = parts.next()?.parse().ok()?;
+    }
+    parts.next().is_none().then_some(octets)
 }
 
 /// Gives every switch its IB plane and every host its IB port, as `build_sim_fabric` does: the hosts' ports
@@ -117,12 +137,14 @@ pub fn attach(
                 mac: port.mac,
                 peer_mac: port.peer_mac,
                 max_frame,
-                rate_bps: wires.get(port.wire as usize).map_or(0, |wire| wire.rate_bps),
+                rate_bps: wires
+                    .get(port.wire as usize)
+                    .map_or(0, |wire| wire.rate_bps),
                 peer_capacity,
             })
             .collect();
-        let plane = IbPlane::new(ports, ib.config)
-            .map_err(|error| format!("switch {index}: {error}"))?;
+        let plane =
+            IbPlane::new(ports, ib.config).map_err(|error| format!("switch {index}: {error}"))?;
         sw.ib = Some(plane);
     }
     for (index, (host, ib)) in hosts.iter_mut().zip(spec.hosts).enumerate() {
@@ -232,6 +254,22 @@ mod tests {
     }
 
     #[test]
+    fn gids_are_dotted_decimal_both_ways() {
+        assert_eq!(gid_text([10, 0, 1, 255]), "10.0.1.255");
+        assert_eq!(gid_octets("10.0.1.255"), Some([10, 0, 1, 255]));
+        for bad in [
+            "",
+            "10.0.1",
+            "10.0.1.2.3",
+            "10.0.1.256",
+            "10.0..1",
+            "a.b.c.d",
+        ] {
+            assert_eq!(gid_octets(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn a_write_crosses_the_ib_switch_as_native_ib() {
         let mut fabric = ib_star(16 * FRAME);
         let records = fabric.run_collective(one_write(1024), 1, 0, 1024).unwrap();
@@ -247,9 +285,15 @@ mod tests {
         // the WRITE one way, its ACK back: the plane forwarded them, the MMU nothing
         assert_eq!((plane.forwarded(0), plane.forwarded(1)), (Some(1), Some(1)));
         let totals = fabric.totals();
-        assert_eq!((totals.tx_frames, totals.drops, totals.ib_credit_stalls), (2, 0, 0));
+        assert_eq!(
+            (totals.tx_frames, totals.drops, totals.ib_credit_stalls),
+            (2, 0, 0)
+        );
         assert_eq!(fabric.hosts[0].counters.frames_received, 1);
-        assert!(fabric.hosts.iter().all(|h| h.ib.as_ref().unwrap().port.malformed() == 0));
+        assert!(fabric
+            .hosts
+            .iter()
+            .all(|h| h.ib.as_ref().unwrap().port.malformed() == 0));
     }
 
     #[test]
@@ -263,7 +307,18 @@ mod tests {
         let arrival = |r: &[crate::sim::fabric::IterationRecord]| r[0].reports[0].arrivals[0].2;
         assert_eq!(records[0].reports[0].arrivals.len(), 1);
         assert!(tight.totals().ib_credit_stalls > 0);
-        assert!(tight.hosts[1].ib.as_ref().unwrap().port.credits().counters(0).unwrap().stalls > 0);
+        assert!(
+            tight.hosts[1]
+                .ib
+                .as_ref()
+                .unwrap()
+                .port
+                .credits()
+                .counters(0)
+                .unwrap()
+                .stalls
+                > 0
+        );
         assert!(arrival(&records) > arrival(&roomy));
         let data = &tight.hosts[0].memory.data;
         assert_eq!(data.len() as u64, 2 * length); // data and staging regions, the staging one written
@@ -272,7 +327,9 @@ mod tests {
     #[test]
     fn a_path_mtu_the_switch_could_never_credit_is_refused() {
         let mut fabric = ib_star(2048);
-        let error = fabric.run_collective(one_write(8192), 1, 0, 4096).unwrap_err();
+        let error = fabric
+            .run_collective(one_write(8192), 1, 0, 4096)
+            .unwrap_err();
         assert!(error.contains("path MTU 4096 does not fit"), "{error}");
     }
 

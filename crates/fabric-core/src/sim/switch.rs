@@ -149,7 +149,10 @@ impl SimSwitch {
                 }
             }
         } else if ethertype == Some(&ETH_IB[..]) && self.ib.is_some() {
-            let out = self.ib.as_mut().and_then(|ib| ib.receive(now, port, &frame));
+            let out = self
+                .ib
+                .as_mut()
+                .and_then(|ib| ib.receive(now, port, &frame));
             if let Some(out) = out {
                 self.drain(index, engine, wires, out);
             }
