@@ -1,4 +1,4 @@
-//! A whole Ethernet fabric in simulated time and the collective's ranks on it (port of
+//! A whole fabric (Ethernet, or IB with `sim::ib`) in simulated time and the collective's ranks on it (port of
 //! `emulator/study/sim_fabric.py` and `emulator/collectives/sim_ranks.py`'s run loop).
 //!
 //! The fabric owns the engine, the wires, the switches, the hosts and the ranks, and dispatches each event to
@@ -78,7 +78,7 @@ pub struct IterationRecord {
     pub paused: Vec<u64>,
 }
 
-/// The fabric-wide counters the runner keeps (Ethernet's part of `sim_fabric.totals`).
+/// The fabric-wide counters the runner keeps (`sim_fabric.totals`'s, without DCQCN's and the faults').
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
     pub drops: u64,
