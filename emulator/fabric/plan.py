@@ -172,9 +172,13 @@ def make_plan(topo: Topo, run: str, link_defaults: dict[str, Any] | None = None,
     order = {name: i for i, name in enumerate(hosts + switches, start=1)}
 
     links: list[tuple[PortPlan, PortPlan]] = []
+    parsed: dict[str, LinkParams] = {}  # a link's own options (as text) -> its parameters: most links have none
     for _, _, info in topo.links(sort=True, withInfo=True):
         n1, n2 = info["node1"], info["node2"]
-        params = link_params(info, defaults)
+        own = repr(sorted((key, value) for key, value in info.items() if key in DEFAULT_LINK))
+        params = parsed.get(own)
+        if params is None:
+            params = parsed[own] = link_params(info, defaults)
         ends = []
         for node, peer, number in ((n1, n2, info["port1"]), (n2, n1, info["port2"])):
             if number > 255:
