@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -269,6 +269,21 @@ class SwitchRoutes(Mapping[str, list[str]]):
 
     def __repr__(self) -> str:
         return f"SwitchRoutes({dict(self)!r})"
+
+    def items(self) -> ItemsView[str, list[str]]:
+        """As a dict's, walked without a lookup through ``__getitem__`` per host: the builders walk every
+        switch's table (2.5 million routes at fattree,24)."""
+        return _RouteItems(self)
+
+
+class _RouteItems(ItemsView[str, list[str]]):
+    _mapping: SwitchRoutes
+
+    def __iter__(self) -> Iterator[tuple[str, list[str]]]:
+        table = self._mapping
+        local, via = table._local, table._via  # pylint: disable=protected-access
+        for ip, edge in table._edge_of.items():  # pylint: disable=protected-access
+            yield ip, local.get(ip) or via[edge]
 
 
 def routes_over(graph: SwitchGraph) -> dict[str, SwitchRoutes]:
