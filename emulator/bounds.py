@@ -13,16 +13,16 @@ that backend does with a node:
   every per-node table of the builder small;
 - the simulation backend (``SIM_MAX_NODES``, ``SIM_MAX_ROUTES``): a node
   is a few objects in one process, and planning is per edge switch
-  (fattree,24's 4,176 nodes plan in 0.3 s and 45 MB, fattree,48's 30,528
-  in 14 s and 270 MB), but the builders still hand every switch one route
-  per host to the engine, about 420 B and 4 to 10 us each (fattree,24:
-  2.5 million routes, 11.5 s and 1.0 GB; fattree,28: 5.4 million, 55 s and
-  2.3 GB), and a ring with a host per switch plans per host (ring,2828:
-  8 million routes, 35 s and 1 GB).  Routes (switches x hosts) are capped
-  at 8 million, about 3.5 GB and a minute and a half: fattree,28 passes,
-  fattree,32 (10.5 million) does not.  Nodes are capped at 16,384, where
-  the plan without routes takes 2 s and a built-in topology well under
-  one.
+  (fattree,24's 4,176 nodes plan in about half a second and 45 MB,
+  fattree,48's 30,528 in 14 s and 270 MB), but the builders still hand
+  every switch one route per host to the engine, about 420 B and 4 to 10
+  us each (fattree,24: 2.5 million routes, 11.5 s and 1.0 GB; fattree,28:
+  5.4 million, 55 s and 2.3 GB), and a ring with a host per switch plans
+  per host (ring,2828: 8 million routes, 35 s and 1 GB).  Routes
+  (switches x hosts) are capped at 8 million, about 3.5 GB and a minute
+  and a half: fattree,30 (7.6 million) passes, fattree,32 (10.5 million)
+  does not.  Nodes are capped at 16384, where the plan without routes
+  takes 2 s and a built-in topology well under one.
 
 ``MOST_NODES`` is the largest cap of any backend: a built-in topology
 counts its nodes against it before it adds one (``star,100000`` is

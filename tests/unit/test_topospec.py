@@ -268,7 +268,7 @@ def test_custom_topology_over_the_node_cap(tmp_path):
     ("fattree,18", "emulator", None),  # 1863 nodes
     ("fattree,32", "sim", "topology 'fattree,32': 1,280 switches x 8,192 hosts = 10,485,760 routes; the simulation "
                           "backend plans and builds at most 8,000,000"),
-    ("fattree,28", "sim", None),  # 980 switches x 5488 hosts
+    ("fattree,30", "sim", None),  # 1125 switches x 6750 hosts
     ("ring,2829", "sim", "topology 'ring,2829': 2,829 switches x 2,829 hosts = 8,003,241 routes; the simulation "
                          "backend plans and builds at most 8,000,000"),
     ("ring,2828", "sim", None),
