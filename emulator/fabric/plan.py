@@ -277,6 +277,8 @@ class SwitchRoutes(Mapping[str, list[str]]):
 
 
 class _RouteItems(ItemsView[str, list[str]]):
+    """A switch's routes as (IP, ports) pairs, read straight from its maps."""
+
     _mapping: SwitchRoutes
 
     def __iter__(self) -> Iterator[tuple[str, list[str]]]:
@@ -302,13 +304,14 @@ def routes_over(graph: SwitchGraph) -> dict[str, SwitchRoutes]:
     _check_connected(graph, names, number, peers)
     local: dict[str, dict[str, list[str]]] = {name: {} for name in names}
     edge_of: dict[str, str] = {}
-    for edge, hosts in _hosts_by_edge(graph).items():
+    by_edge = _hosts_by_edge(graph)
+    for edge, hosts in by_edge.items():
         for ip, ifname in hosts:
             edge_of[ip] = edge
             local[edge][ip] = [ifname]
     via: dict[str, dict[str, list[str]]] = {name: {} for name in names}
     searched: dict[frozenset[str], str] = {}  # an edge switch's neighbours -> the edge searched from with them
-    for edge in dict.fromkeys(edge_of.values()):
+    for edge in by_edge:
         around = frozenset(peer for _ifname, peer in graph.links[edge])
         twin = searched.get(around)
         if twin is not None:
