@@ -267,6 +267,7 @@ WIDEST = "at most 16384 on any backend (the emulator runs 2048)"
     (["up", "--topo", "fattree,24"], ["topology 'fattree,24': 4176 nodes (3456 hosts, 720 switches); at most 2048 "
                                       "on one machine (the emulator)"]),
     (["pingall", "--topo", "fattree,20"], ["'fattree,20': 2500 nodes", "at most 2048 on one machine (the emulator)"]),
+    (["demo", "--topo", "fattree,20"], ["'fattree,20': 2500 nodes", "at most 2048 on one machine (the emulator)"]),
     (["ibroute", "--topo", "star,100000"], [WIDEST]),
     (["ibroute", "--topo", "fattree,32"], ["topology 'fattree,32': 1,280 switches x 8,192 hosts = 10,485,760 routes; "
                                            "the simulation backend plans and builds at most 8,000,000"]),
