@@ -1,14 +1,33 @@
-"""The range of every number a user gives, and the cap on a topology's size.
+"""The range of every number a user gives, and the caps on a topology's size.
 
 Both are checked before anything is built, so a mistake costs a second
 and one line, not minutes of building followed by a traceback.  What the
 machine itself can hold is :mod:`emulator.fabric.capacity`.
 
-``MAX_NODES`` caps every topology, even where nothing is built
-(``ibroute``): planning routes grows with the square of the node count
-(fattree,16, 1344 nodes, plans in 1.4 s and assigns LIDs and tables in
-2.1 s), so a topology of 100000 nodes would run for hours before any
-limit of the machine said no.
+Caps, one set per backend (:func:`check_topology`), each set by what
+that backend does with a node:
+
+- the emulator (``MAX_NODES``): every node is a network namespace with an
+  agent, every link a veth pair with tc; 2048 nodes is far more than a
+  machine holds (capacity: fattree,12's 612 nodes take 455 MiB) and keeps
+  every per-node table of the builder small;
+- the simulation backend (``SIM_MAX_NODES``, ``SIM_MAX_ROUTES``): a node
+  is a few objects in one process, and planning is per edge switch
+  (fattree,24's 4,176 nodes plan in about half a second and 45 MB,
+  fattree,48's 30,528 in 14 s and 270 MB), but the builders still hand
+  every switch one route per host to the engine, about 420 B and 4 to 10
+  us each (fattree,24: 2.5 million routes, 11.5 s and 1.0 GB; fattree,28:
+  5.4 million, 55 s and 2.3 GB), and a ring with a host per switch plans
+  per host (ring,2828: 8 million routes, 35 s and 1 GB).  Routes
+  (switches x hosts) are capped at 8 million, about 3.5 GB and a minute
+  and a half: fattree,30 (7.6 million) passes, fattree,32 (10.5 million)
+  does not.  Nodes are capped at 16384, where the plan without routes
+  takes 2 s and a built-in topology well under one.
+
+``MOST_NODES`` is the largest cap of any backend: a built-in topology
+counts its nodes against it before it adds one (``star,100000`` is
+refused at once), and a command that knows its backend checks that
+backend's caps right after the topology is built, before any plan.
 
 Ranges.  :func:`whole` and :func:`real` take a number (or its text) and
 return it only inside its documented range; anything else is one line
@@ -26,7 +45,11 @@ import re
 
 from emulator.errors import FabricError, shown
 
-MAX_NODES = 2048
+MAX_NODES = 2048  # the emulator's: namespaces and agents on one machine
+SIM_MAX_NODES = 16_384  # the simulation backend's
+SIM_MAX_ROUTES = 8_000_000  # the simulation backend's: switches x hosts, a route each
+NODE_CAPS = {"emulator": MAX_NODES, "sim": SIM_MAX_NODES}
+MOST_NODES = max(NODE_CAPS.values())  # any backend's
 
 SEED = (0, 2**32 - 1)  # every --seed and experiment seed
 PORT = (1, 65535)  # perf --port
@@ -76,6 +99,32 @@ def real(what: str, value: object, bounds: tuple[float, float]) -> float:
 
 
 def check_nodes(what: str, nodes: int) -> None:
-    """The plain node cap, for any topology (also where nothing is built)."""
+    """The emulator's node cap, for a fabric about to be built (hosts and switches counted together)."""
     if nodes > MAX_NODES:
-        raise FabricError(f"{what}: {nodes} nodes (hosts and switches); at most {MAX_NODES} on one machine")
+        raise FabricError(f"{what}: {nodes} nodes (hosts and switches); {_cap_text('emulator')}")
+
+
+def check_topology(what: str, hosts: int, switches: int, backend: str | None) -> None:
+    """``backend``'s caps (any backend's, the widest, when None) on a topology of ``hosts`` and ``switches``."""
+    refused = over_caps(hosts, switches, backend)
+    if refused is not None:
+        raise FabricError(f"{what}: {refused}")
+
+
+def over_caps(hosts: int, switches: int, backend: str | None) -> str | None:
+    """Why a topology is over ``backend``'s caps (the widest when None), in words; None if it is not."""
+    nodes = hosts + switches
+    if nodes > (MOST_NODES if backend is None else NODE_CAPS[backend]):
+        return f"{shown(nodes)} nodes ({shown(hosts)} hosts, {shown(switches)} switches); {_cap_text(backend)}"
+    if backend == "sim" and hosts * switches > SIM_MAX_ROUTES:
+        return (f"{switches:,} switches x {hosts:,} hosts = {hosts * switches:,} routes; the simulation backend "
+                f"plans and builds at most {SIM_MAX_ROUTES:,}")
+    return None
+
+
+def _cap_text(backend: str | None) -> str:
+    if backend is None:
+        return f"at most {MOST_NODES} on any backend (the emulator runs {MAX_NODES})"
+    if backend == "sim":
+        return f"the simulation backend runs at most {SIM_MAX_NODES}"
+    return f"at most {MAX_NODES} on one machine (the emulator)"

@@ -61,8 +61,8 @@ def parse_options(text: str | None, allowed: dict[str, Any], what: str) -> dict[
 
 
 def _fabric(args: argparse.Namespace) -> Fabric:
-    """Validate the topology and link options, then (as root) plan a Fabric."""
-    topo = build_topo(args.topo, args.custom)
+    """Validate the topology (within the emulator's caps) and link options, then (as root) plan a Fabric."""
+    topo = build_topo(args.topo, args.custom, "emulator")
     link = parse_options(args.link, DEFAULT_LINK, "--link")
     switch = parse_options(args.switch, dict.fromkeys(SWITCH_OPTIONS), "--switch")
     link_params({}, link)  # reject bad values before asking for root
@@ -389,7 +389,7 @@ def cmd_ibroute(args: argparse.Namespace) -> int:
     from emulator.fabric.ib_subnet import assign, dump, ibroute
     from emulator.fabric.plan import make_plan
 
-    plan = make_plan(build_topo(args.topo, args.custom), "ibroute", {})
+    plan = make_plan(build_topo(args.topo, args.custom, "sim"), "ibroute", {})  # the wider caps: either backend's tables
     subnet = assign(plan)
     if args.switch is None:
         print(dump(subnet, plan), end="")

@@ -20,15 +20,16 @@ so the builder and the user never have to guess:
 ``build()`` validates its arguments and raises ``ValueError`` with a
 one-line message; the spec parser turns that into a user error.  Each
 build counts its nodes before adding any, so ``star,100000`` is refused
-at once by the node cap (``emulator.bounds.MAX_NODES``), not after
-minutes of building.
+at once by the widest node cap (``emulator.bounds.MOST_NODES``, the
+simulation backend's), not after minutes of building; each backend's own
+caps are checked once the topology is built (:mod:`emulator.bounds`).
 """
 
 from __future__ import annotations
 
 from mininet.topo import Topo
 
-from emulator.bounds import MAX_NODES
+from emulator.bounds import over_caps
 from emulator.errors import shown
 
 # Mininet's idiom puts the topology parameters in build(), which changes
@@ -46,10 +47,10 @@ def _count(name: str, value: object, minimum: int) -> int:
 
 
 def _size(hosts: int, switches: int) -> None:
-    """Refuse a topology over the node cap before adding a node."""
-    if hosts + switches > MAX_NODES:
-        raise ValueError(f"{shown(hosts + switches)} nodes ({shown(hosts)} hosts, {shown(switches)} switches); "
-                         f"at most {MAX_NODES} nodes on one machine")
+    """Refuse a topology over every backend's node cap before adding a node."""
+    refused = over_caps(hosts, switches, None)
+    if refused is not None:
+        raise ValueError(refused)
 
 
 class _FabricTopo(Topo):

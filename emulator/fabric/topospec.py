@@ -4,7 +4,7 @@ The spec grammar and the custom-file convention are Mininet's own
 (``mn --topo NAME,ARG,KEY=VALUE --custom FILE``), so existing Mininet
 topology files work unchanged.  Unlike Mininet, every mistake a user can
 make here (blank spec, unknown name, wrong arguments, a bad value, a broken
-custom file, a topology over the node cap) becomes a one-line
+custom file, a topology over its backend's caps) becomes a one-line
 :class:`FabricError` instead of a traceback.  Whatever a custom file's
 code raises, when the file runs or when its topology is built, is the
 file's problem and reported as one line naming the file; an exception
@@ -25,7 +25,7 @@ from typing import Any, Callable
 from mininet.topo import Topo
 from mininet.util import splitArgs
 
-from emulator.bounds import check_nodes
+from emulator.bounds import check_topology
 from emulator.errors import FabricError, one_line, shown
 from topologies import topos as builtin_topos
 
@@ -71,8 +71,13 @@ def load_custom(path: str) -> dict[str, TopoFactory]:
     return custom
 
 
-def build_topo(spec: str, custom: str | None = None) -> Topo:
-    """Build the topology a spec names; a custom file's names win."""
+def build_topo(spec: str, custom: str | None = None, backend: str | None = None) -> Topo:
+    """Build the topology a spec names; a custom file's names win.
+
+    ``backend`` (``emulator`` or ``sim``) is the one that will run it: its caps
+    (:func:`emulator.bounds.check_topology`) are checked now, before any plan.  Without one, only the
+    widest caps are: for a caller that checks its backend's later, or whose builder does (the emulator's
+    checks its capacity, caps included)."""
     name, args, kwargs = parse_spec(spec)
     known: dict[str, TopoFactory] = dict(builtin_topos)
     if custom is not None:
@@ -95,8 +100,8 @@ def build_topo(spec: str, custom: str | None = None) -> Topo:
     if not isinstance(topo, Topo):
         raise FabricError(f"{origin}topology {shown(name)} returned "
                           f"{type(topo).__name__}, not a Topo")
-    if not mine:
-        check_nodes(f"{origin}topology {shown(spec.strip())}", len(topo.nodes(sort=False)))
+    check_topology(f"{origin}topology {shown(spec.strip())}", len(topo.hosts(sort=False)),
+                   len(topo.switches(sort=False)), backend)
     return topo
 
 

@@ -24,7 +24,7 @@ UDP_TARGET = (0.92, 1.00)
 def run_demo(spec: str, bw: str, seconds: int, log: Callable[[str], None]) -> int:
     """Run the checks, print a table; 0 if every check met its target."""
     rate = parse_rate(bw)
-    topo = build_topo(spec)
+    topo = build_topo(spec, backend="emulator")
     rows = []
     with Fabric(topo, link={"bw": bw}, spec=spec, log=log) as net:
         answered, total, _ = net.pingall()

@@ -46,7 +46,7 @@ from emulator.collectives.algorithms import plan as rank_plans
 from emulator.errors import FabricError, one_line, printable, shown
 from emulator.fabric.builder import PACKAGE_PARENT
 from emulator.fabric.capacity import meminfo_bytes
-from emulator.fabric.plan import (DEFAULT_LINK, FabricPlan, compute_routes, dilated, link_params, make_plan,
+from emulator.fabric.plan import (DEFAULT_LINK, FabricPlan, check_connected, dilated, link_params, make_plan,
                                   switch_graph)
 from emulator.model.dcqcn import check_fabric, check_link, parse_cc
 from emulator.model.rdma_params import MAX_MR_BYTES, PATHS_MTU, ROCE_OVERHEAD
@@ -457,7 +457,8 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     link, model, factor = _dilated(values, _calibrated(_link(settings.link, context), values, fabric, collective,
                                                          context), context)
     switch = _switch(settings.switch, context)
-    topo, cabling = _topology(values["topo"], collective, context)
+    backend = _choice(values, "backend", BACKENDS, context)
+    topo, cabling = _topology(values["topo"], collective, backend, context)
     plan, links = cabling.plan, cabling.links(link)
     with _key(context, "switch"):
         _check_switches(links, fabric, switch)
@@ -468,11 +469,10 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     if not isinstance(capture, bool):
         raise FabricError(f'{context}: key "capture": expected true or false, got {shown(capture)}')
     faults = _faults(values, plan, context)
-    backend = _choice(values, "backend", BACKENDS, context)
     if backend == "sim":
         _check_sim(fabric, capture, faults, context)
     size = _size(values["size"], collective, hosts, context)
-    senders = _senders(values, collective, hosts, context)
+    senders = _senders(values, collective, hosts, backend, context)
     with _key(context, "topo"):  # a collective the hosts cannot make (shift, victim and multijob need 3)
         needs = plan_needs(collective, hosts, size, senders)
     _check_regions(needs, collective, plan, context)
@@ -508,9 +508,13 @@ class PlanNeeds:
 @functools.lru_cache(maxsize=64)
 def plan_needs(collective: str, ranks: int, size: int, senders: int | None) -> PlanNeeds:
     """The plan's needs, once per distinct plan: a sweep over the link rate or the fabric has the same plan in
-    every variant, and a 1024-rank all-reduce plan (2 million steps) takes 8 s of CPU to make.  The collector
-    is paused meanwhile: a plan is acyclic (ints and tuples), and the collections that millions of new objects
-    set off found nothing and took the other half (16.7 s with them)."""
+    every variant.  The ring collectives and the all-to-all give every rank the same regions and as many peers,
+    and their plans grow with the square of the ranks (a 3,456-rank all-reduce has 24 million steps: 124 s and
+    11 GB to make), so their needs are counted, not read off a plan (:func:`_uniform_needs`).  The others' plans
+    grow with the ranks and are made; the collector is paused meanwhile: a plan is acyclic (ints and tuples), and
+    the collections that millions of new objects set off found nothing and took half the time."""
+    if collective in _UNIFORM and ranks >= 2:
+        return _uniform_needs(collective, ranks, size)
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -519,6 +523,21 @@ def plan_needs(collective: str, ranks: int, size: int, senders: int | None) -> P
     finally:
         if collecting:
             gc.enable()
+
+
+_UNIFORM = ("allreduce", "allgather", "alltoall")
+
+
+def _uniform_needs(collective: str, ranks: int, size: int) -> PlanNeeds:
+    """What :func:`~emulator.collectives.algorithms.plan` gives every rank of a ring or all-to-all, counted:
+    a ring rank holds the whole vector (all-reduce: and all but its own chunk staged) and talks to the next and
+    the previous rank (one when there are two); an all-to-all rank holds a chunk for and from every rank and talks
+    to all the others."""
+    chunk = chunk_bytes(collective, size, ranks)
+    if collective == "alltoall":
+        return PlanNeeds(((2 * ranks * chunk, 0),) * ranks, ranks * (ranks - 1))
+    staging = (ranks - 1) * chunk if collective == "allreduce" else 0
+    return PlanNeeds(((ranks * chunk, staging),) * ranks, ranks * min(ranks - 1, 2))
 
 
 def _check_regions(needs: PlanNeeds, collective: str, fabric_plan: FabricPlan, context: str) -> None:
@@ -695,11 +714,14 @@ def _switch(options: dict[str, tuple[str, Any]], context: str) -> dict[str, str]
     return switch
 
 
-def _topology(spec: Any, collective: str, context: str) -> tuple[str, "_Cabling"]:
-    """The spec and the fabric it would build (pure), made once per spec."""
+def _topology(spec: Any, collective: str, backend: str, context: str) -> tuple[str, "_Cabling"]:
+    """The spec, within its backend's caps, and the fabric it would build (pure), made once per spec."""
     with _key(context, "topo"):
         if not isinstance(spec, str):
             raise FabricError(f'expected a spec such as "star,8", got {shown(spec)}')
+        topo = topology(spec)
+        bounds.check_topology(f"topology {shown(spec.strip())}", len(topo.hosts(sort=False)),
+                              len(topo.switches(sort=False)), backend)
         cabling = _cabling(spec)
         if len(cabling.plan.hosts()) < 2:
             raise FabricError(f"{collective} needs at least 2 hosts, {shown(spec)} has {len(cabling.plan.hosts())}")
@@ -708,12 +730,10 @@ def _topology(spec: Any, collective: str, context: str) -> tuple[str, "_Cabling"
 
 @functools.lru_cache(maxsize=32)
 def topology(spec: str) -> Topo:
-    """The topology of ``spec``, built once and its routes computed once (an error if some switch cannot reach
-    some host): every variant's checks, and the runner's, read it (fattree,16 takes 50 ms to build, 1.5 s to
-    route).  Read only: a fabric is built from a topology of its own."""
-    topo = build_topo(spec)
-    compute_routes(make_plan(topo, _CHECK_RUN, routes=False))
-    return topo
+    """The topology of ``spec`` within the widest caps (each variant checks its backend's), built once: every
+    variant's checks, and the runner's, read it (fattree,24 takes 0.1 s).  Read only: a fabric is built from a
+    topology of its own."""
+    return build_topo(spec)
 
 
 @dataclass(frozen=True)
@@ -749,8 +769,11 @@ class _Cabling:
 
 @functools.lru_cache(maxsize=32)
 def _cabling(spec: str) -> _Cabling:
+    """Refused if some switch cannot reach some host: a search over the switches, not the routes (fattree,24:
+    0.3 s with the plan)."""
     topo = topology(spec)
     plan = make_plan(topo, _CHECK_RUN, routes=False)
+    check_connected(switch_graph(plan))
     options: dict[str, int] = {}  # a group's own options (as text) -> its number
     groups: list[dict[str, Any]] = []
     group_of: dict[tuple[str, int], int] = {}  # (node, port number) -> the group of its link
@@ -784,9 +807,10 @@ def _size(value: Any, collective: str, hosts: int, context: str) -> int:
     return size
 
 
-def _senders(values: dict[str, Any], collective: str, hosts: int, context: str) -> int | None:
+def _senders(values: dict[str, Any], collective: str, hosts: int, backend: str, context: str) -> int | None:
     """Incast, victim and multijob only; by default every host but the receiver (and the victim's idle one)
-    sends; multijob's incast is among the odd ranks, and 0 senders leaves its all-reduce alone."""
+    sends; multijob's incast is among the odd ranks, and 0 senders leaves its all-reduce alone.  At most the
+    backend's node cap, then as many as the topology has."""
     if collective == "multijob":
         most = len(range(1, hosts, 2)) - 1
         if "senders" not in values:
@@ -798,7 +822,7 @@ def _senders(values: dict[str, Any], collective: str, hosts: int, context: str) 
     if collective not in SENDER_COLLECTIVES:
         raise FabricError(f'{context}: key "senders": only incast and victim have senders, this variant runs '
                           f'{collective}')
-    senders = _integer(values, "senders", (1, bounds.MAX_NODES), context)
+    senders = _integer(values, "senders", (1, bounds.NODE_CAPS[backend]), context)
     if senders > hosts - others:
         raise FabricError(f'{context}: key "senders": {senders} senders and {"a receiver" if others == 1 else "two receivers"} '
                           f'need {senders + others} hosts, {shown(values["topo"])} has {hosts} '

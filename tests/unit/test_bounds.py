@@ -86,6 +86,36 @@ def test_the_node_cap_comes_first():
         capacity.check_capacity, "big", 2049, 0, available=10**6 * GIB, namespaces=10**6)
 
 
+# --- each backend's caps on a topology ------------------------------------------------------------------
+
+@pytest.mark.parametrize("hosts, switches, backend", [
+    (2047, 1, "emulator"), (1024, 1024, "emulator"), (16383, 1, "sim"), (2828, 2828, "sim"), (16000, 384, None),
+    (2829, 2829, None),  # the route cap is the simulation backend's
+])
+def test_a_topology_within_its_backends_caps_passes(hosts, switches, backend):
+    bounds.check_topology("t", hosts, switches, backend)
+    assert bounds.over_caps(hosts, switches, backend) is None
+
+
+@pytest.mark.parametrize("hosts, switches, backend, message", [
+    (2048, 1, "emulator", "t: 2049 nodes (2048 hosts, 1 switches); at most 2048 on one machine (the emulator)"),
+    (16384, 1, "sim", "t: 16385 nodes (16384 hosts, 1 switches); the simulation backend runs at most 16384"),
+    (16384, 1, None, "t: 16385 nodes (16384 hosts, 1 switches); at most 16384 on any backend (the emulator runs "
+                     "2048)"),
+    (2829, 2829, "sim", "t: 2,829 switches x 2,829 hosts = 8,003,241 routes; the simulation backend plans and "
+                        "builds at most 8,000,000"),
+    (10**400, 1, "sim", "t: 100000000000... (401 digits) nodes (100000000000... (401 digits) hosts, 1 switches); "
+                        "the simulation backend runs at most 16384"),
+])
+def test_a_topology_over_its_backends_caps_is_one_line_naming_the_cap(hosts, switches, backend, message):
+    assert error(bounds.check_topology, "t", hosts, switches, backend) == message
+
+
+def test_the_widest_node_cap_is_the_simulation_backends():
+    assert bounds.NODE_CAPS == {"emulator": bounds.MAX_NODES, "sim": bounds.SIM_MAX_NODES}
+    assert bounds.MOST_NODES == bounds.SIM_MAX_NODES > bounds.MAX_NODES
+
+
 def test_check_capacity_reads_this_machine():
     """With nothing injected it reads /proc: a star,2 fits on any machine that runs the tests."""
     capacity.check_capacity("star,2", 3, 2)

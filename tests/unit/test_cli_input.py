@@ -237,6 +237,9 @@ def test_geteuid_patch_reaches_require_root(non_root):
 NINES_400, NINES_5000 = "9" * 400, "9" * 5000
 
 
+WIDEST = "at most 16384 on any backend (the emulator runs 2048)"
+
+
 @pytest.mark.parametrize("argv, fragments", [
     (["perf", "write", "h2", "--iters", NINES_400], ["--iters '99999", "(400 characters): must be 1 to 1000000"]),
     (["perf", "write", "h2", "--iters", NINES_5000], ["(5000 characters): must be 1 to 1000000"]),
@@ -259,11 +262,17 @@ NINES_400, NINES_5000 = "9" * 400, "9" * 5000
     (["pingall", "--topo", "star", "--switch", "buffer=2GiB"], ["bad --switch buffer='2GiB': at most 1 GiB"]),
     (["pingall", "--topo", "star", "--switch", "quanta=1.5"], ["--switch quanta = '1.5': expected a whole number"]),
     (["pingall", "--topo", "star", "--switch", f"lossless={NINES_5000}"], ["expected priorities 0-7"]),
-    (["pingall", "--topo", "star,100000"], ["'star,100000': 100001 nodes", "at most 2048 nodes"]),
-    (["up", "--topo", "fattree,k=40"], ["'fattree,k=40': 18000 nodes (16000 hosts, 2000 switches)", "at most 2048"]),
-    (["ibroute", "--topo", "star,100000"], ["at most 2048 nodes"]),
+    (["pingall", "--topo", "star,100000"], ["'star,100000': 100001 nodes", WIDEST]),
+    (["up", "--topo", "fattree,k=40"], ["'fattree,k=40': 18000 nodes (16000 hosts, 2000 switches)", WIDEST]),
+    (["up", "--topo", "fattree,24"], ["topology 'fattree,24': 4176 nodes (3456 hosts, 720 switches); at most 2048 "
+                                      "on one machine (the emulator)"]),
+    (["pingall", "--topo", "fattree,20"], ["'fattree,20': 2500 nodes", "at most 2048 on one machine (the emulator)"]),
+    (["demo", "--topo", "fattree,20"], ["'fattree,20': 2500 nodes", "at most 2048 on one machine (the emulator)"]),
+    (["ibroute", "--topo", "star,100000"], [WIDEST]),
+    (["ibroute", "--topo", "fattree,32"], ["topology 'fattree,32': 1,280 switches x 8,192 hosts = 10,485,760 routes; "
+                                           "the simulation backend plans and builds at most 8,000,000"]),
     (["ibroute", "--topo", f"ring,{NINES_5000}"], ["ring,9999", "(5005 characters): longer than 200 characters"]),
-    (["ibroute", "--topo", f"ring,{NINES_400[:150]}"], ["nodes", "at most 2048 nodes"]),
+    (["ibroute", "--topo", f"ring,{NINES_400[:150]}"], ["nodes", WIDEST]),
 ])
 def test_numbers_out_of_range_are_one_line(capsys, non_root, argv, fragments):
     code, out, err = run(capsys, *argv)

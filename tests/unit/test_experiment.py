@@ -322,6 +322,61 @@ def test_a_backend_sweep_names_each_side(tmp_path):
     assert [(v.name, v.backend) for v in load_experiment(str(tmp_path / "exp.toml"), "sim").variants] == [("a", "sim")]
 
 
+SCALE = """
+name = "scale"
+topo = "fattree,24"
+collective = "allreduce"
+size = "1MiB"
+backend = "sim"
+
+[[variants]]
+name = "a"
+"""
+
+
+def test_each_backend_has_its_own_caps(tmp_path):
+    """fattree,24 (3,456 hosts, 720 switches) passes the simulation backend's checks and is over the emulator's
+    node cap; fattree,32 passes neither (the simulation backend's route cap); each refusal one line naming it."""
+    variant = load_text(tmp_path, SCALE).variants[0]
+    assert (variant.topo, variant.backend, host_count(variant.topo)) == ("fattree,24", "sim", 3456)
+    assert load_error(tmp_path, SCALE.replace('backend = "sim"', 'backend = "emulator"')) == (
+        'exp.toml: variant "a": key "topo": topology \'fattree,24\': 4176 nodes (3456 hosts, 720 switches); '
+        'at most 2048 on one machine (the emulator)')
+    assert load_error(tmp_path, SCALE.replace("fattree,24", "fattree,32")) == (
+        'exp.toml: variant "a": key "topo": topology \'fattree,32\': 1,280 switches x 8,192 hosts = 10,485,760 '
+        'routes; the simulation backend plans and builds at most 8,000,000')
+
+
+@pytest.mark.parametrize("backend, most", [("emulator", 2048), ("sim", 16384)])
+def test_senders_are_bounded_by_the_backends_node_cap(tmp_path, backend, most):
+    text = MINIMAL + f'backend = "{backend}"\n'
+    assert load_error(tmp_path, text + f"senders = {most + 1}\n").endswith(
+        f'variant "a": key "senders" = {most + 1}: must be 1 to {most}')
+    assert load_error(tmp_path, text + f"senders = {most}\n").endswith(
+        f'variant "a": key "senders": {most} senders and a receiver need {most + 1} hosts, \'star,4\' has 4 '
+        f'(choose 1 to 3)')
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "allgather", "alltoall"])
+def test_the_counted_needs_are_the_plans(collective):
+    """The ring and all-to-all needs, counted without a plan, are what the plans give, refusals included."""
+    from emulator.collectives.algorithms import plan
+
+    for ranks in range(2, 13):
+        for size in (1, ranks, 4 * ranks, 1000, 4099, 1 << 20):
+            try:
+                plans = plan(collective, ranks, size)
+                expected = experiment.PlanNeeds(tuple((p.data_bytes, p.staging_bytes) for p in plans),
+                                                sum(len(p.peers) for p in plans))
+            except FabricError as err:
+                expected = str(err)
+            try:
+                got = experiment.plan_needs(collective, ranks, size, None)
+            except FabricError as err:
+                got = str(err)
+            assert got == expected, (ranks, size)
+
+
 def test_faults_are_kept_in_order(tmp_path):
     text = MINIMAL + 'faults = [{ at = "100ms", host = "h4", fault = "stall", for = "1s" }, { at = "0s", host = "h1", fault = "stall" }]\n'
     variant = by_name(load_text(tmp_path, text))["a"]
@@ -547,18 +602,20 @@ def test_a_calibrated_rate_is_not_swept(tmp_path):
 
 
 def test_a_sweep_makes_each_fabric_plan_and_collective_plan_once(tmp_path, monkeypatch):
-    """Variants that share a topology share its plan and routes, whatever their link options, and those that
-    share a collective plan share it: a 256-variant sweep on fattree,16 remade both for every variant (minutes
-    of checks)."""
+    """Variants that share a topology share its plan and its connectivity search, whatever their link options,
+    and those that share a collective plan share it: a 256-variant sweep on fattree,16 remade both for every
+    variant (minutes of checks).  The checks compute no routes: whether every switch reaches every host is one
+    search."""
     import emulator.fabric.plan
 
     experiment.topology.cache_clear()
     experiment._cabling.cache_clear()
     experiment.plan_needs.cache_clear()
-    routes, fabric_plans, plans = [], [], []
-    real_routes, real_fabric_plans, real_plans = emulator.fabric.plan.routes_over, experiment.make_plan, \
-        experiment.rank_plans
+    routes, searches, fabric_plans, plans = [], [], [], []
+    real_routes, real_search, real_fabric_plans, real_plans = emulator.fabric.plan.routes_over, \
+        experiment.check_connected, experiment.make_plan, experiment.rank_plans
     monkeypatch.setattr(emulator.fabric.plan, "routes_over", lambda graph: routes.append(1) or real_routes(graph))
+    monkeypatch.setattr(experiment, "check_connected", lambda graph: searches.append(1) or real_search(graph))
     monkeypatch.setattr(experiment, "make_plan", lambda *args, **kwargs: fabric_plans.append(args)
                         or real_fabric_plans(*args, **kwargs))
     monkeypatch.setattr(experiment, "rank_plans", lambda *args: plans.append(args) or real_plans(*args))
@@ -566,8 +623,8 @@ def test_a_sweep_makes_each_fabric_plan_and_collective_plan_once(tmp_path, monke
                                                          'fabric = ["lossless", "lossy"]\nsize = ["64KiB", "1MiB"]\n'
     exp = load_text(tmp_path, text)
     assert len(exp.variants) == 16
-    assert len(routes) == 1
-    assert len(fabric_plans) == 2  # the routes' and the checks' (without routes), one each for the topology
+    assert (len(routes), len(searches)) == (0, 1)
+    assert len(fabric_plans) == 1  # without routes, for the topology
     assert {v.link["bw"] for v in exp.variants} == {"10mbit", "20mbit", "50mbit", "100mbit"}
     assert sorted(plans) == [("incast", 4, 64 << 10, 3), ("incast", 4, 1 << 20, 3)]
 

@@ -6,7 +6,7 @@ from collections import Counter, deque
 import pytest
 from mininet.topo import Topo
 
-from topologies import fabrics
+from emulator import bounds
 from topologies import (DumbbellTopo, FatTreeTopo, LeafSpineTopo, RingTopo,
                         StarTopo, topos)
 
@@ -227,7 +227,7 @@ def test_invalid_arguments(cls, args, message):
     assert str(err.value) == message
 
 
-# --- the node cap: counted before any node is added ------------------------------------------------------
+# --- the widest node cap (any backend's): counted before any node is added ---------------------------
 
 @pytest.mark.parametrize("cls, args", [
     (StarTopo, {"n": 5}), (DumbbellTopo, {"n": 3}), (LeafSpineTopo, {"leaves": 3, "spines": 2, "hosts": 4}),
@@ -237,18 +237,21 @@ def test_the_cap_counts_exactly_the_nodes_built(monkeypatch, cls, args):
     """The count each build checks is the count it builds: with the cap at that count it
     builds, one below it refuses."""
     nodes = len(cls(**args).nodes())
-    monkeypatch.setattr(fabrics, "MAX_NODES", nodes)
+    monkeypatch.setattr(bounds, "MOST_NODES", nodes)
     assert len(cls(**args).nodes()) == nodes
-    monkeypatch.setattr(fabrics, "MAX_NODES", nodes - 1)
-    with pytest.raises(ValueError, match=f"^{nodes} nodes .*; at most {nodes - 1} nodes on one machine$"):
+    monkeypatch.setattr(bounds, "MOST_NODES", nodes - 1)
+    with pytest.raises(ValueError, match=fr"^{nodes} nodes .*; at most {nodes - 1} on any backend \(the emulator runs 2048\)$"):
         cls(**args)
 
 
+WIDEST = "at most 16384 on any backend (the emulator runs 2048)"
+
+
 @pytest.mark.parametrize("cls, args, message", [
-    (StarTopo, {"n": 100_000}, "100001 nodes (100000 hosts, 1 switches); at most 2048 nodes on one machine"),
-    (FatTreeTopo, {"k": 40}, "18000 nodes (16000 hosts, 2000 switches); at most 2048 nodes on one machine"),
+    (StarTopo, {"n": 100_000}, f"100001 nodes (100000 hosts, 1 switches); {WIDEST}"),
+    (FatTreeTopo, {"k": 40}, f"18000 nodes (16000 hosts, 2000 switches); {WIDEST}"),
     (RingTopo, {"n": 10**400}, "200000000000... (401 digits) nodes (100000000000... (401 digits) hosts, "
-                               "100000000000... (401 digits) switches); at most 2048 nodes on one machine"),
+                               f"100000000000... (401 digits) switches); {WIDEST}"),
 ])
 def test_absurd_sizes_are_refused_at_once(cls, args, message):
     began = time.monotonic()

@@ -237,17 +237,51 @@ def test_custom_file_that_exits_while_loading(tmp_path):
 
 
 def test_custom_topology_over_the_node_cap(tmp_path):
+    """A custom file's topology meets the caps once built: the emulator's when it names that backend, the widest
+    (any backend's) when it names none."""
     path = write(tmp_path, """
         from mininet.topo import Topo
         class Big(Topo):
-            def build(self):
+            def build(self, hosts=2100):
                 s = self.addSwitch("s1")
-                for i in range(2100):
+                for i in range(hosts):
                     self.addHost(f"h{i + 1}")
         topos = {"big": Big}
         """)
-    assert error(build_topo, "big", custom=path) == (
-        f"custom topology file {path!r}: topology 'big': 2101 nodes (hosts and switches); at most 2048 on one machine")
+    assert error(build_topo, "big", custom=path, backend="emulator") == (
+        f"custom topology file {path!r}: topology 'big': 2101 nodes (2100 hosts, 1 switches); at most 2048 on one "
+        "machine (the emulator)")
+    assert len(build_topo("big", custom=path).hosts()) == 2100
+    assert error(build_topo, "big,16384", custom=path) == (
+        f"custom topology file {path!r}: topology 'big,16384': 16385 nodes (16384 hosts, 1 switches); at most 16384 "
+        "on any backend (the emulator runs 2048)")
+    assert error(build_topo, "big,16384", custom=path, backend="sim") == (
+        f"custom topology file {path!r}: topology 'big,16384': 16385 nodes (16384 hosts, 1 switches); the simulation "
+        "backend runs at most 16384")
+
+
+@pytest.mark.parametrize("spec, backend, refusal", [
+    ("fattree,24", None, None),
+    ("fattree,24", "sim", None),
+    ("fattree,24", "emulator", "topology 'fattree,24': 4176 nodes (3456 hosts, 720 switches); at most 2048 on one "
+                               "machine (the emulator)"),
+    ("fattree,18", "emulator", None),  # 1863 nodes
+    ("fattree,32", "sim", "topology 'fattree,32': 1,280 switches x 8,192 hosts = 10,485,760 routes; the simulation "
+                          "backend plans and builds at most 8,000,000"),
+    ("fattree,30", "sim", None),  # 1125 switches x 6750 hosts
+    ("ring,2829", "sim", "topology 'ring,2829': 2,829 switches x 2,829 hosts = 8,003,241 routes; the simulation "
+                         "backend plans and builds at most 8,000,000"),
+    ("ring,2828", "sim", None),
+    ("leafspine,64,32,hosts=256", "sim", "topology 'leafspine,64,32,hosts=256': 16480 nodes (16384 hosts, 96 "
+                                         "switches); at most 16384 on any backend (the emulator runs 2048)"),
+])
+def test_each_backend_caps_the_topologies_it_runs(spec, backend, refusal):
+    """The built topology against ``backend``'s caps: one line naming the cap that refuses it (a built-in
+    topology over every backend's node cap is refused by its own count, before it is built)."""
+    if refusal is None:
+        assert build_topo(spec, backend=backend).hosts()
+    else:
+        assert error(build_topo, spec, backend=backend) == refusal
 
 
 def test_custom_entry_without_a_readable_signature(tmp_path):
