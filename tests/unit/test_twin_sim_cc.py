@@ -113,6 +113,19 @@ def _python_variant(variant: Variant) -> dict[str, Any]:
             "simulated_ms": outcome.engine["simulated_ms"], "stall": outcome.stall, "pfcwd": outcome.pfcwd, "faults": outcome.faults, "paused_ms_by_host": outcome.paused_ms_by_host}
 
 
+@pytest.mark.parametrize("name,dilation", [("pfc", None), ("dcqcn", None), ("dcqcn-nvidia", None),
+                                           ("dcqcn", 500.0)])
+def test_the_dcqcn_experiment_gives_the_same_run(name: str, dilation: float | None) -> None:
+    """The built-in `dcqcn` (D = 2000 from the constants' reference rate, or a modelled rate's ``dilation``)."""
+    variant = next(v for v in load_experiment("dcqcn").variants if v.name == name)
+    variant = dataclasses.replace(variant, iterations=1, warmup=1, capture=False, backend="sim")
+    if dilation is not None:
+        variant = dataclasses.replace(variant, model="10gbit", dilation=dilation)
+    python, (rust, stuck) = _python_variant(variant), _rust_variant(variant)
+    assert rust == python and not stuck
+    assert (rust["counters"]["paced_waits"] > 0) == (name != "pfc")
+
+
 def test_a_deadlock_stops_both_backends_at_the_same_instant() -> None:
     """The built-in `deadlock`'s PFC variant: the goodput watch, in simulated time, gives up at the same event."""
     pfc = next(v for v in load_experiment("deadlock", backend="sim").variants if v.name == "pfc")
