@@ -1042,6 +1042,39 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Stalls at any time for any while (or for good), injected loss and drops, with or without DCQCN: a run
+        /// ends with every iteration, or with the transport's failure (retries run out), never a panic; the
+        /// totals' drops are the injected ones, every fault of the measured iterations is injected.
+        #[test]
+        fn faults_and_loss_end_a_run_cleanly(
+            stalls in proptest::collection::vec((0u32..2, 0u64..3_000_000, proptest::option::of(1u64..2_000_000)), 0..4),
+            drop in proptest::collection::vec(1u64..20, 0..5),
+            loss in 0.0f64..0.3,
+            dcqcn in any::<bool>(),
+        ) {
+            let mut spec = star_spec();
+            let lossy = PortLoss { host_facing: true, loss, drop, seed: vec![7] };
+            spec.switches[0].losses = vec![lossy.clone(), lossy];
+            for host in &mut spec.hosts {
+                host.cc = dcqcn.then(DcqcnParams::default);
+            }
+            let mut fabric = Fabric::new(spec).unwrap();
+            let faults: Vec<Fault> = stalls
+                .iter()
+                .map(|&(host, at_ns, duration_ns)| Fault { host, at_ns, duration_ns })
+                .collect();
+            fabric.set_faults(faults).unwrap();
+            match fabric.run_collective(one_write(8192), 2, 1, 1024) {
+                Ok(records) => prop_assert_eq!(records.len(), 3),
+                Err(error) => prop_assert!(error.contains("RETRY_EXC_ERR"), "{}", error),
+            }
+            let totals = fabric.totals();
+            prop_assert_eq!(totals.drops, fabric.switches[0].injected_drops()); // a lossless MMU drops none
+            let measured = u64::from(fabric.run.iteration); // iterations 1 and 2 are measured
+            prop_assert_eq!(fabric.faults.injected, measured * stalls.len() as u64);
+        }
+
         #[test]
         fn any_frame_from_the_wire_is_counted_never_a_panic(
             frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..120), 1..20),
