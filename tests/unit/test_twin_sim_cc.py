@@ -185,6 +185,8 @@ def test_a_stall_for_good_ends_both_runs_alike_and_a_watch_that_raises_ends_its_
         return False
 
     fabric.watch(1000, broken)
+    with pytest.raises(RuntimeError, match="a goodput watch already"):
+        fabric.watch(1000, broken)
     with pytest.raises(KeyError, match="the tracker broke"):
         run_rust_collective(fabric, ["h1", "h2"], "alltoall", 1 << 20, 1, 0, None, 1024)
     with pytest.raises(ValueError, match="a fault on host 2 of 2"):

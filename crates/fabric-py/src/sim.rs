@@ -323,9 +323,9 @@ impl SimFabric {
     }
 
     /// The goodput watch: `sample(now_ns, frames_received) -> bool` now and every `interval_ns` of simulated
-    /// time (an event in the engine, where `_watch_goodput` schedules its own); True (stuck) stops the run,
-    /// and `advance` then says it is over, `stuck` says why. An exception it raises ends the run and is
-    /// raised by `advance`.
+    /// time (an event in the engine, where `_watch_goodput` schedules its own: set it, as `run_sim_variant`
+    /// does, before the collective begins); True (stuck) stops the run, and `advance` then says it is over,
+    /// `stuck` says why. An exception it raises ends the run and is raised by `advance`. One per fabric.
     fn watch(&mut self, py: Python<'_>, interval_ns: u64, sample: Py<PyAny>) -> PyResult<()> {
         let slot = Arc::clone(&self.sampler_error);
         let sampler = Box::new(move |now: u64, frames: u64| {

@@ -715,8 +715,13 @@ impl Fabric {
     }
 
     /// Watches goodput: `sampler` gets (now, frames received) at once and every `interval_ns` after, and stops
-    /// the run when it says stuck (`_watch_goodput`); an `Err` if its first sample failed.
+    /// the run when it says stuck (`_watch_goodput`). Set it where the Python runner sets its own, before the
+    /// collective begins, for the same order of events. An `Err` if its first sample failed, or a watch is
+    /// set already (its samples would go on).
     pub fn watch(&mut self, interval_ns: u64, sampler: Sampler) -> Result<(), String> {
+        if self.watch.is_some() {
+            return Err("the fabric has a goodput watch already".to_string());
+        }
         let mut watch = Watch::new(interval_ns, sampler);
         let more = watch.sample(self.engine.now(), self.frames_received())?;
         if more {
@@ -1039,6 +1044,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(error, "simulation: goodput watch: no tracker");
         assert!(!fabric.stuck());
+        assert!(fabric.watch(1000, Box::new(|_, _| Ok(false))).is_err()); // one watch per fabric
     }
 
     proptest! {
