@@ -137,11 +137,12 @@ def pfcwd(fabric: SimFabric) -> dict[str, Any]:
                                     for i, port in enumerate(sw.mmu.counters) if any(c.pfcwd_storms for c in port))}
 
 
-def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | None = None, seed: int = 1) -> Any:
+def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | None = None,
+                      cc: DcqcnParams | None = None, dilation: float | None = None, seed: int = 1) -> Any:
     """The plan's nodes and links as the compiled simulation backend (``emulator._core.sim.SimFabric``): the same
-    switches, routes, MMU settings, seeds, hosts and wires :func:`build_sim_fabric` makes, every frame in Rust;
-    on ``ib`` also the same subnet (LIDs, forwarding tables, SL to VL, credit sizes). Without DCQCN, injected
-    loss or the PFC watchdog, for now."""
+    switches, routes, MMU settings (the PFC watchdog included), seeds, injected loss per switch port, hosts, DCQCN
+    at each host's link rate and wires :func:`build_sim_fabric` makes, every frame in Rust; on ``ib`` also the
+    same subnet (LIDs, forwarding tables, SL to VL, credit sizes)."""
     from emulator._core.sim import SimFabric as RustSimFabric
 
     if fabric not in ("lossless", "lossy", "ib"):
@@ -154,8 +155,6 @@ def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | No
     wire_of: dict[tuple[str, str], int] = {}
     for a, b in plan.links:
         for src, dst in ((a, b), (b, a)):
-            if src.params.loss or src.params.drop:
-                raise ValueError("the compiled simulation backend has no injected loss yet")
             kind = plan.nodes[dst.node].kind
             port = next(i for i, p in enumerate(plan.nodes[dst.node].ports) if p.ifname == dst.ifname) \
                 if kind != "host" else 0
@@ -164,10 +163,13 @@ def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | No
                           index[dst.node], port))
     mmu_configs = {node.name: switch_mmu(node, fabric, switch or {}) for node in switches}
     switch_specs = []
+    watchdogs = []
+    losses = []  # per switch, per port: (host-facing, loss, drop, seed) as build_sim_fabric gives each port's Link
     for node in switches:
         config = mmu_configs[node.name]
-        if config.pfcwd is not None:
-            raise ValueError("the compiled simulation backend has no PFC watchdog yet")
+        watchdogs.append(config.pfcwd)
+        losses.append([(plan.nodes[p.peer_node].kind == "host", p.params.loss, list(p.params.drop),
+                        seeds[node.name] * 1000 + i) for i, p in enumerate(node.ports)])
         ports = {port.ifname: i for i, port in enumerate(node.ports)}
         routes = [(bytes(int(part) for part in ip.split(".")), [ports[name] for name in names])
                   for ip, names in plan.routes[node.name].items()]
@@ -180,8 +182,9 @@ def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | No
     host_specs = [(mac_bytes(node.ports[0].mac), mac_bytes(node.ports[0].peer_mac),
                    bytes(int(part) for part in (node.ip or "0.0.0.0").split(".")), node.ports[0].params.bw_bps,
                    wire_of[(node.name, node.ports[0].ifname)]) for node in hosts]
-    return RustSimFabric(wires, switch_specs, host_specs,
-                         _rust_ib_spec(plan, mmu_configs) if fabric == "ib" else None)
+    ccs = [None if cc is None else at_link(cc, node.ports[0].params.bw_bps, dilation)[0] for node in hosts]
+    return RustSimFabric(wires, switch_specs, host_specs, _rust_ib_spec(plan, mmu_configs) if fabric == "ib" else None,
+                         losses=losses, pfcwd=watchdogs, cc=ccs)
 
 
 def _rust_ib_spec(plan: FabricPlan, mmu_configs: dict[str, MmuConfig]) -> tuple[list, list]:
@@ -202,3 +205,13 @@ def _rust_ib_spec(plan: FabricPlan, mmu_configs: dict[str, MmuConfig]) -> tuple[
         host_specs.append((ib.lid, list(ib.lids.items()), ib.sl, ib.sl2vl[ib.sl], ib.vls, ib.capacity,
                            ib.peer_capacity, ETH_LEN + node.ports[0].params.mtu, ib.fc_floor))
     return switch_specs, host_specs
+
+
+def rust_pfcwd(plan: FabricPlan, fabric: Any) -> dict[str, Any]:
+    """:func:`pfcwd`'s figures from a fabric :func:`build_rust_fabric` made, its stormed ports named as
+    :func:`pfcwd` names them (switch:interface, sorted)."""
+    figures = fabric.pfcwd()
+    switches = plan.switches()
+    figures["stormed_ports"] = sorted(f"{switches[s].name}:{switches[s].ports[p].ifname}"
+                                      for s, p in figures["stormed_ports"])
+    return figures

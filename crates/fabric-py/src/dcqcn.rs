@@ -189,7 +189,7 @@ impl DcqcnParams {
 }
 
 /// The constants of `params`: this module's class, or any object with its fields (checked as the constructor).
-fn params_of(params: &Bound<'_, PyAny>) -> PyResult<core::DcqcnParams> {
+pub(crate) fn params_of(params: &Bound<'_, PyAny>) -> PyResult<core::DcqcnParams> {
     if let Ok(ours) = params.cast::<DcqcnParams>() {
         return Ok(ours.get().0);
     }

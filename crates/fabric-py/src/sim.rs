@@ -1,19 +1,28 @@
 //! `emulator._core.sim`: the simulation backend's fabric in Rust (`fabric_core::sim::fabric`: Ethernet, or IB
 //! with its subnet), built from the plain data `emulator.study.sim_fabric.build_rust_fabric` makes of a
 //! `FabricPlan`, running a collective's plans with the GIL released and giving back the ranks' reports for the
-//! coordinator's `summarize`.
+//! coordinator's `summarize`; with `run_sim_variant`'s hooks: faults, the goodput watch (a Python sampler
+//! called from the engine's sample events, with the GIL taken for it) and the PFC watchdogs' figures.
+use std::sync::{Arc, Mutex};
+
 use fabric_core::model::ib_plane::IbPlaneConfig;
 use fabric_core::model::mmu::MmuConfig;
 use fabric_core::model::pause::PrioritySet;
 use fabric_core::sim::fabric::{Fabric, FabricSpec, HostSpec, IterationRecord, SwitchSpec, Totals};
+use fabric_core::sim::faults::Fault;
 use fabric_core::sim::ib::{IbHostSpec, IbSpec, IbSwitchSpec};
 use fabric_core::sim::ranks::{RankPlan, SendPlan, StepPlan};
+use fabric_core::sim::switch::PortLoss;
 use fabric_core::sim::wire::Endpoint;
 use fabric_core::wire::mac::Mac;
 use fabric_core::wire::pfc::PRIORITIES;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+
+use crate::dcqcn::params_of;
+use crate::link::small_seed_words;
+use crate::pfcwd::watchdog_config_of;
 
 /// A wire as Python gives it: rate, delay, "switch" or "host", the node's index, the switch's port.
 type WireArg = (u64, u64, String, u32, u32);
@@ -43,6 +52,10 @@ type SendArg = (u32, u64, u64, bool, u64);
 type StepArg = (Vec<SendArg>, Vec<u32>, Option<(u64, u64, u64)>);
 /// A rank plan: data bytes, staging bytes, steps, reduce group.
 type PlanArg = (u64, u64, Vec<StepArg>, Vec<u32>);
+/// Injected loss on a switch port's link: host-facing, loss probability, frame numbers always lost, seed.
+type LossArg = (bool, f64, Vec<u64>, i128);
+/// A fault: the host's index, when after each measured iteration's start (ns), for how long (None: for good).
+type FaultArg = (u32, u64, Option<u64>);
 
 fn mac(bytes: &[u8]) -> PyResult<Mac> {
     bytes
@@ -176,9 +189,9 @@ fn totals_dict<'py>(py: Python<'py>, totals: &Totals) -> PyResult<Bound<'py, PyD
     dict.set_item("tx_frames", totals.tx_frames)?;
     dict.set_item("host_paused_ns", totals.host_paused_ns)?;
     dict.set_item("ib_credit_stalls", totals.ib_credit_stalls)?;
-    for zero in ["cnps_received", "paced_waits", "host_pfc_sent"] {
-        dict.set_item(zero, 0)?;
-    }
+    dict.set_item("cnps_received", totals.cnps_received)?;
+    dict.set_item("paced_waits", totals.paced_waits)?;
+    dict.set_item("host_pfc_sent", totals.host_pfc_sent)?;
     Ok(dict)
 }
 
@@ -216,22 +229,78 @@ fn record_dict<'py>(py: Python<'py>, record: &IterationRecord) -> PyResult<Bound
     Ok(dict)
 }
 
+/// `per` (one entry per switch or host, or None for none at all) with every entry checked by `convert`.
+fn each<T, U>(
+    per: Option<Vec<Option<T>>>,
+    count: usize,
+    what: &str,
+    convert: impl Fn(T) -> PyResult<U>,
+) -> PyResult<Vec<Option<U>>> {
+    let Some(per) = per else {
+        return Ok((0..count).map(|_| None).collect());
+    };
+    if per.len() != count {
+        return Err(PyValueError::new_err(format!(
+            "{} {what} entries for {count}",
+            per.len()
+        )));
+    }
+    per.into_iter()
+        .map(|entry| entry.map(&convert).transpose())
+        .collect()
+}
+
 /// A fabric (lossless, lossy, or ib with `ib`, the subnet) in simulated time, every frame in Rust.
 #[pyclass(module = "emulator._core.sim")]
 pub struct SimFabric {
     fabric: Fabric,
+    /// The exception the watch's sampler raised, given back as it is once the run stops.
+    sampler_error: Arc<Mutex<Option<PyErr>>>,
+}
+
+impl SimFabric {
+    /// A run's `Err` as Python's: the sampler's own exception if it raised one, else RuntimeError.
+    fn run_error(&self, message: String) -> PyErr {
+        match self
+            .sampler_error
+            .lock()
+            .ok()
+            .and_then(|mut slot| slot.take())
+        {
+            Some(error) => error,
+            None => PyRuntimeError::new_err(message),
+        }
+    }
 }
 
 #[pymethods]
 impl SimFabric {
+    /// `losses`: per switch, None or one (host-facing, loss, drop list, seed) per port; `pfcwd`: per switch,
+    /// None or its MMU's `WatchdogConfig`; `cc`: per host, None or its `DcqcnParams` at its link's rate.
     #[new]
-    #[pyo3(signature = (wires, switches, hosts, ib=None))]
+    #[pyo3(signature = (wires, switches, hosts, ib=None, *, losses=None, pfcwd=None, cc=None))]
     fn new(
         wires: Vec<WireArg>,
         switches: Vec<SwitchArg>,
         hosts: Vec<HostArg>,
         ib: Option<IbArg>,
+        losses: Option<Vec<Option<Vec<LossArg>>>>,
+        pfcwd: Option<Vec<Option<Bound<'_, PyAny>>>>,
+        cc: Option<Vec<Option<Bound<'_, PyAny>>>>,
     ) -> PyResult<Self> {
+        let losses = each(losses, switches.len(), "losses", |ports| {
+            Ok(ports
+                .into_iter()
+                .map(|(host_facing, loss, drop, seed)| PortLoss {
+                    host_facing,
+                    loss,
+                    drop,
+                    seed: small_seed_words(seed).to_vec(),
+                })
+                .collect::<Vec<_>>())
+        })?;
+        let watchdogs = each(pfcwd, switches.len(), "pfcwd", |c| watchdog_config_of(&c))?;
+        let ccs = each(cc, hosts.len(), "cc", |params| params_of(&params))?;
         let mut spec = FabricSpec {
             ib: ib.map(ib_spec),
             ..FabricSpec::default()
@@ -245,7 +314,9 @@ impl SimFabric {
             spec.wires
                 .push((rate, delay, endpoint(&kind, index, port)?));
         }
-        for (ports, routes, config, seed) in switches {
+        for (((ports, routes, config, seed), losses), watchdog) in
+            switches.into_iter().zip(losses).zip(watchdogs)
+        {
             let ports = ports
                 .iter()
                 .map(|(a, b, rate, wire)| Ok((mac(a)?, mac(b)?, *rate, *wire)))
@@ -254,24 +325,105 @@ impl SimFabric {
                 .iter()
                 .map(|(ip, out)| Ok((ipv4(ip)?, out.clone())))
                 .collect::<PyResult<Vec<_>>>()?;
+            let mut mmu = mmu_config(config)?;
+            mmu.pfcwd = watchdog;
             spec.switches.push(SwitchSpec {
                 ports,
                 routes,
-                mmu: mmu_config(config)?,
+                mmu,
                 seed,
+                losses: losses.unwrap_or_default(),
             });
         }
-        for (own, gateway, ip, rate_bps, wire) in hosts {
+        for ((own, gateway, ip, rate_bps, wire), cc) in hosts.into_iter().zip(ccs) {
             spec.hosts.push(HostSpec {
                 mac: mac(&own)?,
                 gateway_mac: mac(&gateway)?,
                 ip: ipv4(&ip)?,
                 rate_bps,
                 wire,
+                cc,
             });
         }
         let fabric = Fabric::new(spec).map_err(PyValueError::new_err)?;
-        Ok(SimFabric { fabric })
+        Ok(SimFabric {
+            fabric,
+            sampler_error: Arc::default(),
+        })
+    }
+
+    /// Stall fault per (host index, ns after each measured iteration's start, duration in ns or None for
+    /// good): the host's NIC stalls then in every measured iteration, and resumes after the duration.
+    fn set_faults(&mut self, faults: Vec<FaultArg>) -> PyResult<()> {
+        let faults = faults
+            .into_iter()
+            .map(|(host, at_ns, duration_ns)| Fault {
+                host,
+                at_ns,
+                duration_ns,
+            })
+            .collect();
+        self.fabric
+            .set_faults(faults)
+            .map_err(PyValueError::new_err)
+    }
+
+    /// Faults injected so far (one per fault per measured iteration begun).
+    #[getter]
+    fn faults_injected(&self) -> u64 {
+        self.fabric.faults.injected
+    }
+
+    /// The goodput watch: `sample(now_ns, frames_received) -> bool` now and every `interval_ns` of simulated
+    /// time (an event in the engine, where `_watch_goodput` schedules its own: set it, as `run_sim_variant`
+    /// does, before the collective begins); True (stuck) stops the run, and `advance` then says it is over,
+    /// `stuck` says why. An exception it raises ends the run and is raised by `advance`. One per fabric.
+    fn watch(&mut self, py: Python<'_>, interval_ns: u64, sample: Py<PyAny>) -> PyResult<()> {
+        let slot = Arc::clone(&self.sampler_error);
+        let sampler = Box::new(move |now: u64, frames: u64| {
+            Python::attach(|py| {
+                sample
+                    .call1(py, (now, frames))
+                    .and_then(|verdict| verdict.is_truthy(py))
+                    .map_err(|error| {
+                        let message = error.to_string();
+                        if let Ok(mut kept) = slot.lock() {
+                            *kept = Some(error);
+                        }
+                        message
+                    })
+            })
+        });
+        let fabric = &mut self.fabric;
+        let started = py.detach(|| fabric.watch(interval_ns, sampler));
+        started.map_err(|message| self.run_error(message))
+    }
+
+    /// Whether the goodput watch found the fabric stuck and stopped the run.
+    #[getter]
+    fn stuck(&self) -> bool {
+        self.fabric.stuck()
+    }
+
+    /// RDMA frames the hosts received so far.
+    fn frames_received(&self) -> u64 {
+        self.fabric.frames_received()
+    }
+
+    /// Each host's time paused so far (ns, all priorities, in host order).
+    fn paused_ns_by_host(&self) -> Vec<u64> {
+        self.fabric.paused_ns_by_host()
+    }
+
+    /// The PFC watchdogs' figures (`sim_fabric.pfcwd`'s keys), the stormed ports as (switch, port) indices.
+    fn pfcwd<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let figures = self.fabric.pfcwd();
+        let dict = PyDict::new(py);
+        dict.set_item("pfcwd_storms", figures.storms)?;
+        dict.set_item("pfcwd_restorations", figures.restorations)?;
+        dict.set_item("pfcwd_drops", figures.drops)?;
+        dict.set_item("stormed_ports", figures.stormed_ports)?;
+        Ok(dict)
     }
 
     /// Runs `warmup + iterations` iterations of `plans` (one per host, in host order) with the GIL released;
@@ -289,7 +441,7 @@ impl SimFabric {
         let fabric = &mut self.fabric;
         let records = py
             .detach(|| fabric.run_collective(plans, iterations, warmup, mtu))
-            .map_err(PyRuntimeError::new_err)?;
+            .map_err(|message| self.run_error(message))?;
         records
             .iter()
             .map(|record| record_dict(py, record))
@@ -310,13 +462,14 @@ impl SimFabric {
             .map_err(PyRuntimeError::new_err)
     }
 
-    /// Runs up to `max_events` events (all if None) with the GIL released; whether every iteration finished.
-    /// RuntimeError with the Python backend's message when the run cannot finish.
+    /// Runs up to `max_events` events (all if None) with the GIL released; whether the run is over (every
+    /// iteration finished, or the goodput watch stopped it). RuntimeError with the Python backend's message
+    /// when the run cannot finish; the watch's own exception if its sampler raised one.
     #[pyo3(signature = (max_events=None))]
     fn advance(&mut self, py: Python<'_>, max_events: Option<u64>) -> PyResult<bool> {
         let fabric = &mut self.fabric;
         py.detach(|| fabric.advance(max_events))
-            .map_err(PyRuntimeError::new_err)
+            .map_err(|message| self.run_error(message))
     }
 
     /// The records of the iterations finished since the last call.

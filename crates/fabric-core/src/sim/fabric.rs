@@ -6,16 +6,20 @@
 //! of the same step, so the engine's order (time, then scheduling sequence) is the Python engine's and a run
 //! gives the same CCTs, counters and events. Python builds the plan, hands it over as a [`FabricSpec`] and the
 //! collective's plans, and reads the [`IterationRecord`]s back.
+use crate::model::dcqcn::DcqcnParams;
 use crate::model::mmu::{Mmu, MmuConfig};
 use crate::model::rc::{Completion, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode};
 use crate::model::rng::CpythonRandom;
 use crate::sim::engine::Engine;
+use crate::sim::faults::{Fault, FaultSchedule};
 use crate::sim::host::{SimHost, MEMORY_KEY};
 use crate::sim::ib::IbSpec;
 use crate::sim::ranks::{add_f32, read_f32, RankPlan, RankReport, SimRank};
-use crate::sim::switch::{SimSwitch, SwitchPort};
+use crate::sim::switch::{PortLoss, SimSwitch, SwitchPort};
+use crate::sim::watch::{Sampler, Watch};
 use crate::sim::wire::{Endpoint, Wire};
 use crate::wire::mac::Mac;
+use crate::wire::pfc::MAX_QUANTA;
 
 /// Time between an iteration's set-up and its start instant (the coordinator's margin).
 pub const START_MARGIN_NS: u64 = 10_000_000;
@@ -37,6 +41,14 @@ pub enum Event {
     IbTimer(u32),
     /// A rank's iteration starts: its first step's sends are posted.
     StepBegins(u32),
+    /// Fault `stall`: a host's NIC stops taking frames and pauses its switch port without end.
+    Stall(u32),
+    /// The stall of a host's NIC ends.
+    Resume(u32),
+    /// A stalled host refreshes its pause.
+    StormRefresh(u32),
+    /// The goodput watch takes a sample.
+    Sample,
 }
 
 /// One switch as the plan gives it.
@@ -47,6 +59,8 @@ pub struct SwitchSpec {
     pub routes: Vec<([u8; 4], Vec<u32>)>,
     pub mmu: MmuConfig,
     pub seed: u64,
+    /// Injected loss per port (empty: none).
+    pub losses: Vec<PortLoss>,
 }
 
 /// One host as the plan gives it: its MAC, its gateway's MAC, its IPv4 address, its rate, the wire it sends on.
@@ -57,6 +71,8 @@ pub struct HostSpec {
     pub ip: [u8; 4],
     pub rate_bps: u64,
     pub wire: u32,
+    /// DCQCN's constants at this host's link rate, if the RNIC runs it.
+    pub cc: Option<DcqcnParams>,
 }
 
 /// A fabric to build: wires (rate, delay, where they deliver), switches, hosts.
@@ -78,16 +94,31 @@ pub struct IterationRecord {
     pub paused: Vec<u64>,
 }
 
-/// The fabric-wide counters the runner keeps (`sim_fabric.totals`'s, without DCQCN's and the faults').
+/// The fabric-wide counters the runner keeps (`sim_fabric.totals`'s).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
+    /// MMU drops (threshold, headroom, watchdog), the switches' own and injected loss.
     pub drops: u64,
     pub pfc_sent: u64,
     pub ecn_marked: u64,
     pub tx_frames: u64,
     pub host_paused_ns: u64,
+    pub cnps_received: u64,
+    pub paced_waits: u64,
+    /// The stall fault's pause frames.
+    pub host_pfc_sent: u64,
     /// IB: times a VL had a packet and no credit for it, at switches and RNICs.
     pub ib_credit_stalls: u64,
+}
+
+/// The PFC watchdogs' figures as the runner reports them (`sim_fabric.pfcwd`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PfcwdFigures {
+    pub storms: u64,
+    pub restorations: u64,
+    pub drops: u64,
+    /// (switch, port) of every port with a storm on some priority, in switch then port order.
+    pub stormed_ports: Vec<(u32, u32)>,
 }
 
 /// Where a collective run is.
@@ -117,6 +148,10 @@ pub struct Fabric {
     pub baseline: Option<Totals>,
     run: RunState,
     completions: Vec<Completion>,
+    /// The faults injected into every measured iteration.
+    pub faults: FaultSchedule,
+    /// The goodput watch, if set.
+    watch: Option<Watch>,
 }
 
 impl Fabric {
@@ -143,19 +178,30 @@ impl Fabric {
                 })
                 .collect();
             let routes = sw.routes;
-            switches.push(SimSwitch::new(
+            let mut switch = SimSwitch::new(
                 index as u32,
                 &mut engine,
                 ports,
                 routes,
                 mmu,
                 sw.seed as u32,
-            ));
+            );
+            if !sw.losses.is_empty() {
+                let rates: Vec<u64> = sw.ports.iter().map(|p| p.2).collect();
+                switch.lose(&sw.losses, &rates)?;
+            }
+            switches.push(switch);
         }
         let mut hosts: Vec<SimHost> = spec
             .hosts
             .iter()
-            .map(|h| SimHost::new(h.mac, h.gateway_mac, h.ip, h.wire, h.rate_bps, 4096))
+            .map(|h| {
+                let mut host = SimHost::new(h.mac, h.gateway_mac, h.ip, h.wire, h.rate_bps, 4096);
+                if let Some(params) = h.cc {
+                    host.run_dcqcn(params);
+                }
+                host
+            })
             .collect();
         if let Some(ib) = spec.ib {
             crate::sim::ib::attach(ib, &mut engine, &wires, &mut switches, &mut hosts)?;
@@ -172,6 +218,8 @@ impl Fabric {
             baseline: None,
             run: RunState::default(),
             completions: Vec::new(),
+            faults: FaultSchedule::default(),
+            watch: None,
         })
     }
 
@@ -187,13 +235,20 @@ impl Fabric {
                     totals.tx_frames += c.tx_frames;
                 }
             }
-            totals.drops += sw.dropped.total();
+            totals.drops += sw.dropped.total() + sw.injected_drops();
         }
         let (forwarded, credit_stalls) = crate::sim::ib::totals(&self.switches, &self.hosts);
         totals.tx_frames += forwarded;
         totals.ib_credit_stalls = credit_stalls;
         let now = self.engine.now();
-        totals.host_paused_ns = self.hosts.iter().map(|host| host.paused_ns(now)).sum();
+        for host in &self.hosts {
+            totals.host_paused_ns += host.paused_ns(now);
+            totals.host_pfc_sent += host.stall.storm_pfc_sent;
+            if let Some(cc) = &host.cc {
+                totals.cnps_received += cc.counters.cnps_received;
+                totals.paced_waits += cc.counters.paced_waits;
+            }
+        }
         totals
     }
 
@@ -260,10 +315,11 @@ impl Fabric {
     }
 
     /// Runs up to `max_events` events of the collective (all if `None`, a slice between looks at its progress,
-    /// as `sim_ranks.py` runs SLICE_EVENTS at a time); whether every iteration finished. An `Err` with the
-    /// Python backend's message when a completion failed or nothing more will happen.
+    /// as `sim_ranks.py` runs SLICE_EVENTS at a time); whether the run is over: every iteration finished, or
+    /// the goodput watch found the fabric stuck and stopped it ([`Fabric::stuck`]). An `Err` with the Python
+    /// backend's message when a completion failed, the watch's sampler failed or nothing more will happen.
     pub fn advance(&mut self, max_events: Option<u64>) -> Result<bool, String> {
-        if self.finished() {
+        if self.finished() || self.stuck() {
             return Ok(true);
         }
         let mut run = self.engine.start_run(None, max_events);
@@ -274,7 +330,7 @@ impl Fabric {
         if let Some(failure) = &self.run.failure {
             return Err(format!("simulation: {failure}"));
         }
-        if self.finished() {
+        if self.finished() || self.stuck() {
             return Ok(true);
         }
         if ran == 0 {
@@ -337,6 +393,18 @@ impl Fabric {
                 }
             }
             Event::StepBegins(rank) => self.step_begins(rank as usize),
+            Event::Stall(host) => {
+                if let Some(h) = self.hosts.get_mut(host as usize) {
+                    h.begin_stall(host, &mut self.engine, &self.wires);
+                }
+            }
+            Event::Resume(host) => self.end_stall(host),
+            Event::StormRefresh(host) => {
+                if let Some(h) = self.hosts.get_mut(host as usize) {
+                    h.storm(host, &mut self.engine, &self.wires, MAX_QUANTA);
+                }
+            }
+            Event::Sample => self.sample(),
         }
     }
 
@@ -357,15 +425,26 @@ impl Fabric {
                 }
             }
             Endpoint::Host(host) => {
-                let Some(h) = self.hosts.get_mut(host as usize) else {
-                    return;
-                };
-                let qpn = h.receive(host, &mut self.engine, &mut self.wires, &frame);
-                h.recycle(frame);
-                if let Some(qpn) = qpn {
-                    self.after_qp(host, qpn);
+                let held = self
+                    .hosts
+                    .get_mut(host as usize)
+                    .map(|h| h.stall.hold(frame));
+                if let Some(Some(frame)) = held {
+                    self.host_frame(host, frame);
                 }
             }
+        }
+    }
+
+    /// `host` takes a frame: its QP's completions to the rank, then the host goes on.
+    fn host_frame(&mut self, host: u32, frame: Vec<u8>) {
+        let Some(h) = self.hosts.get_mut(host as usize) else {
+            return;
+        };
+        let qpn = h.receive(host, &mut self.engine, &mut self.wires, &frame);
+        h.recycle(frame);
+        if let Some(qpn) = qpn {
+            self.after_qp(host, qpn);
         }
     }
 
@@ -400,6 +479,7 @@ impl Fabric {
         self.run.pending = vec![true; self.ranks.len()];
         self.run.pending_count = self.ranks.len();
         let at = now.saturating_add(START_MARGIN_NS);
+        self.inject_faults(i, at);
         for rank in 0..self.ranks.len() {
             self.begin(rank, i, at);
         }
@@ -614,6 +694,115 @@ impl Fabric {
     }
 }
 
+// --- faults, the goodput watch and their figures (`run_sim_variant`'s hooks) --------------------------------
+impl Fabric {
+    /// The faults to inject into every measured iteration; an `Err` naming a host the fabric does not have.
+    pub fn set_faults(&mut self, faults: Vec<Fault>) -> Result<(), String> {
+        if let Some(fault) = faults.iter().find(|f| f.host as usize >= self.hosts.len()) {
+            return Err(format!(
+                "a fault on host {} of {}",
+                fault.host,
+                self.hosts.len()
+            ));
+        }
+        self.faults.faults = faults;
+        Ok(())
+    }
+
+    /// Iteration `i` starts at `start`: its faults scheduled from it (`run_sim_variant`'s `started`).
+    fn inject_faults(&mut self, i: u32, start: u64) {
+        let mut due = Vec::new();
+        self.faults.iteration(i, self.run.warmup, start, &mut due);
+        for (at, event) in due {
+            let delay = at.saturating_sub(self.engine.now());
+            self.engine.after(delay, event);
+        }
+    }
+
+    /// A host's stall ends: XON, then every frame it held taken at once.
+    fn end_stall(&mut self, host: u32) {
+        let Some(h) = self.hosts.get_mut(host as usize) else {
+            return;
+        };
+        let Some(held) = h.end_stall(host, &mut self.engine, &self.wires) else {
+            return;
+        };
+        for frame in held {
+            self.host_frame(host, frame);
+        }
+    }
+
+    /// Watches goodput: `sampler` gets (now, frames received) at once and every `interval_ns` after, and stops
+    /// the run when it says stuck (`_watch_goodput`). Set it where the Python runner sets its own, before the
+    /// collective begins, for the same order of events. An `Err` if its first sample failed, or a watch is
+    /// set already (its samples would go on).
+    pub fn watch(&mut self, interval_ns: u64, sampler: Sampler) -> Result<(), String> {
+        if self.watch.is_some() {
+            return Err("the fabric has a goodput watch already".to_string());
+        }
+        let mut watch = Watch::new(interval_ns, sampler);
+        let more = watch.sample(self.engine.now(), self.frames_received())?;
+        if more {
+            self.engine.after(watch.interval_ns, Event::Sample);
+        }
+        self.watch = Some(watch);
+        Ok(())
+    }
+
+    /// The watch's sample is due: stuck stops the run, else the next sample one interval on.
+    fn sample(&mut self) {
+        let (now, frames) = (self.engine.now(), self.frames_received());
+        let Some(watch) = self.watch.as_mut() else {
+            return;
+        };
+        match watch.sample(now, frames) {
+            Ok(true) => {
+                let interval = watch.interval_ns;
+                self.engine.after(interval, Event::Sample);
+            }
+            Ok(false) => self.engine.stop(),
+            Err(error) => {
+                if self.run.failure.is_none() {
+                    self.run.failure = Some(format!("goodput watch: {error}"));
+                }
+                self.engine.stop();
+            }
+        }
+    }
+
+    /// Whether the goodput watch found the fabric stuck (and stopped the run).
+    pub fn stuck(&self) -> bool {
+        self.watch.as_ref().is_some_and(|watch| watch.stuck)
+    }
+
+    /// RDMA frames the hosts received so far (the watch's measure of progress).
+    pub fn frames_received(&self) -> u64 {
+        self.hosts.iter().map(|h| h.counters.frames_received).sum()
+    }
+
+    /// Each host's time paused so far, all priorities summed (ns, in host order).
+    pub fn paused_ns_by_host(&self) -> Vec<u64> {
+        let now = self.engine.now();
+        self.hosts.iter().map(|h| h.paused_ns(now)).collect()
+    }
+
+    /// The PFC watchdogs' figures: storms, restorations, drops, the stormed ports.
+    pub fn pfcwd(&self) -> PfcwdFigures {
+        let mut figures = PfcwdFigures::default();
+        for (s, sw) in self.switches.iter().enumerate() {
+            figures.restorations += sw.mmu.watchdog().map_or(0, |wd| wd.restorations);
+            for (p, port) in sw.mmu.counters().iter().enumerate() {
+                figures.storms += port.iter().map(|c| c.pfcwd_storms).sum::<u64>();
+                figures.drops += port.iter().map(|c| c.pfcwd_drops).sum::<u64>();
+                if port.iter().any(|c| c.pfcwd_storms > 0) {
+                    figures.stormed_ports.push((s as u32, p as u32));
+                }
+            }
+        }
+        figures
+    }
+}
+
 /// The verbs name of `value` in a table of (name, value).
 fn name<T: PartialEq + Copy>(table: &[(&'static str, T)], value: T) -> &'static str {
     table
@@ -674,6 +863,7 @@ pub(crate) mod tests {
                 routes: vec![([10, 0, 0, 1], vec![0]), ([10, 0, 0, 2], vec![1])],
                 mmu: config(),
                 seed: 1001,
+                losses: vec![],
             }],
             hosts: vec![
                 HostSpec {
@@ -682,6 +872,7 @@ pub(crate) mod tests {
                     ip: [10, 0, 0, 1],
                     rate_bps: RATE,
                     wire: 0,
+                    cc: None,
                 },
                 HostSpec {
                     mac: mac(2),
@@ -689,6 +880,7 @@ pub(crate) mod tests {
                     ip: [10, 0, 0, 2],
                     rate_bps: RATE,
                     wire: 1,
+                    cc: None,
                 },
             ],
             ib: None,
@@ -750,7 +942,165 @@ pub(crate) mod tests {
             .is_err());
     }
 
+    #[test]
+    fn a_stalled_receiver_takes_the_write_when_it_resumes_after_pausing_its_port() {
+        let mut fabric = star();
+        fabric
+            .set_faults(vec![Fault {
+                host: 0,
+                at_ns: 0,
+                duration_ns: Some(1_000_000),
+            }])
+            .unwrap();
+        let records = fabric.run_collective(one_write(1024), 1, 0, 1024).unwrap();
+        let [(_, _, stamp)] = records[0].reports[0].arrivals[..] else {
+            panic!("one arrival expected");
+        };
+        // The switch held it, its port to host 0 paused: it goes when the XON of the resume (1 ms) arrived.
+        let xon_ns = crate::sim::wire::serialization_ns(60, RATE);
+        let frame_ns = crate::sim::wire::serialization_ns(1102, RATE);
+        assert_eq!(
+            stamp - records[0].start,
+            1_000_000 + xon_ns + 1000 + frame_ns + 1000
+        );
+        assert_eq!(fabric.faults.injected, 1);
+        // XOFF and XON (the refresh, at half of 65535 quanta at 10 Gbit/s, would come after 1.68 ms).
+        assert_eq!(fabric.totals().host_pfc_sent, 2);
+        assert_eq!(fabric.hosts[0].stall.stall_drops, 0);
+        let port = fabric.switches[0].mmu.counters()[0];
+        assert!(port.iter().all(|c| c.pfcwd_storms == 0));
+    }
+
+    #[test]
+    fn faults_wait_for_the_measured_iterations_and_name_real_hosts() {
+        let mut fabric = star();
+        assert!(fabric
+            .set_faults(vec![Fault {
+                host: 2,
+                at_ns: 0,
+                duration_ns: None
+            }])
+            .is_err());
+        fabric
+            .set_faults(vec![Fault {
+                host: 0,
+                at_ns: 0,
+                duration_ns: Some(1000),
+            }])
+            .unwrap();
+        fabric.run_collective(one_write(1024), 2, 1, 1024).unwrap();
+        assert_eq!(fabric.faults.injected, 2);
+        assert_eq!(fabric.totals().host_pfc_sent, 4);
+    }
+
+    #[test]
+    fn an_injected_drop_is_counted_and_the_write_resent() {
+        let mut spec = star_spec();
+        let loss = |drop: Vec<u64>| PortLoss {
+            host_facing: true,
+            loss: 0.0,
+            drop,
+            seed: vec![1001],
+        };
+        spec.switches[0].losses = vec![loss(vec![]), loss(vec![1])]; // the sender's first frame
+        let mut fabric = Fabric::new(spec).unwrap();
+        let records = fabric.run_collective(one_write(1024), 1, 0, 1024).unwrap();
+        // Frame 1 of each direction of the sender's link: its WRITE, then the ACK of the WRITE resent.
+        assert_eq!(fabric.totals().drops, 2);
+        assert_eq!(fabric.switches[0].injected_drops(), 2);
+        assert_eq!(records[0].reports[1].counters, vec![(0, 2, 2)]); // resent after each timeout
+        let mut lossless = star_spec();
+        lossless.switches[0].losses = vec![PortLoss::default(), PortLoss::default()];
+        let mut fabric = Fabric::new(lossless).unwrap();
+        fabric.run_collective(one_write(1024), 1, 0, 1024).unwrap();
+        assert_eq!(fabric.totals().drops, 0);
+        let mut short = star_spec();
+        short.switches[0].losses = vec![PortLoss::default()];
+        assert!(Fabric::new(short).is_err());
+    }
+
+    #[test]
+    fn the_watch_stops_a_stuck_run_at_its_sample() {
+        let mut fabric = star();
+        fabric
+            .set_faults(vec![Fault {
+                host: 0,
+                at_ns: 0,
+                duration_ns: None,
+            }])
+            .unwrap();
+        let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = std::sync::Arc::clone(&samples);
+        let sampler = Box::new(move |now: u64, frames: u64| {
+            seen.lock().unwrap().push((now, frames));
+            Ok(now >= 40_000_000)
+        });
+        fabric.watch(15_000_000, sampler).unwrap();
+        fabric
+            .begin_collective(one_write(1024), 1, 0, 1024)
+            .unwrap();
+        while !fabric.advance(Some(7)).unwrap() {}
+        assert!(fabric.stuck() && fabric.take_records().is_empty());
+        assert_eq!(fabric.engine.now(), 45_000_000);
+        let samples = samples.lock().unwrap().clone();
+        assert_eq!(
+            samples,
+            vec![(0, 0), (15_000_000, 0), (30_000_000, 0), (45_000_000, 0)]
+        );
+        assert!(fabric.advance(None).unwrap()); // over: nothing more runs
+        assert_eq!(fabric.engine.now(), 45_000_000);
+    }
+
+    #[test]
+    fn a_failing_sampler_ends_the_run_with_its_message() {
+        let mut fabric = star();
+        let sampler = Box::new(|now: u64, _: u64| match now {
+            0 => Ok(false),
+            _ => Err("no tracker".to_string()),
+        });
+        fabric.watch(1000, sampler).unwrap();
+        let error = fabric
+            .run_collective(one_write(1024), 1, 0, 1024)
+            .unwrap_err();
+        assert_eq!(error, "simulation: goodput watch: no tracker");
+        assert!(!fabric.stuck());
+        assert!(fabric.watch(1000, Box::new(|_, _| Ok(false))).is_err()); // one watch per fabric
+    }
+
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Stalls at any time for any while (or for good), injected loss and drops, with or without DCQCN: a run
+        /// ends with every iteration, or with the transport's failure (retries run out), never a panic; the
+        /// totals' drops are the injected ones, every fault of the measured iterations is injected.
+        #[test]
+        fn faults_and_loss_end_a_run_cleanly(
+            stalls in proptest::collection::vec((0u32..2, 0u64..3_000_000, proptest::option::of(1u64..2_000_000)), 0..4),
+            drop in proptest::collection::vec(1u64..20, 0..5),
+            loss in 0.0f64..0.3,
+            dcqcn in any::<bool>(),
+        ) {
+            let mut spec = star_spec();
+            let lossy = PortLoss { host_facing: true, loss, drop, seed: vec![7] };
+            spec.switches[0].losses = vec![lossy.clone(), lossy];
+            for host in &mut spec.hosts {
+                host.cc = dcqcn.then(DcqcnParams::default);
+            }
+            let mut fabric = Fabric::new(spec).unwrap();
+            let faults: Vec<Fault> = stalls
+                .iter()
+                .map(|&(host, at_ns, duration_ns)| Fault { host, at_ns, duration_ns })
+                .collect();
+            fabric.set_faults(faults).unwrap();
+            match fabric.run_collective(one_write(8192), 2, 1, 1024) {
+                Ok(records) => prop_assert_eq!(records.len(), 3),
+                Err(error) => prop_assert!(error.contains("RETRY_EXC_ERR"), "{}", error),
+            }
+            let totals = fabric.totals();
+            prop_assert_eq!(totals.drops, fabric.switches[0].injected_drops()); // a lossless MMU drops none
+            let measured = u64::from(fabric.run.iteration); // iterations 1 and 2 are measured
+            prop_assert_eq!(fabric.faults.injected, measured * stalls.len() as u64);
+        }
+
         #[test]
         fn any_frame_from_the_wire_is_counted_never_a_panic(
             frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..120), 1..20),

@@ -1,6 +1,7 @@
-//! A host's RNIC in simulated time (port of `emulator/sim/host.py`, without DCQCN): the RC transport model on
-//! RoCEv2 frames, a NIC queue that obeys the link's PFC; on an IB fabric native IB packets sent against the
-//! switch's credits, with flow-control packets back (its IB port, `sim::ib`).
+//! A host's RNIC in simulated time (port of `emulator/sim/host.py`): the RC transport model on RoCEv2 frames, a
+//! NIC queue that obeys the link's PFC, DCQCN when the fabric runs it (`sim::congestion`) and the stall fault
+//! (`sim::faults`); on an IB fabric native IB packets sent against the switch's credits, with flow-control
+//! packets back (its IB port, `sim::ib`).
 //!
 //! As the emulator's RNIC does, it pulls packets from its QPs one each in turn while its NIC queue has room
 //! ([`NIC_FRAMES`]), frames them, decodes what arrives (checking the ICRC) and hands it to the QP the BTH
@@ -14,18 +15,21 @@
 //! the caller hands to the rank, then the caller finishes with [`SimHost::resume`].
 use std::collections::VecDeque;
 
+use crate::model::dcqcn::DcqcnParams;
 use crate::model::ib_port::IbPort;
 use crate::model::pause::PrioritySet;
 use crate::model::rc::{
     default_timeout_ns, AccessError, Completion, Memory, RcConfig, RcQueuePair,
 };
+use crate::sim::congestion::{Arrival, HostCc, CNP_PRIORITY};
 use crate::sim::engine::{Engine, TimerId};
 use crate::sim::fabric::Event;
+use crate::sim::faults::{Stall, STORM_PRIORITY};
 use crate::sim::ib::{gid_octets, gid_text, HostIb, QpFramer};
 use crate::sim::wire::{PortQueue, Wire};
 use crate::wire::ib::Lrh;
 use crate::wire::mac::Mac;
-use crate::wire::pfc::{decode_pfc, ETHERTYPE_MAC_CONTROL, PRIORITIES};
+use crate::wire::pfc::{decode_pfc, pause_ns, ETHERTYPE_MAC_CONTROL, MAX_QUANTA, PRIORITIES};
 use crate::wire::roce::{decode, Framer, DATA_DSCP};
 use crate::wire::transport::Packet;
 
@@ -141,6 +145,10 @@ pub struct SimHost {
     /// By QP number (`None` where no QP has that number).
     pub qps: Vec<Option<HostQp>>,
     pub counters: HostCounters,
+    /// DCQCN's notification point and reaction points, when the fabric runs it.
+    pub cc: Option<HostCc>,
+    /// The stall fault's state and counts.
+    pub stall: Stall,
     /// QPs that may have a packet to send, in turn order, and whether each is in the ring.
     ready: VecDeque<u32>,
     in_ready: Vec<bool>,
@@ -173,12 +181,20 @@ impl SimHost {
             memory: FlatMemory::new(memory.max(1)),
             qps: Vec::new(),
             counters: HostCounters::default(),
+            cc: None,
+            stall: Stall::default(),
             ready: VecDeque::new(),
             in_ready: Vec::new(),
             scratch: Packet::default(),
             spare: Vec::new(),
             ib: None,
         }
+    }
+
+    /// DCQCN on this RNIC with `params` (scaled to its link, as `dcqcn.at_link` gives them), before its QPs
+    /// are made: each QP gets a reaction point at the link's rate.
+    pub fn run_dcqcn(&mut self, params: DcqcnParams) {
+        self.cc = Some(HostCc::new(params, self.queue.pause.rate_bps));
     }
 
     /// An RC QP `qpn` to `peer_ip`'s `peer_qpn` (both ends at PSN 0), with the path MTU and the ACK timeout of
@@ -235,6 +251,9 @@ impl SimHost {
                 },
             },
         };
+        if let Some(cc) = self.cc.as_mut() {
+            cc.connect(qpn, (self.mac, self.gateway_mac, self.ip, peer_ip), port)?;
+        }
         let timer = engine.timer(Event::QpTimer { host: index, qpn });
         let at = qpn as usize;
         if self.qps.len() <= at {
@@ -317,7 +336,9 @@ impl SimHost {
         };
         let payload = frame.get(decoded.payload).unwrap_or(&[]);
         self.deliver(
-            now,
+            index,
+            engine,
+            wires,
             decoded.packet,
             Some(decoded.src_ip),
             decoded.icrc_ok,
@@ -327,14 +348,18 @@ impl SimHost {
 
     /// A decoded packet from `source` (`None`: an address no host has): counted, and handed to the QP its BTH
     /// names if its CRCs held and it comes from that QP's peer; that QP, for the caller as `receive` says.
+    #[allow(clippy::too_many_arguments)] // the host's context (index, engine, wires) and the packet's parts
     fn deliver(
         &mut self,
-        now: u64,
+        index: u32,
+        engine: &mut Engine<Event>,
+        wires: &[Wire],
         mut packet: Packet,
         source: Option<[u8; 4]>,
         crc_ok: bool,
         payload: &[u8],
     ) -> Option<u32> {
+        let now = engine.now();
         self.counters.frames_received += 1;
         if !crc_ok {
             self.counters.icrc_errors += 1;
@@ -349,12 +374,51 @@ impl SimHost {
             self.counters.unknown += 1;
             return None;
         }
+        let remote_qpn = entry.qp.remote_qpn();
+        if self.congestion(index, engine, wires, qpn, remote_qpn, &packet) {
+            return None;
+        }
+        let Some(Some(entry)) = self.qps.get_mut(qpn as usize) else {
+            return None;
+        };
         packet.payload = std::mem::take(&mut self.scratch.payload);
         packet.payload.clear();
         packet.payload.extend_from_slice(payload);
         entry.qp.receive(now, &packet, &mut self.memory);
         self.scratch.payload = packet.payload;
         Some(qpn)
+    }
+
+    /// DCQCN's part of a packet's arrival for `qpn`: a CNP for its limiter (consumed: true, the QP's timer
+    /// re-armed), or a CE mark that earns the peer a CNP, queued ahead of the data.
+    fn congestion(
+        &mut self,
+        index: u32,
+        engine: &mut Engine<Event>,
+        wires: &[Wire],
+        qpn: u32,
+        remote_qpn: u32,
+        packet: &Packet,
+    ) -> bool {
+        let Some(cc) = self.cc.as_mut() else {
+            return false;
+        };
+        let mut cnp = self.spare.pop().unwrap_or_default();
+        match cc.arrival(engine.now(), qpn, remote_qpn, packet, &mut cnp) {
+            Arrival::Cnp => {
+                self.recycle(cnp);
+                self.arm(engine, qpn);
+                true
+            }
+            Arrival::Pass(true) => {
+                self.enqueue(index, engine, wires, cnp, CNP_PRIORITY);
+                false
+            }
+            Arrival::Pass(false) => {
+                self.recycle(cnp);
+                false
+            }
+        }
     }
 
     /// A frame this host is done with: its buffer kept for a frame to send.
@@ -366,8 +430,12 @@ impl SimHost {
 
     /// The QP's timer fired; the caller collects its completions, then calls [`SimHost::resume`].
     pub fn on_timer(&mut self, engine: &Engine<Event>, qpn: u32) {
+        let now = engine.now();
         if let Some(qp) = self.qp_mut(qpn) {
-            qp.on_timer(engine.now());
+            qp.on_timer(now);
+        }
+        if let Some(cc) = self.cc.as_mut() {
+            cc.on_timer(qpn, now);
         }
     }
 
@@ -400,10 +468,16 @@ impl SimHost {
             let Some(Some(entry)) = self.qps.get_mut(qpn as usize) else {
                 continue;
             };
+            let data = self.cc.as_ref().is_none_or(|cc| cc.may_send(qpn, now));
             if !entry
                 .qp
-                .next_packet(now, true, &mut self.memory, &mut self.scratch)
+                .next_packet(now, data, &mut self.memory, &mut self.scratch)
             {
+                // Held to its rate: its ACKs may go, and its timer wakes it when its next frame may.
+                let has_data = !data && entry.qp.has_data();
+                if self.cc.as_mut().is_some_and(|cc| cc.hold(qpn, has_data)) {
+                    self.arm(engine, qpn);
+                }
                 continue;
             }
             let mut frame = self.spare.pop().unwrap_or_default();
@@ -411,6 +485,9 @@ impl SimHost {
             let framed = entry.framer.encode(&self.scratch, &mut frame);
             self.mark_ready(qpn); // to the back of the turn
             self.arm(engine, qpn); // its first packet in flight starts the retransmission timer
+            if let Some(cc) = self.cc.as_mut().filter(|_| framed) {
+                cc.sent(qpn, now, self.scratch.opcode, frame.len());
+            }
             if let Some(ib) = self.ib.as_mut().filter(|_| framed) {
                 if !matches!(ib.port.admit(&frame), Ok(true)) {
                     ib.held = Some(frame); // it waits for the switch's credit
@@ -438,10 +515,50 @@ impl SimHost {
         self.queue.kick(engine, free_at, Event::QueueSend(index));
     }
 
-    /// The QP's one timer at its transport's deadline.
+    /// The QP's one timer at its earliest deadline: the transport's, and with DCQCN its limiter's.
     fn arm(&mut self, engine: &mut Engine<Event>, qpn: u32) {
         if let Some(Some(entry)) = self.qps.get(qpn as usize) {
-            engine.set_timer(entry.timer, entry.qp.next_deadline());
+            let deadline = entry.qp.next_deadline();
+            let deadline = match &self.cc {
+                Some(cc) => cc.deadline(qpn, deadline),
+                None => deadline,
+            };
+            engine.set_timer(entry.timer, deadline);
+        }
+    }
+
+    /// Fault `stall`: the NIC's receive pipeline hangs (the fabric holds its RDMA frames in `stall`) and it
+    /// pauses its switch port without end.
+    pub fn begin_stall(&mut self, index: u32, engine: &mut Engine<Event>, wires: &[Wire]) {
+        if self.stall.begin() {
+            self.storm(index, engine, wires, MAX_QUANTA);
+        }
+    }
+
+    /// The stall ends: XON, and the frames it held (oldest first) for the caller to take at once; `None` if the
+    /// NIC was not stalled.
+    pub fn end_stall(
+        &mut self,
+        index: u32,
+        engine: &mut Engine<Event>,
+        wires: &[Wire],
+    ) -> Option<VecDeque<Vec<u8>>> {
+        let held = self.stall.end()?;
+        if let Some(refresh) = self.stall.refresh.take() {
+            engine.cancel(refresh);
+        }
+        self.storm(index, engine, wires, 0);
+        Some(held)
+    }
+
+    /// The storm's PFC frame of `quanta` (0: XON) into priority 7's queue; an XOFF is refreshed at half its
+    /// pause time.
+    pub fn storm(&mut self, index: u32, engine: &mut Engine<Event>, wires: &[Wire], quanta: u16) {
+        let frame = self.stall.storm_frame(&self.mac, quanta).to_vec();
+        self.enqueue(index, engine, wires, frame, STORM_PRIORITY);
+        if quanta > 0 {
+            let refresh = pause_ns(u64::from(MAX_QUANTA), self.queue.pause.rate_bps) / 2;
+            self.stall.refresh = Some(engine.after(refresh, Event::StormRefresh(index)));
         }
     }
 
@@ -528,7 +645,15 @@ impl SimHost {
         };
         self.arm_ib(engine);
         let payload = frame.get(decoded.payload).unwrap_or(&[]);
-        self.deliver(now, decoded.packet, source, crc_ok, payload)
+        self.deliver(
+            index,
+            engine,
+            wires,
+            decoded.packet,
+            source,
+            crc_ok,
+            payload,
+        )
     }
 
     /// The IB port's timer: the flow-control packets due (grants, refreshes) go behind the data already queued,

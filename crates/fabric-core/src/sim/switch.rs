@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 
 use crate::model::forwarding::{ecmp_index, ipv4_ok, priority, route_in_place, ETH_IPV4};
 use crate::model::ib_plane::IbPlane;
+use crate::model::link::{Link, SameFrame};
 use crate::model::mmu::{Mmu, PfcRequest};
 use crate::sim::engine::{Engine, EventId, TimerId};
 use crate::sim::fabric::Event;
@@ -25,6 +26,29 @@ pub struct SwitchPort {
     pub mac: Mac,
     pub peer_mac: Mac,
     pub wire: u32,
+}
+
+/// Injected loss on one port's link, as the plan gives it: whether the port faces a host (only then does
+/// loss take frames arriving on it), the probability of losing each frame, the frame numbers always lost
+/// (from 1, per direction), and the seed of the draws (`random.Random`'s integer seed as 32-bit words, least
+/// significant first).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PortLoss {
+    pub host_facing: bool,
+    pub loss: f64,
+    pub drop: Vec<u64>,
+    pub seed: Vec<u32>,
+}
+
+/// The handle a link's head-of-queue draw gets: never the same frame as the last one cleared, because the
+/// switch draws for a head only when its wire is free and sends it at once (no head is asked about twice).
+#[derive(Clone, Copy, Debug)]
+struct SentAtOnce;
+
+impl SameFrame for SentAtOnce {
+    fn same_frame(&self, _other: &Self) -> bool {
+        false
+    }
 }
 
 /// Frames the switch dropped before the MMU, by reason (the Python switch's `dropped`).
@@ -54,6 +78,9 @@ pub struct SimSwitch {
     pub mmu: Mmu<Vec<u8>>,
     pub dropped: Dropped,
     pfc_out: Vec<VecDeque<[u8; MIN_FRAME]>>,
+    /// Injected loss per port (`model::link`'s draws; its delay is the wire's business here); `None` when no
+    /// port loses frames.
+    links: Option<Vec<Link<SentAtOnce>>>,
     /// The MMU's PFC decisions being sent (kept to reuse its allocation).
     decided: Vec<PfcRequest>,
     drain_at: Vec<Option<EventId>>,
@@ -88,11 +115,60 @@ impl SimSwitch {
             mmu,
             dropped: Dropped::default(),
             pfc_out: vec![VecDeque::new(); count],
+            links: None,
             decided: Vec::new(),
             drain_at: vec![None; count],
             timer: engine.timer(Event::SwitchTimer(index)),
             ib: None,
             ib_ports: Vec::new(),
+        }
+    }
+
+    /// Injected loss on the ports' links (one [`PortLoss`] per port, at the ports' `rates`), kept only if some
+    /// port loses frames.
+    pub fn lose(&mut self, losses: &[PortLoss], rates: &[u64]) -> Result<(), String> {
+        if losses.len() != self.ports.len() || rates.len() != self.ports.len() {
+            return Err(format!(
+                "{} losses and {} rates for {} ports",
+                losses.len(),
+                rates.len(),
+                self.ports.len()
+            ));
+        }
+        let links = losses
+            .iter()
+            .zip(rates)
+            .map(|(port, &rate)| {
+                Link::new(rate, 0, port.host_facing, port.loss, &port.drop, &port.seed)
+                    .map_err(|error| error.to_string())
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        self.links = links.iter().any(Link::lossy).then_some(links);
+        Ok(())
+    }
+
+    /// Frames injected loss took on every port, all priorities.
+    pub fn injected_drops(&self) -> u64 {
+        self.links
+            .iter()
+            .flatten()
+            .map(|link| link.injected_drops().iter().sum::<u64>())
+            .sum()
+    }
+
+    /// Whether injected loss takes this frame of priority `prio` arriving on `port` (from a host).
+    fn lost_from_host(&mut self, port: usize, prio: usize) -> bool {
+        match self.links.as_mut().and_then(|links| links.get_mut(port)) {
+            Some(link) => link.host_facing() && link.lost_from_host(prio),
+            None => false,
+        }
+    }
+
+    /// Whether injected loss takes the head of `port`'s queue, of priority `prio`.
+    fn lost_at_head(&mut self, port: usize, prio: usize) -> bool {
+        match self.links.as_mut().and_then(|links| links.get_mut(port)) {
+            Some(link) => link.lost_at_head(SentAtOnce, prio),
+            None => false,
         }
     }
 
@@ -121,6 +197,10 @@ impl SimSwitch {
         let ethertype = frame.get(12..14);
         if ethertype == Some(&ETH_IPV4[..]) && frame.len() >= ETH_LEN && ipv4_ok(&frame) {
             let destination: Option<[u8; 4]> = frame.get(30..34).and_then(|ip| ip.try_into().ok());
+            if self.lost_from_host(port, priority(&frame).unwrap_or(0)) {
+                self.after(index, engine, wires); // injected loss on the host's link, counted by the model
+                return;
+            }
             match destination.and_then(|ip| self.route(ip)) {
                 None => self.dropped.no_route += 1,
                 Some(choices) => {
@@ -276,8 +356,14 @@ impl SimSwitch {
                 let _ = ib.sent(port); // the head just given: it has credit, so sending it cannot fail
             }
         } else {
-            let Some((prio, _)) = self.mmu.head(port) else {
-                return;
+            let prio = loop {
+                let Some((prio, _)) = self.mmu.head(port) else {
+                    return;
+                };
+                if !self.lost_at_head(port, prio) {
+                    break prio;
+                }
+                let _ = self.mmu.pop(port, prio); // injected loss: the frame never reaches the wire
             };
             match self.mmu.pop(port, prio) {
                 Ok(Some(frame)) => {
