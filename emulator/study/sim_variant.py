@@ -4,9 +4,14 @@ The runner's counterpart of building a fabric and running the coordinator:
 the same topology plan, the same switch settings, the same RC attributes
 (the path MTU, the local ACK timeout the RNIC would give the QPs at the
 link's rate), the same collective plans, so the results are comparable
-figure for figure.  What comes back is what the emulator's path gives the
-runner: the collective's run and the fabric's counters over the measured
-iterations, plus what the engine did (events, wall time).
+figure for figure.  Every frame is simulated by the compiled core
+(``emulator._core.sim``, built by :func:`~emulator.study.sim_fabric.build_rust_fabric`);
+the engine runs with the GIL released, a slice of events at a time, and
+this module says between slices how far it got.  What comes back is what
+the emulator's path gives the runner: the collective's run and the
+fabric's counters over the measured iterations, plus what the engine did
+(events, wall time and OMNeT++'s three figures: events per wall second,
+simulated seconds per wall second, events per simulated second).
 """
 
 from __future__ import annotations
@@ -16,40 +21,52 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from emulator.collectives.coordinator import CollectiveRun
-from emulator.collectives.sim_ranks import SimProgress, run_sim_collective
+from emulator.collectives.sim_ranks import SimProgress, run_rust_collective
 from emulator.fabric.plan import make_plan
 from emulator.fabric.topospec import build_topo
 from emulator.model.dcqcn import parse_cc
 from emulator.study.experiment import Variant, plan_needs, topology
-from emulator.study.sim_fabric import SimFabric, build_sim_fabric, pfcwd, totals
+from emulator.study.sim_fabric import build_rust_fabric, rust_pfcwd
 from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, SAMPLE_S, StallTracker
-from emulator.wire.pfc import PRIORITIES
 
 TICK_S = 10.0  # wall seconds between progress lines
-# Memory a simulated variant takes, measured (fattree,16 all-to-all: 1,047,552 QPs, 9.7 GB, 2 GiB of it the
-# ranks' regions): a QP with its framer, timer and the rank's bookkeeping; a node with its ports and queues.
-QP_BYTES = 7_500
+# Memory a simulated variant takes, measured on the compiled backend (see docs/performance.md): a QP with its
+# rank's bookkeeping; a node with its ports, queues and routes; the ranks' regions are counted as they are.
+QP_BYTES = 1_000
 NODE_BYTES = 64 << 10
+ROUTE_BYTES = 420  # a switch's route to one host, while the builder hands the routes over
 BASE_BYTES = 300 << 20  # the interpreter, numpy, the plan
 
 
 def sim_variant_bytes(variant: Variant) -> int:
-    """About how much memory simulating ``variant`` takes: its QPs, its ranks' regions, its nodes (the plan's
-    needs as the experiment's checks found them: a large plan is made once)."""
+    """About how much memory simulating ``variant`` takes: its QPs, its ranks' regions, its nodes and routes (the
+    plan's needs as the experiment's checks found them)."""
     topo = topology(variant.topo)
-    needs = plan_needs(variant.collective, len(topo.hosts(sort=False)), variant.size, variant.senders)
-    return BASE_BYTES + needs.qps * QP_BYTES + sum(map(sum, needs.regions)) + len(topo.nodes(sort=False)) * NODE_BYTES
+    hosts = len(topo.hosts(sort=False))
+    switches = len(topo.switches(sort=False))
+    needs = plan_needs(variant.collective, hosts, variant.size, variant.senders)
+    return (BASE_BYTES + needs.qps * QP_BYTES + sum(map(sum, needs.regions)) + (hosts + switches) * NODE_BYTES
+            + hosts * switches * ROUTE_BYTES)
 
 
 @dataclass
 class SimOutcome:
     run: CollectiveRun
     counters: dict[str, int]  # the fabric's counters over the measured iterations
-    engine: dict[str, Any]  # events, wall and simulated time
+    engine: dict[str, Any]  # events, wall and simulated time, and the rates made of them
     stall: dict[str, Any] | None = None  # with ``deadlock``: the goodput watch's verdict (StallTracker.verdict)
     pfcwd: dict[str, Any] | None = None  # with ``deadlock`` or faults: the PFC watchdogs' storms, restorations, drops
     faults: int = 0  # faults injected
     paused_ms_by_host: dict[str, float] | None = None  # with faults: each host's time paused, over the whole run
+
+
+def engine_figures(events: int, wall_s: float, simulated_ns: int) -> dict[str, float | None]:
+    """OMNeT++'s three figures of a run: events per wall second, simulated seconds per wall second, events per
+    simulated second (the last one is the model's, whatever the machine)."""
+    simulated_s = simulated_ns / 1e9
+    return {"events_per_s": round(events / wall_s) if wall_s > 0 else None,
+            "simsec_per_s": round(simulated_s / wall_s, 9) if wall_s > 0 else None,
+            "events_per_simsec": round(events / simulated_s) if simulated_s > 0 else None}
 
 
 def run_sim_variant(variant: Variant, log: Callable[[str], None],
@@ -57,16 +74,13 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None],
     """Run ``variant`` in simulated time, saying every TICK_S how far it got and about how long is left."""
     began = clock()
     fabric_plan = make_plan(build_topo(variant.topo), "sim", variant.link)
-    fabric = build_sim_fabric(fabric_plan, variant.fabric, dict(variant.switch), cc=parse_cc(variant.cc),
-                              dilation=variant.dilation if variant.model is not None else None, seed=variant.seed)
+    names = [node.name for node in fabric_plan.hosts()]
+    fabric = build_rust_fabric(fabric_plan, variant.fabric, dict(variant.switch), cc=parse_cc(variant.cc),
+                               dilation=variant.dilation if variant.model is not None else None, seed=variant.seed)
     built = clock()
     log(f"  {variant.name}: simulated fabric of {len(fabric_plan.nodes)} nodes built in {built - began:.1f} s")
-    baseline: dict[str, int] = {}
     total = variant.warmup + variant.iterations
     ticks = {"next": built + TICK_S}
-
-    def measured_from() -> None:
-        baseline.update(totals(fabric))
 
     def progress(i: int, total_: int, record: Any) -> None:
         phase = "warm-up" if i < variant.warmup else "iteration"
@@ -84,55 +98,41 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None],
             f"in this one, {state.now_ns / 1e6:.3f} ms simulated, {state.events / 1e6:.1f} M events "
             f"({state.events / (now - built):,.0f}/s), {left}")
 
-    tracker = stuck = None
+    tracker = None
     if variant.deadlock_ns is not None:  # the goodput watch, in simulated time
-        tracker = StallTracker(variant.deadlock_ns, variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS)
-        stuck = _watch_goodput(fabric, tracker)
-    injected = {"faults": 0}
-
-    def started(i: int, start_ns: int) -> None:
-        """The variant's faults in every measured iteration, timed from its start as the emulator's schedule is."""
-        if i < variant.warmup:
-            return
-        for fault in variant.faults:  # "stall" only: experiment.py refuses the others for this backend
-            host = fabric.hosts[fault.host]
-            fabric.sim.at(start_ns + fault.at_ns, host.stall)
-            injected["faults"] += 1
-            if fault.duration_ns is not None:
-                fabric.sim.at(start_ns + fault.at_ns + fault.duration_ns, host.resume)
-
-    run = run_sim_collective(fabric.sim, fabric.hosts, variant.collective, variant.size, variant.iterations,
-                             variant.warmup, variant.senders, variant.mtu, progress, ticker, measured_from, stuck,
-                             started)
-    if tracker is not None and stuck is not None and stuck():
+        tracker = _watch_goodput(fabric, StallTracker(variant.deadlock_ns,
+                                                      variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS))
+    # "stall" only: experiment.py refuses the other faults for this backend
+    fabric.set_faults([(names.index(f.host), f.at_ns, f.duration_ns) for f in variant.faults])
+    run = run_rust_collective(fabric, names, variant.collective, variant.size, variant.iterations, variant.warmup,
+                              variant.senders, variant.mtu, progress, ticker)
+    if fabric.stuck:
         log(f"  {variant.name}: no frame reached any host for "
             f"{(variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS) / 1e9:g} s (simulated): deadlocked; stopped")
-    after = totals(fabric)
+    after, baseline = fabric.totals(), fabric.baseline() or {}
     wall = clock() - built
-    engine = {"events": fabric.sim.events, "wall_s": round(wall, 3), "build_s": round(built - began, 3),
-              "events_per_s": round(fabric.sim.events / wall) if wall > 0 else None,
-              "simulated_ms": round(fabric.sim.now / 1e6, 6), "nodes": len(fabric_plan.nodes)}
-    now = fabric.sim.now
+    engine = {"events": fabric.events, "wall_s": round(wall, 3), "build_s": round(built - began, 3),
+              **engine_figures(fabric.events, wall, fabric.now),
+              "simulated_ms": round(fabric.now / 1e6, 6), "nodes": len(fabric_plan.nodes)}
+    log(f"  {variant.name}: {fabric.events:,} events in {wall:.1f} s: {engine['events_per_s'] or 0:,} events/s, "
+        f"{engine['simsec_per_s'] or 0:.3g} simulated s per s, {engine['events_per_simsec'] or 0:,} events per "
+        f"simulated s")
     return SimOutcome(run, {key: after[key] - baseline.get(key, 0) for key in after}, engine,
                       None if tracker is None else tracker.verdict(),
-                      pfcwd(fabric) if tracker is not None or variant.faults else None, injected["faults"],
-                      {name: round(sum(host.queue.pause.paused_time(p, now) for p in range(PRIORITIES)) / 1e6, 3)
-                       for name, host in sorted(fabric.hosts.items())} if variant.faults else None)
+                      rust_pfcwd(fabric_plan, fabric) if tracker is not None or variant.faults else None,
+                      fabric.faults_injected,
+                      {name: round(ns / 1e6, 3) for name, ns in sorted(zip(names, fabric.paused_ns_by_host()))}
+                      if variant.faults else None)
 
 
-def _watch_goodput(fabric: SimFabric, tracker: StallTracker) -> Callable[[], bool]:
+def _watch_goodput(fabric: Any, tracker: StallTracker) -> StallTracker:
     """Sample the RDMA frames the hosts received every SAMPLE_S of simulated time, as the emulator's watch does
-    in real time; stop the engine once the tracker says nothing more will come.  Returns whether it did."""
-    sim, interval = fabric.sim, int(SAMPLE_S * 1e9)
-    state = {"stuck": False}
+    in real time; the engine stops once the tracker says nothing more will come (``fabric.stuck``).  The first
+    sample is taken now, before the first frame, as the emulator's watch starts first."""
 
-    def sample() -> None:
-        tracker.sample(sim.now, sum(host.frames_received for host in fabric.hosts.values()))
-        if tracker.stuck(sim.now):
-            state["stuck"] = True
-            sim.stop()
-        else:
-            sim.after(interval, sample)
+    def sample(now: int, frames: int) -> bool:
+        tracker.sample(now, frames)
+        return tracker.stuck(now)
 
-    sample()  # before the first frame: the first progress counts from here, as the emulator's watch starts first
-    return lambda: state["stuck"]
+    fabric.watch(int(SAMPLE_S * 1e9), sample)
+    return tracker

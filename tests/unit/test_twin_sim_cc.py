@@ -3,9 +3,9 @@ injected loss, the PFC watchdog, the goodput watch and the stall fault.  Each ca
 iterations, counters (every key of ``sim_fabric.totals``), watchdog figures, per-host pause time and event count
 on both backends.
 
-The Python side is the production path itself (``run_sim_collective`` on ``build_sim_fabric``, or
-``run_sim_variant`` for the watched and faulted variants); the compiled side drives ``build_rust_fabric`` with
-the same settings, its watch sampled by the same ``StallTracker``.
+The Python side is its backend's path (``run_sim_collective`` on ``build_sim_fabric``, or its variant runner, kept
+in sim_python_twin.py, for the watched and faulted variants); the compiled side is ``build_rust_fabric`` with the
+same settings, or the runner's own ``run_sim_variant``.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from emulator.collectives.sim_ranks import run_rust_collective, run_sim_collecti
 from emulator.errors import FabricError
 from emulator.fabric.plan import make_plan
 from emulator.fabric.topospec import build_topo
-from emulator.model.dcqcn import DcqcnParams, parse_cc
+from emulator.model.dcqcn import DcqcnParams
 from emulator.study.experiment import Variant, load_experiment
-from emulator.study.sim_fabric import build_rust_fabric, build_sim_fabric, rust_pfcwd, totals
-from emulator.study.sim_variant import run_sim_variant
-from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, SAMPLE_S, StallTracker
+from emulator.study.sim_fabric import build_rust_fabric, build_sim_fabric, totals
+from emulator.study.sim_variant import SimOutcome, run_sim_variant
+from sim_python_twin import run_python_variant
 
 pytest.importorskip("emulator._core.sim")
 
@@ -77,40 +77,23 @@ def test_dcqcn_and_injected_loss_give_the_same_run(topo, fabric, collective, siz
         assert counters["cnps_received"] == counters["paced_waits"] == 0
 
 
+def _figures(outcome: SimOutcome) -> dict[str, Any]:
+    return {"run": outcome.run, "counters": outcome.counters, "events": outcome.engine["events"],
+            "simulated_ms": outcome.engine["simulated_ms"], "stall": outcome.stall, "pfcwd": outcome.pfcwd,
+            "faults": outcome.faults, "paused_ms_by_host": outcome.paused_ms_by_host}
+
+
 def _rust_variant(variant: Variant) -> tuple[dict[str, Any], bool]:
-    """``run_sim_variant``'s figures on the compiled backend (the same fabric, watch, faults and counters), and
-    whether its watch stopped the run."""
-    plan = make_plan(build_topo(variant.topo), "sim", variant.link)
-    names = [node.name for node in plan.hosts()]
-    fabric = build_rust_fabric(plan, variant.fabric, dict(variant.switch), cc=parse_cc(variant.cc),
-                               dilation=variant.dilation if variant.model is not None else None, seed=variant.seed)
-    tracker = None
-    if variant.deadlock_ns is not None:
-        tracker = StallTracker(variant.deadlock_ns, variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS)
-
-        def sample(now: int, frames: int) -> bool:
-            tracker.sample(now, frames)
-            return tracker.stuck(now)
-
-        fabric.watch(int(SAMPLE_S * 1e9), sample)
-    fabric.set_faults([(names.index(f.host), f.at_ns, f.duration_ns) for f in variant.faults])
-    run = run_rust_collective(fabric, names, variant.collective, variant.size, variant.iterations, variant.warmup,
-                              variant.senders, variant.mtu)
-    after, baseline = fabric.totals(), fabric.baseline() or {}
-    return {"run": run, "counters": {key: after[key] - baseline.get(key, 0) for key in after},
-            "events": fabric.events, "simulated_ms": round(fabric.now / 1e6, 6),
-            "stall": None if tracker is None else tracker.verdict(),
-            "pfcwd": rust_pfcwd(plan, fabric) if tracker is not None or variant.faults else None,
-            "faults": fabric.faults_injected,
-            "paused_ms_by_host": {name: round(ns / 1e6, 3) for name, ns in
-                                  sorted(zip(names, fabric.paused_ns_by_host()))} if variant.faults else None}, \
-        fabric.stuck
+    """``run_sim_variant``'s figures (the compiled backend the runner drives), and whether its watch stopped the
+    run (the line it logs then)."""
+    lines: list[str] = []
+    outcome = run_sim_variant(variant, lines.append)
+    return _figures(outcome), any(line.endswith("deadlocked; stopped") for line in lines)
 
 
 def _python_variant(variant: Variant) -> dict[str, Any]:
-    outcome = run_sim_variant(variant, lambda line: None)
-    return {"run": outcome.run, "counters": outcome.counters, "events": outcome.engine["events"],
-            "simulated_ms": outcome.engine["simulated_ms"], "stall": outcome.stall, "pfcwd": outcome.pfcwd, "faults": outcome.faults, "paused_ms_by_host": outcome.paused_ms_by_host}
+    """The same variant on the Python backend (its runner, kept as the twin in sim_python_twin.py)."""
+    return _figures(run_python_variant(variant, lambda line: None))
 
 
 @pytest.mark.parametrize("name,dilation", [("pfc", None), ("dcqcn", None), ("dcqcn-nvidia", None),
