@@ -93,7 +93,9 @@ impl FatTree {
             }
             for a in 0..half {
                 let sw = aggregation(pod, a);
-                peers[sw] = (0..half).map(|e| End::Switch(edge(pod, e), half + a)).collect();
+                peers[sw] = (0..half)
+                    .map(|e| End::Switch(edge(pod, e), half + a))
+                    .collect();
                 peers[sw].extend((0..half).map(|c| End::Switch(k * k + a * half + c, pod)));
             }
         }
@@ -186,7 +188,12 @@ impl FatTree {
                         End::Host(h) => mac(false, h + 1, 0),
                         End::Switch(s, p) => mac(true, self.switch_node(s), p + 1),
                     };
-                    (mac(true, node, port + 1), peer_mac, RATE_BPS, out_wire[sw][port])
+                    (
+                        mac(true, node, port + 1),
+                        peer_mac,
+                        RATE_BPS,
+                        out_wire[sw][port],
+                    )
                 })
                 .collect();
             let routes = (0..self.hosts)
