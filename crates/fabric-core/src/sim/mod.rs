@@ -3,5 +3,6 @@ pub mod engine;
 pub mod fabric;
 pub mod host;
 pub mod ranks;
+pub mod routes;
 pub mod switch;
 pub mod wire;

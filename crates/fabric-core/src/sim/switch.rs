@@ -11,6 +11,7 @@ use crate::model::forwarding::{ecmp_index, ipv4_ok, priority, route_in_place, ET
 use crate::model::mmu::{Mmu, PfcRequest};
 use crate::sim::engine::{Engine, EventId, TimerId};
 use crate::sim::fabric::Event;
+use crate::sim::routes::Routes;
 use crate::sim::wire::Wire;
 use crate::wire::mac::{Mac, ETH_LEN};
 use crate::wire::pfc::{decode_pfc, encode_pfc, ETHERTYPE_MAC_CONTROL, MIN_FRAME, PRIORITIES};
@@ -43,9 +44,8 @@ impl Dropped {
 #[derive(Debug)]
 pub struct SimSwitch {
     pub ports: Vec<SwitchPort>,
-    /// IPv4 destination (big-endian u32), sorted -> the egress ports that lead there (ECMP among several). A
-    /// binary search over a few hundred addresses is cheaper per frame than hashing the key.
-    routes: Vec<(u32, Vec<u32>)>,
+    /// IPv4 destination -> the egress ports that lead there (ECMP among several).
+    routes: Routes,
     pub seed: u32,
     pub mmu: Mmu<Vec<u8>>,
     pub dropped: Dropped,
@@ -67,15 +67,9 @@ impl SimSwitch {
         seed: u32,
     ) -> SimSwitch {
         let count = ports.len();
-        let mut routes: Vec<(u32, Vec<u32>)> = routes
-            .into_iter()
-            .map(|(ip, out)| (u32::from_be_bytes(ip), out))
-            .collect();
-        routes.sort_by_key(|(ip, _)| *ip);
-        routes.dedup_by_key(|(ip, _)| *ip);
         SimSwitch {
             ports,
-            routes,
+            routes: Routes::new(routes),
             seed,
             mmu,
             dropped: Dropped::default(),
@@ -84,13 +78,6 @@ impl SimSwitch {
             drain_at: vec![None; count],
             timer: engine.timer(Event::SwitchTimer(index)),
         }
-    }
-
-    /// The egress ports towards `ip`, if it has a route.
-    fn route(&self, ip: [u8; 4]) -> Option<&Vec<u32>> {
-        let key = u32::from_be_bytes(ip);
-        let at = self.routes.binary_search_by_key(&key, |(ip, _)| *ip).ok()?;
-        self.routes.get(at).map(|(_, out)| out)
     }
 
     /// Once every port's wire is connected: what is due at once.
@@ -111,7 +98,7 @@ impl SimSwitch {
         let ethertype = frame.get(12..14);
         if ethertype == Some(&ETH_IPV4[..]) && frame.len() >= ETH_LEN && ipv4_ok(&frame) {
             let destination: Option<[u8; 4]> = frame.get(30..34).and_then(|ip| ip.try_into().ok());
-            match destination.and_then(|ip| self.route(ip)) {
+            match destination.and_then(|ip| self.routes.get(ip)) {
                 None => self.dropped.no_route += 1,
                 Some(choices) => {
                     let out = if choices.len() == 1 {
