@@ -148,6 +148,9 @@ pub struct SimHost {
 
 /// Frame buffers a host keeps for reuse (a NIC queue's worth and then some).
 const SPARE_FRAMES: usize = 64;
+/// A frame buffer's size: the longest RoCEv2 frame of the largest path MTU (4096) with room to spare, so a
+/// buffer that carried an ACK can carry data without growing (a reallocation and a copy).
+const FRAME_BUFFER: usize = 4096 + 256;
 
 impl SimHost {
     /// The host's RNIC sending on wire `wire` of `rate_bps`.
@@ -313,9 +316,10 @@ impl SimHost {
         Some(qpn)
     }
 
-    /// A frame this host is done with: its buffer kept for a frame to send.
+    /// A frame this host is done with: its buffer kept for a frame to send (a small one, a PFC frame's, is
+    /// not worth keeping).
     pub fn recycle(&mut self, frame: Vec<u8>) {
-        if self.spare.len() < SPARE_FRAMES {
+        if self.spare.len() < SPARE_FRAMES && frame.capacity() >= FRAME_BUFFER {
             self.spare.push(frame);
         }
     }
@@ -352,7 +356,10 @@ impl SimHost {
             {
                 continue;
             }
-            let mut frame = self.spare.pop().unwrap_or_default();
+            let mut frame = self
+                .spare
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(FRAME_BUFFER));
             frame.clear();
             let framed = entry.framer.encode(&self.scratch, &mut frame);
             self.mark_ready(qpn); // to the back of the turn
