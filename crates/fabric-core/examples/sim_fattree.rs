@@ -1,7 +1,7 @@
 //! The compiled simulation backend's cost per frame, without Python: a k-ary fat tree's all-to-all on
 //! `fabric_core::sim::fabric::Fabric`, built and run natively on one core.
 //!
-//! `cargo run --release --example sim_fattree -- [K] [BYTES]` (defaults: 8 and 1048576). The fabric is the one
+//! `cargo run --release --example sim_fattree -- [K] [BYTES] [ITERATIONS]` (defaults: 8, 1048576 and 1). The fabric is the one
 //! `bench/bench_sim_rust.py fattree,K lossless alltoall BYTES 400gbit --delay 1us` hands to Rust: the same
 //! switches, ports, MACs, IPv4 addresses, routes, ECMP seeds and MMU settings (the topology of
 //! `topologies/fabrics.py`'s `FatTreeTopo`, the addressing of `emulator/fabric/plan.py`, the MMU of
@@ -9,6 +9,8 @@
 //! and the plans of `emulator/collectives/algorithms.py`'s all-to-all, so at K = 8 it prints that run's events,
 //! counters and CCT. The figure of interest is the cost per frame a switch forwarded (its MMU's `tx_frames`), by
 //! the wall clock and by the time on a CPU (`/proc/self/schedstat`, which a loaded machine disturbs less).
+//! A first iteration pays the kernel for every page it touches first (the hosts' memory, the frames in flight
+//! at the peak); later iterations reuse them, so several iterations show the cost per frame once warm.
 //!
 //! Instructions per frame: `valgrind --tool=callgrind --toggle-collect='*sim_fattree::run*'
 //! target/release/examples/sim_fattree`, its total Ir over the switch frames this prints (the run only: the
@@ -248,21 +250,29 @@ fn on_cpu() -> Option<f64> {
     Some(ns as f64 / 1e9)
 }
 
-/// The collective, one iteration: what callgrind's `--toggle-collect` counts.
+/// The collective: what callgrind's `--toggle-collect` counts.
 #[inline(never)]
-fn run(fabric: &mut Fabric, plans: Vec<RankPlan>) -> Result<Vec<IterationRecord>, String> {
-    fabric.run_collective(plans, 1, 0, PATH_MTU)
+fn run(
+    fabric: &mut Fabric,
+    plans: Vec<RankPlan>,
+    iterations: u32,
+) -> Result<Vec<IterationRecord>, String> {
+    fabric.run_collective(plans, iterations, 0, PATH_MTU)
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let k = args.first().map_or(Some(8), |arg| arg.parse().ok());
     let size = args.get(1).map_or(Some(1 << 20), |arg| arg.parse().ok());
-    let (Some(k), Some(size)) = (
+    let iterations = args.get(2).map_or(Some(1), |arg| arg.parse().ok());
+    let (Some(k), Some(size), Some(iterations)) = (
         k.filter(|&k: &usize| k >= 2 && k % 2 == 0 && k <= 32),
         size.filter(|&s: &u64| s >= 1 << 10 && s <= 1 << 30),
+        iterations.filter(|&i: &u32| (1..=1000).contains(&i)),
     ) else {
-        eprintln!("sim_fattree: error: arguments are K (even, 2 to 32) and BYTES (1 KiB to 1 GiB)");
+        eprintln!(
+            "sim_fattree: error: arguments are K (even, 2 to 32), BYTES (1 KiB to 1 GiB) and ITERATIONS (1 to 1000)"
+        );
         return ExitCode::from(2);
     };
     let tree = FatTree::new(k);
@@ -277,7 +287,7 @@ fn main() -> ExitCode {
     let plans = alltoall(tree.hosts, size);
     let built = began.elapsed().as_secs_f64();
     let (began, cpu_began) = (Instant::now(), on_cpu());
-    let records = match run(&mut fabric, plans) {
+    let records = match run(&mut fabric, plans, iterations) {
         Ok(records) => records,
         Err(error) => {
             eprintln!("sim_fattree: error: {error}");
@@ -289,20 +299,23 @@ fn main() -> ExitCode {
     let totals = fabric.totals();
     let events = fabric.engine.events();
     let frames = totals.tx_frames.max(1) as f64;
-    let cct = records.first().map_or(0, |record| {
-        let last = record
-            .reports
-            .iter()
-            .flat_map(|report| report.arrivals.iter().map(|a| a.2))
-            .max()
-            .unwrap_or(record.start);
-        last.saturating_sub(record.start)
-    });
+    let ccts: Vec<String> = records
+        .iter()
+        .map(|record| {
+            let last = record
+                .reports
+                .iter()
+                .flat_map(|report| report.arrivals.iter().map(|a| a.2))
+                .max()
+                .unwrap_or(record.start);
+            format!("{:.1}", last.saturating_sub(record.start) as f64 / 1e3)
+        })
+        .collect();
     println!(
-        "fattree,{k} lossless alltoall {size} B at 400 Gbit/s, delay 1 us: build {built:.3} s, run {wall:.3} s, \
-         {events} events, {} switch frames, CCT {:.1} us",
+        "fattree,{k} lossless alltoall {size} B at 400 Gbit/s, delay 1 us, {iterations} iteration(s): build {built:.3} s, \
+         run {wall:.3} s, {events} events, {} switch frames, CCT {} us",
         totals.tx_frames,
-        cct as f64 / 1e3
+        ccts.join(", ")
     );
     println!(
         "  counters: drops {}, PFC {}, ECN {}, host paused {} ns",
