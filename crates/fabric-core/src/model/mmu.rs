@@ -526,6 +526,11 @@ impl<F: MmuFrame> Mmu<F> {
         });
     }
 
+    /// Whether PFC frames wait in the outbox: the caller looks after every frame, and there seldom are.
+    pub fn pfc_pending(&self) -> bool {
+        !self.pfc_out.is_empty()
+    }
+
     /// The PFC frames to send, oldest first; the outbox is empty after.
     pub fn take_pfc(&mut self) -> std::vec::Drain<'_, PfcRequest> {
         self.pfc_out.drain(..)

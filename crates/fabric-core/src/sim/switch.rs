@@ -144,13 +144,9 @@ impl SimSwitch {
 
     /// Sends the PFC frames the MMU decided on (sending may decide more: an XON), and keeps its timer armed.
     fn after(&mut self, index: u32, engine: &mut Engine<Event>, wires: &mut [Wire]) {
-        loop {
+        while self.mmu.pfc_pending() {
             let mut decided = std::mem::take(&mut self.decided);
             decided.extend(self.mmu.take_pfc());
-            if decided.is_empty() {
-                self.decided = decided;
-                break;
-            }
             for request in decided.drain(..) {
                 let Some(port) = self.ports.get(request.port) else {
                     continue;

@@ -534,14 +534,15 @@ fn icrc_of(frame: &[u8], located: Located) -> Option<u32> {
     let Located { bth_at, end } = located;
     let covered = frame.get(IP_AT..bth_at + BTH_LEN)?;
     let ihl = covered.len().checked_sub(UDP_LEN + BTH_LEN)?;
-    let mut masked = [0u8; MAX_IP_LEN + UDP_LEN + BTH_LEN];
-    let masked = masked.get_mut(..covered.len())?;
-    masked.copy_from_slice(covered);
+    // The pseudo LRH and the masked headers in one buffer: one CRC update over them.
+    let lrh = PSEUDO_LRH.len();
+    let mut masked = [0xFF; PSEUDO_LRH.len() + MAX_IP_LEN + UDP_LEN + BTH_LEN];
+    let masked = masked.get_mut(..lrh + covered.len())?;
+    masked.get_mut(lrh..)?.copy_from_slice(covered);
     for at in [1, 8, 10, 11, ihl + 6, ihl + 7, ihl + UDP_LEN + 4] {
-        *masked.get_mut(at)? = 0xFF;
+        *masked.get_mut(lrh + at)? = 0xFF;
     }
     let mut icrc = crc32fast::Hasher::new();
-    icrc.update(&PSEUDO_LRH);
     icrc.update(masked);
     icrc.update(frame.get(bth_at + BTH_LEN..end.checked_sub(ICRC_LEN)?)?);
     Some(icrc.finalize())
