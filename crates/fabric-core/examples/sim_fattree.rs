@@ -266,8 +266,8 @@ fn main() -> ExitCode {
     let size = args.get(1).map_or(Some(1 << 20), |arg| arg.parse().ok());
     let iterations = args.get(2).map_or(Some(1), |arg| arg.parse().ok());
     let (Some(k), Some(size), Some(iterations)) = (
-        k.filter(|&k: &usize| k >= 2 && k % 2 == 0 && k <= 32),
-        size.filter(|&s: &u64| s >= 1 << 10 && s <= 1 << 30),
+        k.filter(|&k: &usize| k % 2 == 0 && (2..=32).contains(&k)),
+        size.filter(|s: &u64| (1 << 10..=1 << 30).contains(s)),
         iterations.filter(|&i: &u32| (1..=1000).contains(&i)),
     ) else {
         eprintln!(
