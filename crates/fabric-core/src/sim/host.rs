@@ -41,8 +41,6 @@ pub struct Window {
 
 /// Bytes of a page of a [`FlatMemory`]: the kernel's, whose first touch is a page fault.
 const PAGE: usize = 4096;
-/// What a page never written holds.
-static ZEROS: [u8; PAGE] = [0; PAGE];
 
 /// One region of memory at address 0, key 1, every access allowed.
 ///
@@ -141,7 +139,7 @@ impl Memory for FlatMemory {
             let page_end = (at / PAGE + 1).saturating_mul(PAGE).min(end);
             match self.data.get(at..page_end) {
                 Some(bytes) if self.is_written(at / PAGE) => out.extend_from_slice(bytes),
-                _ => out.extend_from_slice(&ZEROS[..page_end - at]), // a copy; `resize` fills byte by byte
+                _ => out.resize(out.len() + (page_end - at), 0),
             }
             at = page_end;
         }
