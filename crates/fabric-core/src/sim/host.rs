@@ -190,7 +190,7 @@ pub struct SimHost {
     /// QPs that may have a packet to send, in turn order, and whether each is in the ring.
     ready: VecDeque<u32>,
     in_ready: Vec<bool>,
-    /// The packet buffer reused for every packet pulled or received.
+    /// The packet buffer reused for every packet pulled (one received is read where it lies in its frame).
     scratch: Packet,
     /// Frame buffers that arrived here, reused for the frames it sends (no allocation per frame).
     spare: Vec<Vec<u8>>,
@@ -355,14 +355,10 @@ impl SimHost {
             self.counters.unknown += 1;
             return None;
         }
-        let mut packet = decoded.packet;
-        packet.payload = std::mem::take(&mut self.scratch.payload);
-        packet.payload.clear();
-        packet
-            .payload
-            .extend_from_slice(frame.get(decoded.payload).unwrap_or(&[]));
-        entry.qp.receive(now, &packet, &mut self.memory);
-        self.scratch.payload = packet.payload;
+        let payload = frame.get(decoded.payload).unwrap_or(&[]);
+        entry
+            .qp
+            .receive_with_payload(now, &decoded.packet, payload, &mut self.memory);
         Some(qpn)
     }
 
