@@ -51,14 +51,22 @@ pub fn ecmp_index(frame: &[u8], seed: u32, choices: usize) -> Option<usize> {
     if choices == 0 {
         return None;
     }
-    // zlib's CRC-32 continued from `seed`, as the Python model's zlib.crc32(key, seed).
-    let mut crc = crc32fast::Hasher::new_with_initial(seed);
-    crc.update(clipped(frame, 26, 8));
-    crc.update(&[proto]);
+    // The key gathered first (13 bytes at most): one CRC update, not three, for a frame at every hop.
+    let mut key = [0u8; 13];
+    let addresses = clipped(frame, 26, 8);
+    let mut len = addresses.len();
+    key[..len].copy_from_slice(addresses);
+    key[len] = proto;
+    len += 1;
     if proto == IPPROTO_TCP || proto == IPPROTO_UDP {
         let l4 = ETH_LEN + usize::from(frame[ETH_LEN] & 0x0F) * 4;
-        crc.update(clipped(frame, l4, 4));
+        let ports = clipped(frame, l4, 4);
+        key[len..len + ports.len()].copy_from_slice(ports);
+        len += ports.len();
     }
+    // zlib's CRC-32 continued from `seed`, as the Python model's zlib.crc32(key, seed).
+    let mut crc = crc32fast::Hasher::new_with_initial(seed);
+    crc.update(&key[..len]);
     Some((crc.finalize() as usize) % choices)
 }
 

@@ -197,6 +197,16 @@ pub struct PfcRequest {
     pub quanta: u16,
 }
 
+/// The DWRR turn after `at` among `len` priorities, back to the first after the last: `(at + 1) % len`
+/// without a division, which every frame sent paid once per empty queue the turn passed.
+fn next_turn(at: usize, len: usize) -> usize {
+    if at + 1 >= len {
+        0
+    } else {
+        at + 1
+    }
+}
+
 /// Shared-buffer admission, PFC generation and reaction, ECN, scheduling, for one switch of `F` frames.
 #[derive(Debug)]
 pub struct Mmu<F> {
@@ -516,6 +526,11 @@ impl<F: MmuFrame> Mmu<F> {
         });
     }
 
+    /// Whether PFC frames wait in the outbox: the caller looks after every frame, and there seldom are.
+    pub fn pfc_pending(&self) -> bool {
+        !self.pfc_out.is_empty()
+    }
+
     /// The PFC frames to send, oldest first; the outbox is empty after.
     pub fn take_pfc(&mut self) -> std::vec::Drain<'_, PfcRequest> {
         self.pfc_out.drain(..)
@@ -574,7 +589,7 @@ impl<F: MmuFrame> Mmu<F> {
                 Some(_) => {}
                 None => queue.deficit = 0,
             }
-            at = (at + 1) % order.len();
+            at = next_turn(at, order.len());
         }
         self.drr_at[egress] = at;
         chosen
@@ -599,7 +614,7 @@ impl<F: MmuFrame> Mmu<F> {
                 Some(next) => queue.deficit < i64::try_from(next).unwrap_or(i64::MAX),
             };
             if turn_over {
-                self.drr_at[egress] = (self.drr_at[egress] + 1) % self.drr.len();
+                self.drr_at[egress] = next_turn(self.drr_at[egress], self.drr.len());
             }
         }
         let out = &mut self.counters[egress][priority];

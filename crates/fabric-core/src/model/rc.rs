@@ -948,6 +948,18 @@ impl<W> RcQueuePair<W> {
 
     /// One inbound packet for this QP: a request, a response or an ACK/NAK.
     pub fn receive<M: Memory<Window = W>>(&mut self, now: u64, packet: &Packet, memory: &mut M) {
+        self.receive_with_payload(now, packet, &packet.payload, memory);
+    }
+
+    /// [`Self::receive`] with the payload held apart from the packet's headers (`packet.payload` is not read):
+    /// a caller that decoded a frame hands its payload over where it lies, without a copy.
+    pub fn receive_with_payload<M: Memory<Window = W>>(
+        &mut self,
+        now: u64,
+        packet: &Packet,
+        payload: &[u8],
+        memory: &mut M,
+    ) {
         if self.state != QpState::Rts {
             return;
         }
@@ -958,9 +970,9 @@ impl<W> RcQueuePair<W> {
         match packet.opcode {
             opcode::ACK => self.on_ack(now, packet),
             opcode::READ_RESPONSE_FIRST..=opcode::READ_RESPONSE_ONLY => {
-                self.on_read_response(now, packet, memory)
+                self.on_read_response(now, packet, payload, memory)
             }
-            op if op <= opcode::READ_REQUEST => self.on_request(packet, memory),
+            op if op <= opcode::READ_REQUEST => self.on_request(packet, payload, memory),
             _ => {}
         }
     }
@@ -1186,6 +1198,7 @@ impl<W> RcQueuePair<W> {
         &mut self,
         now: u64,
         packet: &Packet,
+        payload: &[u8],
         memory: &mut M,
     ) {
         let psn = packet.psn & PSN_MASK;
@@ -1213,12 +1226,12 @@ impl<W> RcQueuePair<W> {
             self.rerequest(at);
             return;
         }
-        if packet.payload.len() != self.config.chunk_len(op.wr.length, index) {
+        if payload.len() != self.config.chunk_len(op.wr.length, index) {
             self.counters.malformed_packets += 1; // not the length this response must have: wait
             return;
         }
-        if let (Some(window), false) = (&op.local, packet.payload.is_empty()) {
-            memory.write(window, self.config.offset(index), &packet.payload);
+        if let (Some(window), false) = (&op.local, payload.is_empty()) {
+            memory.write(window, self.config.offset(index), payload);
         }
         self.sq[at].read_received += 1;
         self.acknowledge(now, psn_add(psn, 1));
@@ -1294,7 +1307,12 @@ impl<W> RcQueuePair<W> {
         true
     }
 
-    fn on_request<M: Memory<Window = W>>(&mut self, packet: &Packet, memory: &mut M) {
+    fn on_request<M: Memory<Window = W>>(
+        &mut self,
+        packet: &Packet,
+        payload: &[u8],
+        memory: &mut M,
+    ) {
         let psn = packet.psn & PSN_MASK;
         let distance = psn_diff(psn, self.epsn);
         if distance > 0 {
@@ -1317,8 +1335,10 @@ impl<W> RcQueuePair<W> {
         self.nak_sent = false;
         match packet.opcode {
             opcode::READ_REQUEST => self.execute_read(packet, psn, memory),
-            opcode::WRITE_FIRST..=opcode::WRITE_ONLY_IMM => self.execute_write(packet, psn, memory),
-            _ => self.execute_send(packet, psn, memory),
+            opcode::WRITE_FIRST..=opcode::WRITE_ONLY_IMM => {
+                self.execute_write(packet, payload, psn, memory)
+            }
+            _ => self.execute_send(packet, payload, psn, memory),
         }
     }
 
@@ -1352,7 +1372,13 @@ impl<W> RcQueuePair<W> {
         );
     }
 
-    fn execute_write<M: Memory<Window = W>>(&mut self, packet: &Packet, psn: u32, memory: &mut M) {
+    fn execute_write<M: Memory<Window = W>>(
+        &mut self,
+        packet: &Packet,
+        payload: &[u8],
+        psn: u32,
+        memory: &mut M,
+    ) {
         use opcode::*;
         let op = packet.opcode;
         let needs_recv = matches!(op, WRITE_ONLY_IMM | WRITE_LAST_IMM);
@@ -1393,13 +1419,13 @@ impl<W> RcQueuePair<W> {
                 }
             }
         };
-        let end = inbound.offset.saturating_add(packet.payload.len() as u64);
+        let end = inbound.offset.saturating_add(payload.len() as u64);
         let last = !matches!(op, WRITE_FIRST | WRITE_MIDDLE);
         if end > inbound.len || (last && end != inbound.len) {
             self.responder_error(NAK_INVALID_REQUEST, psn); // a WRITE holds no receive to flush
             return;
         }
-        write_at(memory, &inbound, &packet.payload);
+        write_at(memory, &inbound, payload);
         inbound.offset = end;
         self.inbound = Some(inbound);
         if needs_recv {
@@ -1411,7 +1437,13 @@ impl<W> RcQueuePair<W> {
         self.accept(psn, packet.ack_req, last);
     }
 
-    fn execute_send<M: Memory<Window = W>>(&mut self, packet: &Packet, psn: u32, memory: &mut M) {
+    fn execute_send<M: Memory<Window = W>>(
+        &mut self,
+        packet: &Packet,
+        payload: &[u8],
+        psn: u32,
+        memory: &mut M,
+    ) {
         use opcode::*;
         let op = packet.opcode;
         let (mut inbound, posted) = if matches!(op, SEND_FIRST | SEND_ONLY | SEND_ONLY_IMM) {
@@ -1460,14 +1492,14 @@ impl<W> RcQueuePair<W> {
                 }
             }
         };
-        let end = inbound.offset.saturating_add(packet.payload.len() as u64);
+        let end = inbound.offset.saturating_add(payload.len() as u64);
         if end > inbound.len {
             // The receive completes with the length error here, not flushed with the rest.
             self.complete(posted.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, 0, None);
             self.responder_error(NAK_INVALID_REQUEST, psn);
             return;
         }
-        write_at(memory, &inbound, &packet.payload);
+        write_at(memory, &inbound, payload);
         inbound.offset = end;
         self.inbound = Some(inbound);
         let last = matches!(op, SEND_LAST | SEND_LAST_IMM | SEND_ONLY | SEND_ONLY_IMM);

@@ -223,10 +223,23 @@ impl<E> Queue<E> {
     }
 
     /// `front` is empty: sort out the lowest occupied bucket around its earliest time.
+    ///
+    /// A bucket of the lowest level holds one time only (its entries differ from `last` in the low digit
+    /// alone, which is the bucket's), in sequence order: it becomes `front` whole, its vector turned into the
+    /// deque and the empty deque's back into the bucket, without moving an entry.
     fn refill(&mut self) {
         let Some(index) = self.take_lowest_bucket() else {
             return;
         };
+        if index < DIGITS {
+            let entries = std::mem::take(&mut self.buckets[index]);
+            if let Some(first) = entries.first() {
+                self.last = first.time;
+            }
+            let empty = std::mem::replace(&mut self.front, VecDeque::from(entries));
+            self.buckets[index] = Vec::from(empty);
+            return;
+        }
         let mut entries = std::mem::take(&mut self.buckets[index]);
         if let Some(earliest) = entries.iter().map(|entry| entry.time).min() {
             self.last = earliest;

@@ -494,7 +494,7 @@ impl Fabric {
         r.start = start;
         if !r.plan.reduce_group.is_empty() {
             let value = RankPlan::reduce_input(rank as u32, iteration).to_le_bytes();
-            for chunk in host.memory.data.chunks_exact_mut(4) {
+            for chunk in host.memory.data_mut().chunks_exact_mut(4) {
                 chunk.copy_from_slice(&value);
             }
         }
@@ -564,7 +564,7 @@ impl Fabric {
         if let Some((staged, offset, length)) = r.plan.steps.get(r.step).and_then(|s| s.reduce) {
             let staging = r.plan.data_bytes.saturating_add(staged);
             add_f32(
-                &mut self.hosts[rank].memory.data,
+                self.hosts[rank].memory.data_mut(),
                 offset as usize,
                 staging as usize,
                 (length / 4) as usize,
@@ -681,7 +681,7 @@ impl Fabric {
         let verified = r.plan.reduce_group.is_empty() || {
             let expected = r.plan.reduce_result(r.iteration);
             (0..(r.plan.data_bytes / 4) as usize)
-                .all(|i| read_f32(&host.memory.data, 4 * i) == Some(expected))
+                .all(|i| read_f32(host.memory.data(), 4 * i) == Some(expected))
         };
         RankReport {
             iteration: r.iteration,

@@ -320,7 +320,7 @@ mod tests {
                 > 0
         );
         assert!(arrival(&records) > arrival(&roomy));
-        let data = &tight.hosts[0].memory.data;
+        let data = &tight.hosts[0].memory.data();
         assert_eq!(data.len() as u64, 2 * length); // data and staging regions, the staging one written
     }
 

@@ -6,6 +6,7 @@ pub mod faults;
 pub mod host;
 pub mod ib;
 pub mod ranks;
+pub mod routes;
 pub mod switch;
 pub mod watch;
 pub mod wire;

@@ -15,6 +15,7 @@ use crate::model::mmu::{Mmu, PfcRequest};
 use crate::sim::engine::{Engine, EventId, TimerId};
 use crate::sim::fabric::Event;
 use crate::sim::ib::port_waiting;
+use crate::sim::routes::Routes;
 use crate::sim::wire::Wire;
 use crate::wire::ib::ETH_IB;
 use crate::wire::mac::{Mac, ETH_LEN};
@@ -71,9 +72,8 @@ impl Dropped {
 #[derive(Debug)]
 pub struct SimSwitch {
     pub ports: Vec<SwitchPort>,
-    /// IPv4 destination (big-endian u32), sorted -> the egress ports that lead there (ECMP among several). A
-    /// binary search over a few hundred addresses is cheaper per frame than hashing the key.
-    routes: Vec<(u32, Vec<u32>)>,
+    /// IPv4 destination -> the egress ports that lead there (ECMP among several).
+    routes: Routes,
     pub seed: u32,
     pub mmu: Mmu<Vec<u8>>,
     pub dropped: Dropped,
@@ -102,15 +102,9 @@ impl SimSwitch {
         seed: u32,
     ) -> SimSwitch {
         let count = ports.len();
-        let mut routes: Vec<(u32, Vec<u32>)> = routes
-            .into_iter()
-            .map(|(ip, out)| (u32::from_be_bytes(ip), out))
-            .collect();
-        routes.sort_by_key(|(ip, _)| *ip);
-        routes.dedup_by_key(|(ip, _)| *ip);
         SimSwitch {
             ports,
-            routes,
+            routes: Routes::new(routes),
             seed,
             mmu,
             dropped: Dropped::default(),
@@ -172,13 +166,6 @@ impl SimSwitch {
         }
     }
 
-    /// The egress ports towards `ip`, if it has a route.
-    fn route(&self, ip: [u8; 4]) -> Option<&Vec<u32>> {
-        let key = u32::from_be_bytes(ip);
-        let at = self.routes.binary_search_by_key(&key, |(ip, _)| *ip).ok()?;
-        self.routes.get(at).map(|(_, out)| out)
-    }
-
     /// Once every port's wire is connected: what is due at once.
     pub fn start(&mut self, index: u32, engine: &mut Engine<Event>, wires: &mut [Wire]) {
         self.after(index, engine, wires);
@@ -201,7 +188,7 @@ impl SimSwitch {
                 self.after(index, engine, wires); // injected loss on the host's link, counted by the model
                 return;
             }
-            match destination.and_then(|ip| self.route(ip)) {
+            match destination.and_then(|ip| self.routes.get(ip)) {
                 None => self.dropped.no_route += 1,
                 Some(choices) => {
                     let out = if choices.len() == 1 {
@@ -255,13 +242,9 @@ impl SimSwitch {
 
     /// Sends the PFC frames the MMU decided on (sending may decide more: an XON), and keeps its timer armed.
     fn after(&mut self, index: u32, engine: &mut Engine<Event>, wires: &mut [Wire]) {
-        loop {
+        while self.mmu.pfc_pending() {
             let mut decided = std::mem::take(&mut self.decided);
             decided.extend(self.mmu.take_pfc());
-            if decided.is_empty() {
-                self.decided = decided;
-                break;
-            }
             for request in decided.drain(..) {
                 let Some(port) = self.ports.get(request.port) else {
                     continue;

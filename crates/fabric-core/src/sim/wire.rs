@@ -14,10 +14,18 @@ use crate::sim::fabric::Event;
 use crate::wire::pfc::PRIORITIES;
 
 /// How long `size` bytes take on a wire of `rate_bps`, rounded up to the ns.
+///
+/// Every frame pays this once per wire: in 64 bits when the product fits (any frame below 2 GB), a u128
+/// division being a call to a slow library routine.
 pub fn serialization_ns(size: usize, rate_bps: u64) -> u64 {
-    let bits = (size as u128).saturating_mul(8_000_000_000);
-    let rate = u128::from(rate_bps.max(1));
-    u64::try_from(bits.div_ceil(rate)).unwrap_or(u64::MAX)
+    let rate = rate_bps.max(1);
+    match (size as u64).checked_mul(8_000_000_000) {
+        Some(bits) => bits.div_ceil(rate),
+        None => {
+            let bits = (size as u128).saturating_mul(8_000_000_000);
+            u64::try_from(bits.div_ceil(u128::from(rate))).unwrap_or(u64::MAX)
+        }
+    }
 }
 
 /// Where a wire's frames arrive: a switch's port or a host's NIC.
@@ -137,6 +145,15 @@ mod tests {
         assert_eq!(serialization_ns(1, 3_000_000_000), 3);
         assert_eq!(serialization_ns(4238, 400_000_000_000), 85);
         assert_eq!(serialization_ns(0, 1), 0);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_64_bit_path_rounds_as_the_128_bit_one(size in 0usize..1 << 40, rate in 0u64..=u64::MAX) {
+            let bits = (size as u128) * 8_000_000_000;
+            let expected = u64::try_from(bits.div_ceil(u128::from(rate.max(1)))).unwrap_or(u64::MAX);
+            proptest::prop_assert_eq!(serialization_ns(size, rate), expected);
+        }
     }
 
     #[test]
