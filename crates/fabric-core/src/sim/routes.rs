@@ -8,6 +8,8 @@
 //! lists are shared: a switch has a handful of distinct ones (a port down, or all the uplinks), so they
 //! stay in the cache too.
 
+use std::collections::HashMap;
+
 /// How much wider than its number of addresses a table's span may be and still be indexed directly.
 const DENSE_SLACK: usize = 4;
 /// Spans up to this many addresses are indexed directly whatever their number.
@@ -36,16 +38,16 @@ impl Routes {
     /// The table of `routes` (destination, egress ports); a destination given twice keeps its first list.
     pub fn new(routes: Vec<([u8; 4], Vec<u32>)>) -> Routes {
         let mut lists: Vec<Vec<u32>> = Vec::new();
+        // Each distinct list's index: a fattree,24 switch has 3,456 routes over 288 lists, and comparing each
+        // route's list with every list known so far took seconds over the fabric's 720 switches.
+        let mut known: HashMap<Vec<u32>, u32> = HashMap::new();
         let mut entries: Vec<(u32, u32)> = Vec::with_capacity(routes.len());
         for (ip, ports) in routes {
-            let list = match lists.iter().position(|known| *known == ports) {
-                Some(at) => at,
-                None => {
-                    lists.push(ports);
-                    lists.len() - 1
-                }
-            };
-            entries.push((u32::from_be_bytes(ip), list as u32));
+            let list = *known.entry(ports).or_insert_with_key(|ports| {
+                lists.push(ports.clone());
+                (lists.len() - 1) as u32
+            });
+            entries.push((u32::from_be_bytes(ip), list));
         }
         entries.sort_by_key(|&(ip, _)| ip); // stable: the first of equal destinations stays first
         entries.dedup_by_key(|&mut (ip, _)| ip);
