@@ -2,6 +2,8 @@
 pub mod engine;
 pub mod fabric;
 pub mod host;
+pub mod plans;
 pub mod ranks;
+pub mod summary;
 pub mod switch;
 pub mod wire;
