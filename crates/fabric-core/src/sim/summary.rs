@@ -227,6 +227,22 @@ mod tests {
     }
 
     #[test]
+    fn among_equal_arrivals_at_one_rank_the_first_sender_heard_is_last() {
+        // Not on a wire (its frames end at distinct ns), but the coordinator's order decides it: a dict of
+        // flows in the order of their first arrival.
+        let plans = Plans::new("alltoall", 3, 12, None).unwrap();
+        let mut ranks: Vec<SimRank> = (0..3).map(|r| SimRank::new(&plans, r, false)).collect();
+        for rank in &mut ranks {
+            rank.reset(0, 100);
+        }
+        ranks[0].arrive(&plans, 2, 0, 300);
+        ranks[0].arrive(&plans, 1, 0, 300);
+        let summary = summarize(0, 100, &plans, &mut ranks, |_, _| (0, 0), &[0; 3], true).unwrap();
+        assert_eq!((summary.last, summary.last_src, summary.last_dst), (300, 2, 0));
+        assert_eq!(summary.flows.src, vec![1, 2]); // flows by (source, destination)
+    }
+
+    #[test]
     fn nothing_measured_is_an_error() {
         let plans = Plans::new("allgather", 3, 12, None).unwrap();
         let mut ranks: Vec<SimRank> = (0..3).map(|r| SimRank::new(&plans, r, false)).collect();
