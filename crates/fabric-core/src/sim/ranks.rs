@@ -211,6 +211,26 @@ impl SimRank {
 
 /// Adds `count` float32s of `memory` at `from` into those at `to` (little-endian, as numpy's on x86).
 pub fn add_f32(memory: &mut [u8], to: usize, from: usize, count: usize) {
+    let bytes = count.saturating_mul(4);
+    let (to_end, from_end) = (to.saturating_add(bytes), from.saturating_add(bytes));
+    // The two ranges apart and within the memory (a reduction's data and staging): one pass over both.
+    let apart = if to_end <= from && from_end <= memory.len() {
+        let (left, right) = memory.split_at_mut(from);
+        Some((&mut left[to..to_end], &right[..bytes]))
+    } else if from_end <= to && to_end <= memory.len() {
+        let (left, right) = memory.split_at_mut(to);
+        Some((&mut right[..bytes], &left[from..from_end]))
+    } else {
+        None
+    };
+    if let Some((target, source)) = apart {
+        for (a, b) in target.chunks_exact_mut(4).zip(source.chunks_exact(4)) {
+            let x = f32::from_le_bytes([a[0], a[1], a[2], a[3]]);
+            let y = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            a.copy_from_slice(&(x + y).to_le_bytes());
+        }
+        return;
+    }
     for i in 0..count {
         let (a, b) = (to + 4 * i, from + 4 * i);
         let (Some(x), Some(y)) = (read_f32(memory, a), read_f32(memory, b)) else {
@@ -286,5 +306,10 @@ mod tests {
         assert_eq!(read_f32(&memory, 0), Some(1.75));
         assert_eq!(read_f32(&memory, 4), Some(6.0));
         add_f32(&mut memory, 12, 14, 5); // out of bounds: stops, never panics
+        add_f32(&mut memory, 4, 0, 2); // overlapping: float by float, in order
+        assert_eq!(read_f32(&memory, 4), Some(7.75));
+        assert_eq!(read_f32(&memory, 8), Some(7.75 + 0.25));
+        add_f32(&mut memory, 8, 0, 1); // before it
+        assert_eq!(read_f32(&memory, 8), Some(8.0 + 1.75));
     }
 }

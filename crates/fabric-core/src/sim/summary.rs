@@ -238,7 +238,10 @@ mod tests {
         ranks[0].arrive(&plans, 2, 0, 300);
         ranks[0].arrive(&plans, 1, 0, 300);
         let summary = summarize(0, 100, &plans, &mut ranks, |_, _| (0, 0), &[0; 3], true).unwrap();
-        assert_eq!((summary.last, summary.last_src, summary.last_dst), (300, 2, 0));
+        assert_eq!(
+            (summary.last, summary.last_src, summary.last_dst),
+            (300, 2, 0)
+        );
         assert_eq!(summary.flows.src, vec![1, 2]); // flows by (source, destination)
     }
 
