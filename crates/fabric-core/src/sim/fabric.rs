@@ -259,9 +259,7 @@ impl Fabric {
         }
         self.run = RunState {
             plans: Some(plans),
-            expected: (0..plans.ranks())
-                .map(|rank| plans.receives(rank) as usize)
-                .sum(),
+            expected: self.ranks.iter().map(|rank| rank.receives).sum(),
             raw,
             total: warmup.saturating_add(iterations),
             warmup,

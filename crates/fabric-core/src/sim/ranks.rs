@@ -72,8 +72,9 @@ pub struct SimRank {
     step_arrived: u32,
     /// One bit per arrival the iteration expects, at its slot ([`Plans::slot`]): whether it came.
     arrived: Vec<u64>,
-    /// Arrivals in this iteration.
+    /// Arrivals in this iteration, and in all that it expects.
     pub arrivals: u32,
+    pub receives: usize,
     pub outstanding: u64,
     pub done: bool,
     pub failure: Option<String>,
@@ -86,7 +87,7 @@ pub struct SimRank {
 impl SimRank {
     /// Rank `rank` of `plans`, with its log when `log`.
     pub fn new(plans: &Plans, rank: u32, log: bool) -> SimRank {
-        let peers = peers(plans, rank)
+        let peers: Vec<Peer> = peers(plans, rank)
             .into_iter()
             .map(|p| Peer {
                 rank: p.peer,
@@ -95,9 +96,11 @@ impl SimRank {
                 ..Peer::default()
             })
             .collect();
+        let receives: usize = peers.iter().map(|p| p.receives as usize).sum();
         SimRank {
             rank,
-            arrived: vec![0; (plans.receives(rank) as usize).div_ceil(64)],
+            receives,
+            arrived: vec![0; receives.div_ceil(64)],
             peers,
             log: log.then(RankLog::default),
             ..SimRank::default()
