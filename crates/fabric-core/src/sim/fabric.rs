@@ -11,7 +11,7 @@ use crate::model::mmu::{Mmu, MmuConfig};
 use crate::model::rc::{Completion, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode};
 use crate::model::rng::CpythonRandom;
 use crate::sim::engine::Engine;
-use crate::sim::host::{SimHost, MEMORY_KEY};
+use crate::sim::host::{FlatMemory, SimHost, MEMORY_KEY};
 use crate::sim::plans::Plans;
 use crate::sim::ranks::{add_f32, reduce_input, reduce_result, Arrival, RankReport, SimRank};
 use crate::sim::summary::{summarize, IterationSummary};
@@ -234,7 +234,7 @@ impl Fabric {
         for (rank, host) in (0..).zip(self.hosts.iter_mut()) {
             let (data, staging) = plans.regions(rank);
             let size = usize::try_from(data.saturating_add(staging)).unwrap_or(0);
-            host.memory = crate::sim::host::FlatMemory::new(size.max(1));
+            host.memory = FlatMemory::new(size.max(1));
         }
         self.ranks = (0..plans.ranks())
             .map(|rank| SimRank::new(&plans, rank, raw))
@@ -580,6 +580,11 @@ impl Fabric {
         if i + 1 < self.run.total && self.run.failure.is_none() {
             self.start(i + 1);
         } else {
+            // The run is over and summarized: the ranks' regions (an all-reduce's biggest part, 2 GiB at 1,024
+            // ranks of 1 MiB) go back before Python makes the results of the summaries.
+            for host in &mut self.hosts {
+                host.memory = FlatMemory::default();
+            }
             self.engine.stop();
         }
     }
@@ -788,6 +793,7 @@ mod tests {
             .iter()
             .all(|r| r.summary.verified && r.raw.is_none()));
         assert_eq!(records[0].summary.flows.bytes, vec![4096, 4096]); // 2 steps of 2 KiB each way
+        assert!(fabric.hosts.iter().all(|h| h.memory.data.is_empty())); // released once the run ended
     }
 
     #[test]
