@@ -7,7 +7,7 @@ use fabric_core::model::pause::PrioritySet;
 use fabric_core::sim::fabric::{
     Fabric, FabricSpec, HostSpec, IterationRecord, RawIteration, SwitchSpec, Totals,
 };
-use fabric_core::sim::plans::{peers, Plans};
+use fabric_core::sim::plans::Plans;
 use fabric_core::sim::summary::IterationSummary;
 use fabric_core::sim::wire::Endpoint;
 use fabric_core::wire::mac::Mac;
@@ -223,23 +223,6 @@ fn plan(collective: &str, ranks: u32, size: u64, senders: Option<i64>) -> PyResu
         .collect())
 }
 
-/// What `plan(collective, ranks, size, senders)` asks of the RNICs, as `emulator.study.experiment.plan_needs`
-/// computes it from Python's plans (8 s for a 1,024-rank all-reduce there, a few ms here): every rank's
-/// (data, staging) bytes, and the QPs of all ranks (one per rank and peer). ValueError as `plan`.
-#[pyfunction]
-#[pyo3(signature = (collective, ranks, size, senders=None))]
-fn plan_needs(
-    collective: &str,
-    ranks: u32,
-    size: u64,
-    senders: Option<i64>,
-) -> PyResult<(Vec<(u64, u64)>, usize)> {
-    let plans = Plans::new(collective, ranks, size, senders).map_err(PyValueError::new_err)?;
-    let regions = (0..ranks).map(|rank| plans.regions(rank)).collect();
-    let qps = (0..ranks).map(|rank| peers(&plans, rank).len()).sum();
-    Ok((regions, qps))
-}
-
 /// An Ethernet fabric (lossless or lossy) in simulated time, every frame in Rust.
 #[pyclass(module = "emulator._core.sim")]
 pub struct SimFabric {
@@ -370,6 +353,5 @@ impl SimFabric {
 /// Fills `emulator._core.sim`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SimFabric>()?;
-    m.add_function(wrap_pyfunction!(plan, m)?)?;
-    m.add_function(wrap_pyfunction!(plan_needs, m)?)
+    m.add_function(wrap_pyfunction!(plan, m)?)
 }
