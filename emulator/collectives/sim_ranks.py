@@ -17,13 +17,14 @@ ranks react in zero time, the emulated ones in tens of microseconds.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from emulator.collectives.algorithms import RankPlan, Step, plan
-from emulator.collectives.coordinator import START_MARGIN_NS, CollectiveRun, IterationResult, summarize
+from emulator.collectives.coordinator import START_MARGIN_NS, CollectiveRun, Flow, IterationResult, summarize
 from emulator.errors import FabricError
 from emulator.model.rc import Completion, RcQueuePair, SendWR, RecvWR, WcOpcode, WcStatus, WrOpcode
 from emulator.sim.engine import Simulator
@@ -254,44 +255,51 @@ def run_sim_collective(sim: Simulator, hosts: dict[str, SimHost], collective: st
     return CollectiveRun(names, measured, warm)
 
 
+def rust_iteration(names: list[str], record: tuple) -> IterationResult:
+    """The :class:`IterationResult` of one record of the compiled backend (``SimFabric.take_records``): its
+    summary in integer ns, turned into microseconds as :func:`summarize` turns its own (the same floats)."""
+    i, start, last, src, dst, cause, retransmissions, paused, verified, skew, late, columns, _raw = record
+    # An all-to-all of 1,024 ranks has a million flows: the collector is paused while they are made (they are
+    # acyclic), or the collections they set off take twice as long as making them and find nothing.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        flows = [Flow(names[s], names[d], size, (stamp - start) / 1e3, r, t)
+                 for s, d, size, stamp, r, t in zip(*columns)]
+    finally:
+        if collecting:
+            gc.enable()
+    return IterationResult(iteration=i, start_ns=start, cct_us=(last - start) / 1e3, start_skew_us=skew / 1e3,
+                           start_late_us=late / 1e3, last_src=names[src], last_dst=names[dst], cause=cause,
+                           retransmissions=retransmissions, paused_us=paused / 1e3, verified=verified, flows=flows)
+
+
 def run_rust_collective(fabric: Any, names: list[str], collective: str, size: int, iterations: int, warmup: int,
                         senders: int | None, mtu: int,
                         progress: Callable[[int, int, IterationResult], None] | None = None,
                         ticker: Callable[[SimProgress], None] | None = None) -> CollectiveRun:
     """:func:`run_sim_collective` on the compiled backend (``emulator.study.sim_fabric.build_rust_fabric``):
-    the same plans run in Rust with the GIL released, SLICE_EVENTS at a time, the ranks' reports summarized
-    here as the coordinator does.  ``names``: the hosts in rank order (the plan's host order).  The counters at
-    the start of the measured iterations are ``fabric.baseline()``."""
-    plans = plan(collective, len(names), size, senders)
-    data = [(p.data_bytes, p.staging_bytes,
-             [([(s.dst, s.offset, s.length, s.region == "staging", s.dst_offset) for s in step.sends],
-               list(step.receives), step.reduce) for step in p.steps],
-             list(p.reduce_group)) for p in plans]
-    previous: dict[str, dict[str, list[int]]] = {name: {} for name in names}
+    the ranks' plans made and run in Rust with the GIL released, SLICE_EVENTS at a time, each iteration
+    summarized there as :func:`summarize` does.  ``names``: the hosts in rank order (the plan's host order).
+    The counters at the start of the measured iterations are ``fabric.baseline()``.  A collective that
+    ``plan`` refuses is a FabricError with its message."""
     measured: list[IterationResult] = []
     warm: list[IterationResult] = []
     total = warmup + iterations
-
-    def summarized() -> None:
-        for record in fabric.take_records():
-            i = record["iteration"]
-            reports = dict(zip(names, record["reports"]))
-            result = summarize(i, record["start"], names, plans, reports, previous,
-                               dict(zip(names, record["paused"])))
-            (warm if i < warmup else measured).append(result)
-            if progress is not None:
-                progress(i, total, result)
-
     try:
-        fabric.begin_collective(data, iterations, warmup, mtu)
+        fabric.begin_collective(collective, size, senders, iterations, warmup, mtu)
         while True:
             finished = fabric.advance(SLICE_EVENTS)
-            summarized()
+            for record in fabric.take_records():
+                result = rust_iteration(names, record)
+                (warm if result.iteration < warmup else measured).append(result)
+                if progress is not None:
+                    progress(result.iteration, total, result)
             if ticker is not None:
                 done, total_, arrived, expected = fabric.progress()
                 ticker(SimProgress(fabric.now, fabric.events, done, total_, arrived, expected))
             if finished:
                 break
-    except RuntimeError as error:
+    except (RuntimeError, ValueError) as error:
         raise FabricError(str(error)) from None
     return CollectiveRun(names, measured, warm)

@@ -21,7 +21,7 @@ use std::time::Instant;
 use fabric_core::model::mmu::MmuConfig;
 use fabric_core::model::pause::PrioritySet;
 use fabric_core::sim::fabric::{Fabric, FabricSpec, HostSpec, IterationRecord, SwitchSpec};
-use fabric_core::sim::ranks::{RankPlan, SendPlan, StepPlan};
+use fabric_core::sim::plans::Plans;
 use fabric_core::sim::wire::Endpoint;
 use fabric_core::wire::mac::Mac;
 
@@ -214,37 +214,6 @@ impl FatTree {
     }
 }
 
-/// `algorithms.py`'s all-to-all: every rank WRITEs `size / ranks` bytes to every other, in one step.
-fn alltoall(ranks: usize, size: u64) -> Vec<RankPlan> {
-    let n = ranks as u64;
-    let chunk = size / n;
-    (0..n)
-        .map(|r| {
-            let others: Vec<u32> = (0..n).filter(|&j| j != r).map(|j| j as u32).collect();
-            let sends = others
-                .iter()
-                .map(|&j| SendPlan {
-                    dst: j,
-                    offset: u64::from(j) * chunk,
-                    length: chunk,
-                    staging: false,
-                    dst_offset: (n + r) * chunk,
-                })
-                .collect();
-            RankPlan {
-                data_bytes: 2 * n * chunk,
-                staging_bytes: 0,
-                steps: vec![StepPlan {
-                    sends,
-                    receives: others,
-                    reduce: None,
-                }],
-                reduce_group: Vec::new(),
-            }
-        })
-        .collect()
-}
-
 /// Seconds this process has run on a CPU, if Linux says (`/proc/self/schedstat`: ns on CPU first).
 fn on_cpu() -> Option<f64> {
     let text = std::fs::read_to_string("/proc/self/schedstat").ok()?;
@@ -254,11 +223,7 @@ fn on_cpu() -> Option<f64> {
 
 /// The collective: what callgrind's `--toggle-collect` counts.
 #[inline(never)]
-fn run(
-    fabric: &mut Fabric,
-    plans: Vec<RankPlan>,
-    iterations: u32,
-) -> Result<Vec<IterationRecord>, String> {
+fn run(fabric: &mut Fabric, plans: Plans, iterations: u32) -> Result<Vec<IterationRecord>, String> {
     fabric.run_collective(plans, iterations, 0, PATH_MTU)
 }
 
@@ -286,7 +251,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let plans = alltoall(tree.hosts, size);
+    let plans = match Plans::new("alltoall", tree.hosts as u32, size, None) {
+        Ok(plans) => plans,
+        Err(error) => {
+            eprintln!("sim_fattree: error: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let built = began.elapsed().as_secs_f64();
     let (began, cpu_began) = (Instant::now(), on_cpu());
     let records = match run(&mut fabric, plans, iterations) {
@@ -304,13 +275,11 @@ fn main() -> ExitCode {
     let ccts: Vec<String> = records
         .iter()
         .map(|record| {
-            let last = record
-                .reports
-                .iter()
-                .flat_map(|report| report.arrivals.iter().map(|a| a.2))
-                .max()
-                .unwrap_or(record.start);
-            format!("{:.1}", last.saturating_sub(record.start) as f64 / 1e3)
+            let summary = &record.summary;
+            format!(
+                "{:.1}",
+                summary.last.saturating_sub(summary.start) as f64 / 1e3
+            )
         })
         .collect();
     println!(

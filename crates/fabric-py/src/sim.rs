@@ -1,24 +1,28 @@
 //! `emulator._core.sim`: the simulation backend's fabric in Rust (`fabric_core::sim::fabric`: Ethernet, or IB
 //! with its subnet), built from the plain data `emulator.study.sim_fabric.build_rust_fabric` makes of a
-//! `FabricPlan`, running a collective's plans with the GIL released and giving back the ranks' reports for the
-//! coordinator's `summarize`; with `run_sim_variant`'s hooks: faults, the goodput watch (a Python sampler
-//! called from the engine's sample events, with the GIL taken for it) and the PFC watchdogs' figures.
+//! `FabricPlan`, running a collective (its plans made in Rust, `fabric_core::sim::plans`) with the GIL released
+//! and giving back each iteration's summary; with `run_sim_variant`'s hooks: faults, the goodput watch (a
+//! Python sampler called from the engine's sample events, with the GIL taken for it) and the PFC watchdogs'
+//! figures; and `plan`, the Rust plans as `emulator.collectives.algorithms.plan` gives them.
 use std::sync::{Arc, Mutex};
 
 use fabric_core::model::ib_plane::IbPlaneConfig;
 use fabric_core::model::mmu::MmuConfig;
 use fabric_core::model::pause::PrioritySet;
-use fabric_core::sim::fabric::{Fabric, FabricSpec, HostSpec, IterationRecord, SwitchSpec, Totals};
+use fabric_core::sim::fabric::{
+    Fabric, FabricSpec, HostSpec, IterationRecord, RawIteration, SwitchSpec, Totals,
+};
 use fabric_core::sim::faults::Fault;
 use fabric_core::sim::ib::{IbHostSpec, IbSpec, IbSwitchSpec};
-use fabric_core::sim::ranks::{RankPlan, SendPlan, StepPlan};
+use fabric_core::sim::plans::Plans;
+use fabric_core::sim::summary::IterationSummary;
 use fabric_core::sim::switch::PortLoss;
 use fabric_core::sim::wire::Endpoint;
 use fabric_core::wire::mac::Mac;
 use fabric_core::wire::pfc::PRIORITIES;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyTuple};
 
 use crate::dcqcn::params_of;
 use crate::link::small_seed_words;
@@ -46,12 +50,13 @@ type IbSwitchArg = (Vec<(u16, usize)>, Vec<u8>, usize, u64, u64, Vec<(u64, u64)>
 type IbHostArg = (u16, Vec<(String, u16)>, u8, u8, usize, u64, u64, u64, u64);
 /// The IB subnet: per switch, per host.
 type IbArg = (Vec<IbSwitchArg>, Vec<IbHostArg>);
-/// A send: dst, offset, length, to the staging region, dst offset.
-type SendArg = (u32, u64, u64, bool, u64);
-/// A step: sends, receives, reduce.
-type StepArg = (Vec<SendArg>, Vec<u32>, Option<(u64, u64, u64)>);
-/// A rank plan: data bytes, staging bytes, steps, reduce group.
-type PlanArg = (u64, u64, Vec<StepArg>, Vec<u32>);
+/// A send as `algorithms.Send`'s fields: dst, offset, length, region ("data" or "staging"), dst offset.
+type SendTuple = (u32, u64, u64, &'static str, u64);
+/// A step as `algorithms.Step`'s fields: sends, receives, reduce.
+type StepTuple = (Vec<SendTuple>, Vec<u32>, Option<(u64, u64, u64)>);
+/// A rank's plan as `algorithms.RankPlan`'s fields: rank, data bytes, staging bytes, steps, measured, reduce
+/// group.
+type PlanTuple = (u32, u64, u64, Vec<StepTuple>, bool, Vec<u32>);
 /// Injected loss on a switch port's link: host-facing, loss probability, frame numbers always lost, seed.
 type LossArg = (bool, f64, Vec<u64>, i128);
 /// A fault: the host's index, when after each measured iteration's start (ns), for how long (None: for good).
@@ -155,32 +160,6 @@ fn ib_spec((switches, hosts): IbArg) -> IbSpec {
     }
 }
 
-fn rank_plan((data_bytes, staging_bytes, steps, reduce_group): PlanArg) -> RankPlan {
-    let steps = steps
-        .into_iter()
-        .map(|(sends, receives, reduce)| StepPlan {
-            sends: sends
-                .into_iter()
-                .map(|(dst, offset, length, staging, dst_offset)| SendPlan {
-                    dst,
-                    offset,
-                    length,
-                    staging,
-                    dst_offset,
-                })
-                .collect(),
-            receives,
-            reduce,
-        })
-        .collect();
-    RankPlan {
-        data_bytes,
-        staging_bytes,
-        steps,
-        reduce_group,
-    }
-}
-
 fn totals_dict<'py>(py: Python<'py>, totals: &Totals) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
     dict.set_item("drops", totals.drops)?;
@@ -195,13 +174,59 @@ fn totals_dict<'py>(py: Python<'py>, totals: &Totals) -> PyResult<Bound<'py, PyD
     Ok(dict)
 }
 
-fn record_dict<'py>(py: Python<'py>, record: &IterationRecord) -> PyResult<Bound<'py, PyDict>> {
+/// One iteration's summary as a tuple: (iteration, start, last arrival, its source, its destination, cause,
+/// retransmissions, paused ns, verified, start skew ns, start late ns, flows, raw); the flows as six columns
+/// (source, destination, bytes, last arrival, retransmissions, timeouts); raw the ranks' reports and pause
+/// times as the coordinator's `summarize` takes them, or None.
+fn record_tuple<'py>(py: Python<'py>, record: &IterationRecord) -> PyResult<Bound<'py, PyTuple>> {
+    let IterationSummary {
+        iteration,
+        start,
+        last,
+        last_src,
+        last_dst,
+        cause,
+        retransmissions,
+        paused_ns,
+        verified,
+        skew_ns,
+        late_ns,
+        flows,
+    } = &record.summary;
+    let columns = (
+        &flows.src,
+        &flows.dst,
+        &flows.bytes,
+        &flows.last,
+        &flows.retransmissions,
+        &flows.timeouts,
+    );
+    let raw = record
+        .raw
+        .as_ref()
+        .map(|raw| raw_dict(py, raw))
+        .transpose()?;
+    let head = (
+        iteration,
+        start,
+        last,
+        last_src,
+        last_dst,
+        cause.name(),
+        retransmissions,
+    );
+    let tail = (paused_ns, verified, skew_ns, late_ns, columns, raw);
+    let (head, tail) = (head.into_pyobject(py)?, tail.into_pyobject(py)?);
+    let items: Vec<Bound<'py, PyAny>> = head.iter().chain(tail.iter()).collect();
+    PyTuple::new(py, items)
+}
+
+/// The ranks' reports (the rank process's keys) and each host's pause time of one iteration.
+fn raw_dict<'py>(py: Python<'py>, raw: &RawIteration) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
-    dict.set_item("iteration", record.iteration)?;
-    dict.set_item("start", record.start)?;
-    dict.set_item("paused", record.paused.clone())?;
-    let mut reports = Vec::with_capacity(record.reports.len());
-    for report in &record.reports {
+    dict.set_item("paused", raw.paused.clone())?;
+    let mut reports = Vec::with_capacity(raw.reports.len());
+    for report in &raw.reports {
         let r = PyDict::new(py);
         r.set_item("iteration", report.iteration)?;
         r.set_item("released_ns", report.released_ns)?;
@@ -248,6 +273,33 @@ fn each<T, U>(
     per.into_iter()
         .map(|entry| entry.map(&convert).transpose())
         .collect()
+}
+
+/// `algorithms.plan(collective, ranks, size, senders)` made by the Rust port, every rank's plan as a tuple of
+/// `RankPlan`'s fields; ValueError with Python's message where `plan` raises FabricError.
+#[pyfunction]
+#[pyo3(signature = (collective, ranks, size, senders=None))]
+fn plan(collective: &str, ranks: u32, size: u64, senders: Option<i64>) -> PyResult<Vec<PlanTuple>> {
+    let plans = Plans::new(collective, ranks, size, senders).map_err(PyValueError::new_err)?;
+    let region = |staging: bool| if staging { "staging" } else { "data" };
+    Ok((0..ranks)
+        .map(|rank| {
+            let (data, staging) = plans.regions(rank);
+            let steps = (0..plans.steps(rank))
+                .filter_map(|k| plans.step(rank, k))
+                .map(|step| {
+                    let sends = step
+                        .sends
+                        .iter()
+                        .map(|s| (s.dst, s.offset, s.length, region(s.staging), s.dst_offset))
+                        .collect();
+                    (sends, step.receives.iter().collect(), step.reduce)
+                })
+                .collect();
+            let group = plans.reduce_group(rank).collect();
+            (rank, data, staging, steps, plans.measured(rank), group)
+        })
+        .collect())
 }
 
 /// A fabric (lossless, lossy, or ib with `ib`, the subnet) in simulated time, every frame in Rust.
@@ -426,39 +478,26 @@ impl SimFabric {
         Ok(dict)
     }
 
-    /// Runs `warmup + iterations` iterations of `plans` (one per host, in host order) with the GIL released;
-    /// every iteration's record (start, per-rank reports, per-host pause time). RuntimeError with the Python
-    /// backend's message when the run cannot finish.
-    fn run_collective<'py>(
-        &mut self,
-        py: Python<'py>,
-        plans: Vec<PlanArg>,
-        iterations: u32,
-        warmup: u32,
-        mtu: u32,
-    ) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let plans: Vec<RankPlan> = plans.into_iter().map(rank_plan).collect();
-        let fabric = &mut self.fabric;
-        let records = py
-            .detach(|| fabric.run_collective(plans, iterations, warmup, mtu))
-            .map_err(|message| self.run_error(message))?;
-        records
-            .iter()
-            .map(|record| record_dict(py, record))
-            .collect()
-    }
-
-    /// Sets up a collective of `plans` (memory, QPs, the first iteration begun); `advance` runs it.
+    /// Sets up `warmup + iterations` iterations of `collective` (`algorithms.plan`'s arguments; rank r on host
+    /// r): memory, QPs, the first iteration begun; `advance` runs it. With `raw`, each record also carries the
+    /// ranks' reports. ValueError with `plan`'s message for a collective it refuses.
+    #[pyo3(signature = (collective, size, senders, iterations, warmup, mtu, raw=false))]
+    #[allow(clippy::too_many_arguments)] // the collective's three and the run's three, as Python passes them
     fn begin_collective(
         &mut self,
-        plans: Vec<PlanArg>,
+        collective: &str,
+        size: u64,
+        senders: Option<i64>,
         iterations: u32,
         warmup: u32,
         mtu: u32,
+        raw: bool,
     ) -> PyResult<()> {
-        let plans: Vec<RankPlan> = plans.into_iter().map(rank_plan).collect();
+        let ranks = u32::try_from(self.fabric.hosts.len())
+            .map_err(|_| PyValueError::new_err("too many hosts"))?;
+        let plans = Plans::new(collective, ranks, size, senders).map_err(PyValueError::new_err)?;
         self.fabric
-            .begin_collective(plans, iterations, warmup, mtu)
+            .begin_collective(plans, iterations, warmup, mtu, raw)
             .map_err(PyRuntimeError::new_err)
     }
 
@@ -472,12 +511,12 @@ impl SimFabric {
             .map_err(|message| self.run_error(message))
     }
 
-    /// The records of the iterations finished since the last call.
-    fn take_records<'py>(&mut self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    /// The summaries of the iterations finished since the last call (see `record_tuple`).
+    fn take_records<'py>(&mut self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
         let records = self.fabric.take_records();
         records
             .iter()
-            .map(|record| record_dict(py, record))
+            .map(|record| record_tuple(py, record))
             .collect()
     }
 
@@ -520,5 +559,6 @@ impl SimFabric {
 
 /// Fills `emulator._core.sim`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<SimFabric>()
+    m.add_class::<SimFabric>()?;
+    m.add_function(wrap_pyfunction!(plan, m)?)
 }

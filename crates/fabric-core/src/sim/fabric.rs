@@ -4,17 +4,20 @@
 //! The fabric owns the engine, the wires, the switches, the hosts and the ranks, and dispatches each event to
 //! the one it concerns. Every callback of the Python backend is an [`Event`] here, scheduled at the same point
 //! of the same step, so the engine's order (time, then scheduling sequence) is the Python engine's and a run
-//! gives the same CCTs, counters and events. Python builds the plan, hands it over as a [`FabricSpec`] and the
-//! collective's plans, and reads the [`IterationRecord`]s back.
+//! gives the same CCTs, counters and events. Python builds the plan and hands it over as a [`FabricSpec`], names
+//! the collective (its ranks' plans are made here, `sim::plans`), and reads back each iteration's summary
+//! ([`IterationRecord`]).
 use crate::model::dcqcn::DcqcnParams;
 use crate::model::mmu::{Mmu, MmuConfig};
 use crate::model::rc::{Completion, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode};
 use crate::model::rng::CpythonRandom;
 use crate::sim::engine::Engine;
 use crate::sim::faults::{Fault, FaultSchedule};
-use crate::sim::host::{SimHost, MEMORY_KEY};
+use crate::sim::host::{FlatMemory, SimHost, MEMORY_KEY};
 use crate::sim::ib::IbSpec;
-use crate::sim::ranks::{add_f32, read_f32, RankPlan, RankReport, SimRank};
+use crate::sim::plans::Plans;
+use crate::sim::ranks::{add_f32, reduce_input, reduce_result, Arrival, RankReport, SimRank};
+use crate::sim::summary::{summarize, IterationSummary};
 use crate::sim::switch::{PortLoss, SimSwitch, SwitchPort};
 use crate::sim::watch::{Sampler, Watch};
 use crate::sim::wire::{Endpoint, Wire};
@@ -85,11 +88,16 @@ pub struct FabricSpec {
     pub ib: Option<IbSpec>,
 }
 
-/// One finished iteration: its start instant, every rank's report, and each host's time paused during it.
+/// One finished iteration: its summary, and with the ranks' logs its raw data.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IterationRecord {
-    pub iteration: u32,
-    pub start: u64,
+    pub summary: IterationSummary,
+    pub raw: Option<RawIteration>,
+}
+
+/// What the coordinator's `summarize` takes: every rank's report, each host's time paused in the iteration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawIteration {
     pub reports: Vec<RankReport>,
     pub paused: Vec<u64>,
 }
@@ -124,12 +132,19 @@ pub struct PfcwdFigures {
 /// Where a collective run is.
 #[derive(Debug, Default)]
 struct RunState {
+    /// The collective's plans (none before one begins).
+    plans: Option<Plans>,
+    /// Arrivals an iteration expects, all ranks together.
+    expected: usize,
+    /// Whether the records carry the ranks' reports (the ranks keep their logs).
+    raw: bool,
     iteration: u32,
     total: u32,
     warmup: u32,
     pending: Vec<bool>,
     pending_count: usize,
     paused_before: Vec<u64>,
+    /// Why the run stopped, the whole message.
     failure: Option<String>,
     /// Iterations finished.
     finished: u32,
@@ -252,44 +267,49 @@ impl Fabric {
         totals
     }
 
-    /// Runs `warmup + iterations` iterations of the plans (one per host, in host order) and returns every
-    /// iteration's record; an `Err` with the Python backend's message when it cannot finish.
+    /// Runs `warmup + iterations` iterations of `plans` (rank r on host r) and returns every iteration's
+    /// record; an `Err` with the Python backend's message when it cannot finish.
     pub fn run_collective(
         &mut self,
-        plans: Vec<RankPlan>,
+        plans: Plans,
         iterations: u32,
         warmup: u32,
         mtu: u32,
     ) -> Result<Vec<IterationRecord>, String> {
-        self.begin_collective(plans, iterations, warmup, mtu)?;
+        self.begin_collective(plans, iterations, warmup, mtu, false)?;
         while !self.advance(None)? {}
         Ok(self.take_records())
     }
 
-    /// Sets up a collective: each host's memory laid out for its rank, one QP per peer, the first iteration
-    /// begun. [`Fabric::advance`] then runs it.
+    /// Sets up a collective: each host's memory laid out for its rank (data, then staging), one QP per peer,
+    /// the first iteration begun. [`Fabric::advance`] then runs it. With `raw`, each record also carries the
+    /// ranks' reports, as the rank processes make them (the differential test of the summary).
     pub fn begin_collective(
         &mut self,
-        plans: Vec<RankPlan>,
+        plans: Plans,
         iterations: u32,
         warmup: u32,
         mtu: u32,
+        raw: bool,
     ) -> Result<(), String> {
-        if plans.len() != self.hosts.len() {
+        if plans.ranks() as usize != self.hosts.len() {
             return Err(format!(
-                "{} plans for {} hosts",
-                plans.len(),
+                "{} ranks for {} hosts",
+                plans.ranks(),
                 self.hosts.len()
             ));
         }
-        for (host, plan) in self.hosts.iter_mut().zip(&plans) {
-            let size = plan.data_bytes.saturating_add(plan.staging_bytes);
-            host.memory =
-                crate::sim::host::FlatMemory::new(usize::try_from(size).unwrap_or(0).max(1));
+        for (rank, host) in (0..).zip(self.hosts.iter_mut()) {
+            let (data, staging) = plans.regions(rank);
+            let size = usize::try_from(data.saturating_add(staging)).unwrap_or(0);
+            host.memory = FlatMemory::new(size.max(1));
         }
-        self.ranks = plans.into_iter().map(SimRank::new).collect();
+        self.ranks = (0..plans.ranks())
+            .map(|rank| SimRank::new(&plans, rank, raw))
+            .collect();
         for rank in 0..self.ranks.len() {
-            for peer in self.ranks[rank].plan.peers() {
+            for p in 0..self.ranks[rank].peers.len() {
+                let peer = self.ranks[rank].peers[p].rank;
                 let peer_ip = self
                     .hosts
                     .get(peer as usize)
@@ -306,6 +326,9 @@ impl Fabric {
             }
         }
         self.run = RunState {
+            plans: Some(plans),
+            expected: self.ranks.iter().map(|rank| rank.receives).sum(),
+            raw,
             total: warmup.saturating_add(iterations),
             warmup,
             ..RunState::default()
@@ -328,7 +351,7 @@ impl Fabric {
         }
         let ran = self.engine.end_run(run);
         if let Some(failure) = &self.run.failure {
-            return Err(format!("simulation: {failure}"));
+            return Err(failure.clone());
         }
         if self.finished() || self.stuck() {
             return Ok(true);
@@ -358,9 +381,13 @@ impl Fabric {
 
     /// Iterations finished and in all, and the current iteration's arrivals against those it expects.
     pub fn progress(&self) -> (u32, u32, usize, usize) {
-        let arrived = self.ranks.iter().map(|r| r.arrived.len()).sum();
-        let expected = self.ranks.iter().map(|r| r.plan.receive_count()).sum();
-        (self.run.finished, self.run.total, arrived, expected)
+        let arrived = self.ranks.iter().map(|r| r.arrivals as usize).sum();
+        (
+            self.run.finished,
+            self.run.total,
+            arrived,
+            self.run.expected,
+        )
     }
 
     fn dispatch(&mut self, event: Event) {
@@ -486,21 +513,28 @@ impl Fabric {
     }
 
     fn begin(&mut self, rank: usize, iteration: u32, start: u64) {
-        let (Some(r), Some(host)) = (self.ranks.get_mut(rank), self.hosts.get_mut(rank)) else {
+        let (Some(plans), Some(r), Some(host)) = (
+            self.run.plans,
+            self.ranks.get_mut(rank),
+            self.hosts.get_mut(rank),
+        ) else {
             return;
         };
-        r.reset();
-        r.iteration = iteration;
-        r.start = start;
-        if !r.plan.reduce_group.is_empty() {
-            let value = RankPlan::reduce_input(rank as u32, iteration).to_le_bytes();
-            for chunk in host.memory.data_mut().chunks_exact_mut(4) {
+        r.reset(iteration, start);
+        if plans.reduces(r.rank) {
+            // The data region only (Python fills the staging region too, which every step overwrites
+            // before it reads it): the input, (rank + 1) x (iteration + 1) in every float32.
+            let value = reduce_input(r.rank, iteration).to_le_bytes();
+            let data = usize::try_from(plans.data_bytes(r.rank)).unwrap_or(usize::MAX);
+            let memory = host.memory.data_mut();
+            let end = data.min(memory.len());
+            for chunk in memory[..end].chunks_exact_mut(4) {
                 chunk.copy_from_slice(&value);
             }
         }
-        for (src, count) in r.plan.receives_by_peer() {
-            if let Some(qp) = host.qp_mut(SimRank::qpn(src)) {
-                for _ in 0..count {
+        for peer in &r.peers {
+            if let Some(qp) = host.qp_mut(SimRank::qpn(peer.rank)) {
+                for _ in 0..peer.receives {
                     qp.post_recv(RecvWr {
                         wr_id: 0,
                         addr: 0,
@@ -516,20 +550,21 @@ impl Fabric {
 
     /// Posts the current step's sends; moves on while a step expects nothing.
     fn step_begins(&mut self, rank: usize) {
+        let Some(plans) = self.run.plans else {
+            return;
+        };
         loop {
             let Some(r) = self.ranks.get(rank) else {
                 return;
             };
-            let Some(step) = r.plan.steps.get(r.step).cloned() else {
+            let Some(step) = plans.step(r.rank, r.step) else {
                 self.maybe_done(rank);
                 return;
             };
-            let (index, tag) = (r.step as u32, r.tag());
-            for send in &step.sends {
+            let (index, tag) = (r.step, r.tag());
+            for send in step.sends.iter() {
                 let base = if send.staging {
-                    self.ranks
-                        .get(send.dst as usize)
-                        .map_or(0, |peer| peer.plan.data_bytes)
+                    plans.data_bytes(send.dst) // the peer's layout: data, then staging
                 } else {
                     0
                 };
@@ -552,17 +587,18 @@ impl Fabric {
                 self.ranks[rank].outstanding += 1;
                 self.hosts[rank].kick(rank as u32, &mut self.engine, &mut self.wires, qpn);
             }
-            if !self.ranks[rank].step_complete() {
+            if !self.ranks[rank].step_complete(&plans) {
                 return;
             }
-            self.finish_step(rank);
+            self.finish_step(rank, &plans);
         }
     }
 
-    fn finish_step(&mut self, rank: usize) {
+    /// The current step's arrivals are in: its reduction, then the next step.
+    fn finish_step(&mut self, rank: usize, plans: &Plans) {
         let r = &mut self.ranks[rank];
-        if let Some((staged, offset, length)) = r.plan.steps.get(r.step).and_then(|s| s.reduce) {
-            let staging = r.plan.data_bytes.saturating_add(staged);
+        if let Some((staged, offset, length)) = plans.step(r.rank, r.step).and_then(|s| s.reduce) {
+            let staging = plans.data_bytes(r.rank).saturating_add(staged);
             add_f32(
                 self.hosts[rank].memory.data_mut(),
                 offset as usize,
@@ -570,10 +606,13 @@ impl Fabric {
                 (length / 4) as usize,
             );
         }
-        r.step += 1;
+        r.next_step(plans);
     }
 
     fn completion(&mut self, rank: usize, wc: Completion) {
+        let Some(plans) = self.run.plans else {
+            return;
+        };
         if wc.status != WcStatus::Success {
             let r = &mut self.ranks[rank];
             r.failure = Some(format!(
@@ -595,22 +634,22 @@ impl Fabric {
                     r.iteration
                 ));
             }
-            r.arrive(peer, imm & 0xFFFF, wc.timestamp);
-            if r.step < r.plan.steps.len() && r.step_complete() {
-                self.finish_step(rank);
+            if r.arrive(&plans, peer, imm & 0xFFFF, wc.timestamp) == Arrival::CompletesStep {
+                self.finish_step(rank, &plans);
                 self.step_begins(rank);
             }
         } else {
-            let r = &mut self.ranks[rank];
-            r.outstanding = r.outstanding.saturating_sub(1);
-            r.sends.push((peer, wc.wr_id, wc.timestamp));
+            self.ranks[rank].sent(peer, wc.wr_id, wc.timestamp);
         }
         self.maybe_done(rank);
     }
 
     fn maybe_done(&mut self, rank: usize) {
+        let Some(plans) = self.run.plans else {
+            return;
+        };
         let r = &mut self.ranks[rank];
-        if !r.done && r.step >= r.plan.steps.len() && r.outstanding == 0 {
+        if !r.done && r.step >= plans.steps(r.rank) && r.outstanding == 0 {
             r.done = true;
             self.rank_done(rank);
         }
@@ -625,69 +664,120 @@ impl Fabric {
         }
         if let Some(failure) = &self.ranks[rank].failure {
             if self.run.failure.is_none() {
-                self.run.failure = Some(failure.clone());
+                self.run.failure = Some(format!("simulation: {failure}"));
                 self.engine.stop();
             }
         }
         if self.run.pending_count > 0 {
             return;
         }
-        let now = self.engine.now();
+        if let Err(error) = self.record() {
+            self.run.failure.get_or_insert(error);
+        }
         let i = self.run.iteration;
-        let reports = (0..self.ranks.len()).map(|r| self.report(r)).collect();
-        let paused = self
+        self.run.finished += 1;
+        if i + 1 < self.run.total && self.run.failure.is_none() {
+            self.start(i + 1);
+        } else {
+            // The run is over and summarized: the ranks' regions (an all-reduce's biggest part, 2 GiB at 1,024
+            // ranks of 1 MiB) go back before Python makes the results of the summaries.
+            for host in &mut self.hosts {
+                host.memory = FlatMemory::default();
+            }
+            self.engine.stop();
+        }
+    }
+
+    /// The iteration that just ended, summarized (with the ranks' reports when raw).
+    fn record(&mut self) -> Result<(), String> {
+        let Some(plans) = self.run.plans else {
+            return Ok(());
+        };
+        let now = self.engine.now();
+        let paused: Vec<u64> = self
             .hosts
             .iter()
             .zip(&self.run.paused_before)
             .map(|(h, before)| h.paused_ns(now).saturating_sub(*before))
             .collect();
-        let start = self.ranks.first().map_or(0, |r| r.start);
-        self.run.finished += 1;
-        self.run.records.push(IterationRecord {
-            iteration: i,
-            start,
-            reports,
-            paused,
+        let verified: Vec<bool> = (0..self.ranks.len())
+            .map(|r| self.verified(r, &plans))
+            .collect();
+        let raw = self.run.raw.then(|| RawIteration {
+            reports: (0..self.ranks.len())
+                .map(|r| self.report(r, &plans, verified[r]))
+                .collect(),
+            paused: paused.clone(),
         });
-        if i + 1 < self.run.total && self.run.failure.is_none() {
-            self.start(i + 1);
-        } else {
-            self.engine.stop();
-        }
+        let start = self.ranks.first().map_or(0, |r| r.start);
+        let hosts = &self.hosts;
+        let counters = |rank: usize, peer: u32| {
+            hosts
+                .get(rank)
+                .and_then(|host| host.qps.get(SimRank::qpn(peer) as usize))
+                .and_then(Option::as_ref)
+                .map_or((0, 0), |entry| {
+                    let counters = entry.qp.counters();
+                    (counters.retransmitted_packets, counters.timeouts)
+                })
+        };
+        let summary = summarize(
+            self.run.iteration,
+            start,
+            &plans,
+            &mut self.ranks,
+            counters,
+            &paused,
+            verified.iter().all(|&v| v),
+        )?;
+        self.run.records.push(IterationRecord { summary, raw });
+        Ok(())
     }
 
-    fn report(&self, rank: usize) -> RankReport {
+    /// Whether rank `rank`'s data region holds its group's sum (true if it reduces nothing).
+    fn verified(&self, rank: usize, plans: &Plans) -> bool {
+        let (r, host) = (&self.ranks[rank], &self.hosts[rank]);
+        if !plans.reduces(r.rank) {
+            return true;
+        }
+        let expected = reduce_result(plans, r.rank, r.iteration);
+        let data = usize::try_from(plans.data_bytes(r.rank)).unwrap_or(usize::MAX);
+        host.memory
+            .data()
+            .get(..data - data % 4)
+            .is_some_and(|bytes| {
+                bytes
+                    .chunks_exact(4)
+                    .all(|value| value.try_into().ok().map(f32::from_le_bytes) == Some(expected))
+            })
+    }
+
+    /// The rank process's report of the iteration (kept when raw).
+    fn report(&self, rank: usize, plans: &Plans, verified: bool) -> RankReport {
         let r = &self.ranks[rank];
         let host = &self.hosts[rank];
         let counters = r
-            .plan
-            .peers()
-            .into_iter()
+            .peers
+            .iter()
             .filter_map(|peer| {
-                let qp = &host.qps.get(SimRank::qpn(peer) as usize)?.as_ref()?.qp;
+                let qp = &host.qps.get(SimRank::qpn(peer.rank) as usize)?.as_ref()?.qp;
                 Some((
-                    peer,
+                    peer.rank,
                     qp.counters().retransmitted_packets,
                     qp.counters().timeouts,
                 ))
             })
             .collect();
-        let released = r
-            .plan
-            .steps
-            .first()
+        let released = plans
+            .step(r.rank, 0)
             .filter(|s| !s.sends.is_empty())
             .map(|_| r.start);
-        let verified = r.plan.reduce_group.is_empty() || {
-            let expected = r.plan.reduce_result(r.iteration);
-            (0..(r.plan.data_bytes / 4) as usize)
-                .all(|i| read_f32(host.memory.data(), 4 * i) == Some(expected))
-        };
+        let log = r.log.clone().unwrap_or_default();
         RankReport {
             iteration: r.iteration,
             released_ns: released,
-            arrivals: r.arrived.clone(),
-            sends: r.sends.clone(),
+            arrivals: log.arrivals,
+            sends: log.sends,
             counters,
             verified,
         }
@@ -763,7 +853,7 @@ impl Fabric {
             Ok(false) => self.engine.stop(),
             Err(error) => {
                 if self.run.failure.is_none() {
-                    self.run.failure = Some(format!("goodput watch: {error}"));
+                    self.run.failure = Some(format!("simulation: goodput watch: {error}"));
                 }
                 self.engine.stop();
             }
@@ -815,7 +905,6 @@ fn name<T: PartialEq + Copy>(table: &[(&'static str, T)], value: T) -> &'static 
 pub(crate) mod tests {
     use super::*;
     use crate::model::pause::PrioritySet;
-    use crate::sim::ranks::{SendPlan, StepPlan};
     use proptest::prelude::*;
 
     const RATE: u64 = 10_000_000_000;
@@ -887,59 +976,69 @@ pub(crate) mod tests {
         }
     }
 
-    /// Rank 1 WRITEs `length` bytes into rank 0's staging region.
-    pub(crate) fn one_write(length: u64) -> Vec<RankPlan> {
-        let receiver = RankPlan {
-            data_bytes: length,
-            staging_bytes: length,
-            steps: vec![StepPlan {
-                receives: vec![1],
-                ..StepPlan::default()
-            }],
-            reduce_group: vec![],
-        };
-        let sender = RankPlan {
-            data_bytes: length,
-            staging_bytes: 0,
-            steps: vec![StepPlan {
-                sends: vec![SendPlan {
-                    dst: 0,
-                    offset: 0,
-                    length,
-                    staging: true,
-                    dst_offset: 0,
-                }],
-                ..StepPlan::default()
-            }],
-            reduce_group: vec![],
-        };
-        vec![receiver, sender]
+    /// Rank 1 WRITEs `length` bytes into rank 0: an incast of two.
+    pub(crate) fn one_write(length: u64) -> Plans {
+        Plans::new("incast", 2, length, None).unwrap()
+    }
+
+    /// `plans` run whole on `fabric`: per iteration its start and the ranks' reports.
+    pub(crate) fn run_raw(
+        fabric: &mut Fabric,
+        plans: Plans,
+        iterations: u32,
+        warmup: u32,
+        mtu: u32,
+    ) -> Result<Vec<(u64, RawIteration)>, String> {
+        fabric.begin_collective(plans, iterations, warmup, mtu, true)?;
+        while !fabric.advance(None)? {}
+        Ok(fabric
+            .take_records()
+            .into_iter()
+            .filter_map(|record| Some((record.summary.start, record.raw?)))
+            .collect())
     }
 
     #[test]
     fn a_write_crosses_the_switch_in_serialization_plus_delay() {
         let mut fabric = star();
-        let records = fabric.run_collective(one_write(1024), 2, 0, 1024).unwrap();
+        let incast = Plans::new("incast", 2, 1024, None).unwrap(); // rank 1 WRITEs 1 KiB into rank 0
+        fabric.begin_collective(incast, 2, 0, 1024, true).unwrap();
+        while !fabric.advance(Some(7)).unwrap() {}
+        let records = fabric.take_records();
         assert_eq!(records.len(), 2);
-        let [(src, step, stamp)] = records[0].reports[0].arrivals[..] else {
-            panic!("one arrival expected");
-        };
-        assert_eq!((src, step), (1, 0));
+        let first = &records[0].summary;
         // One WRITE only with immediate of 1024 B (Ethernet 14, IPv4 20, UDP 8, BTH 12, RETH 16, ImmDt 4, ICRC 4:
         // 1102 B) on two wires of 1 us.
         let frame_ns = crate::sim::wire::serialization_ns(1102, RATE);
-        assert_eq!(stamp - records[0].start, 2 * (frame_ns + 1000));
+        assert_eq!(first.last - first.start, 2 * (frame_ns + 1000));
+        assert_eq!((first.last_src, first.last_dst), (1, 0));
+        assert_eq!(first.flows.bytes, vec![1024]);
         assert_eq!(fabric.totals().drops, 0);
-        assert!(records[1].start > records[0].start);
-        assert_eq!(records[0].reports[1].sends.len(), 1);
+        assert!(records[1].summary.start > first.start);
+        let raw = records[0].raw.as_ref().unwrap();
+        assert_eq!(raw.reports[0].arrivals, vec![(1, 0, first.last)]);
+        assert_eq!(raw.reports[1].sends.len(), 1);
+        assert_eq!(fabric.progress(), (2, 2, 1, 1));
+    }
+
+    #[test]
+    fn a_ring_allreduce_adds_up_in_simulated_memory() {
+        let mut fabric = star();
+        let plans = Plans::new("allreduce", 2, 4096, None).unwrap();
+        let records = fabric.run_collective(plans, 2, 1, 1024).unwrap();
+        assert_eq!(records.len(), 3);
+        assert!(records
+            .iter()
+            .all(|r| r.summary.verified && r.raw.is_none()));
+        assert_eq!(records[0].summary.flows.bytes, vec![4096, 4096]); // 2 steps of 2 KiB each way
+        assert!(fabric.hosts.iter().all(|h| h.memory.data().is_empty())); // released once the run ended
     }
 
     #[test]
     fn plans_for_other_hosts_are_refused() {
         let mut fabric = star();
-        assert!(fabric
-            .run_collective(vec![RankPlan::default()], 1, 0, 1024)
-            .is_err());
+        let plans = Plans::new("incast", 3, 1024, None).unwrap();
+        assert!(fabric.run_collective(plans, 1, 0, 1024).is_err());
     }
 
     #[test]
@@ -952,15 +1051,15 @@ pub(crate) mod tests {
                 duration_ns: Some(1_000_000),
             }])
             .unwrap();
-        let records = fabric.run_collective(one_write(1024), 1, 0, 1024).unwrap();
-        let [(_, _, stamp)] = records[0].reports[0].arrivals[..] else {
+        let records = run_raw(&mut fabric, one_write(1024), 1, 0, 1024).unwrap();
+        let [(_, _, stamp)] = records[0].1.reports[0].arrivals[..] else {
             panic!("one arrival expected");
         };
         // The switch held it, its port to host 0 paused: it goes when the XON of the resume (1 ms) arrived.
         let xon_ns = crate::sim::wire::serialization_ns(60, RATE);
         let frame_ns = crate::sim::wire::serialization_ns(1102, RATE);
         assert_eq!(
-            stamp - records[0].start,
+            stamp - records[0].0,
             1_000_000 + xon_ns + 1000 + frame_ns + 1000
         );
         assert_eq!(fabric.faults.injected, 1);
@@ -1004,11 +1103,11 @@ pub(crate) mod tests {
         };
         spec.switches[0].losses = vec![loss(vec![]), loss(vec![1])]; // the sender's first frame
         let mut fabric = Fabric::new(spec).unwrap();
-        let records = fabric.run_collective(one_write(1024), 1, 0, 1024).unwrap();
+        let records = run_raw(&mut fabric, one_write(1024), 1, 0, 1024).unwrap();
         // Frame 1 of each direction of the sender's link: its WRITE, then the ACK of the WRITE resent.
         assert_eq!(fabric.totals().drops, 2);
         assert_eq!(fabric.switches[0].injected_drops(), 2);
-        assert_eq!(records[0].reports[1].counters, vec![(0, 2, 2)]); // resent after each timeout
+        assert_eq!(records[0].1.reports[1].counters, vec![(0, 2, 2)]); // resent after each timeout
         let mut lossless = star_spec();
         lossless.switches[0].losses = vec![PortLoss::default(), PortLoss::default()];
         let mut fabric = Fabric::new(lossless).unwrap();
@@ -1037,7 +1136,7 @@ pub(crate) mod tests {
         });
         fabric.watch(15_000_000, sampler).unwrap();
         fabric
-            .begin_collective(one_write(1024), 1, 0, 1024)
+            .begin_collective(one_write(1024), 1, 0, 1024, false)
             .unwrap();
         while !fabric.advance(Some(7)).unwrap() {}
         assert!(fabric.stuck() && fabric.take_records().is_empty());

@@ -192,8 +192,9 @@ pub struct SimHost {
     pub ip: [u8; 4],
     pub queue: PortQueue,
     pub memory: FlatMemory,
-    /// By QP number (`None` where no QP has that number).
-    pub qps: Vec<Option<HostQp>>,
+    /// By QP number (`None` where no QP has that number). Boxed: the ranks number a QP after its peer, so a
+    /// ring's last rank has a table as long as the ring for its two QPs (3,456 ranks: 3 GB unboxed).
+    pub qps: Vec<Option<Box<HostQp>>>,
     pub counters: HostCounters,
     /// DCQCN's notification point and reaction points, when the fabric runs it.
     pub cc: Option<HostCc>,
@@ -313,12 +314,12 @@ impl SimHost {
             self.qps.resize_with(at + 1, || None);
             self.in_ready.resize(at + 1, false);
         }
-        self.qps[at] = Some(HostQp {
+        self.qps[at] = Some(Box::new(HostQp {
             qp,
             framer,
             peer_ip,
             timer,
-        });
+        }));
         Ok(())
     }
 

@@ -1,93 +1,32 @@
-//! A collective's plans and ranks in simulated time (the data of `emulator/collectives/sim_ranks.py`).
+//! A collective's ranks in simulated time: the state of `emulator/collectives/sim_ranks.py`'s `SimRank`,
+//! kept small enough for thousands of ranks.
 //!
-//! The plans come from Python's `emulator.collectives.algorithms` as plain data: per rank its regions and its
-//! steps (the WRITEs with immediate it sends, the arrivals it expects, the float32 reduction it does). What a
-//! rank reports for an iteration is what the rank process reports, so the coordinator's own `summarize`
-//! computes the iteration's metrics. The ranks are driven by `sim::fabric`, which owns the hosts they post on.
-use std::collections::HashMap;
+//! A rank executes its steps of [`Plans`] (computed when needed, never stored). What it remembers of an
+//! iteration is what the iteration's summary needs (`sim::summary`): per peer, the last arrival and the QP's
+//! counters at the previous iteration's end; and which arrivals came, one bit each, so that a step's
+//! completion is an O(1) count. The rank process's full report (every arrival and completion) is kept only
+//! when asked ([`RankLog`]): the differential test of the summary against the coordinator's `summarize`.
+//! The ranks are driven by `sim::fabric`, which owns the hosts they post on.
+use crate::sim::plans::{peers, Plans};
 
-/// One WRITE with immediate: `length` bytes at `offset` of my data region into `dst`'s region (its staging
-/// region when `staging`) at `dst_offset`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SendPlan {
-    pub dst: u32,
-    pub offset: u64,
-    pub length: u64,
-    pub staging: bool,
-    pub dst_offset: u64,
+/// What a rank exchanges with one peer, and what it saw of it in the current iteration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Peer {
+    pub rank: u32,
+    /// WRITEs with immediate the peer sends per iteration: the receives to post on its QP.
+    pub receives: u32,
+    /// Bytes this rank WRITEs to the peer per iteration.
+    pub bytes: u64,
+    /// The last arrival from the peer in this iteration, and the rank's count of arrivals when the first
+    /// from it came (the coordinator's dict keeps peers in that order, which breaks ties).
+    pub last: Option<(u64, u32)>,
+    /// Its QP's (retransmitted packets, timeouts) when the previous iteration ended.
+    pub previous: (u64, u64),
+    /// Their growth over the iteration that just ended (set by the summary).
+    pub delta: (u64, u64),
 }
 
-/// One step: its sends, the ranks it expects a WRITE with immediate from, and the reduction
-/// `(staging offset, data offset, length)` it does once they arrived (data += staging, float32).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StepPlan {
-    pub sends: Vec<SendPlan>,
-    pub receives: Vec<u32>,
-    pub reduce: Option<(u64, u64, u64)>,
-}
-
-/// One rank's plan: its regions (data, then staging), its steps, the ranks whose inputs it sums.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RankPlan {
-    pub data_bytes: u64,
-    pub staging_bytes: u64,
-    pub steps: Vec<StepPlan>,
-    pub reduce_group: Vec<u32>,
-}
-
-impl RankPlan {
-    /// Every rank it talks to, ascending (the order its QPs are made in).
-    pub fn peers(&self) -> Vec<u32> {
-        let mut peers: Vec<u32> = self
-            .steps
-            .iter()
-            .flat_map(|step| {
-                step.sends
-                    .iter()
-                    .map(|send| send.dst)
-                    .chain(step.receives.iter().copied())
-            })
-            .collect();
-        peers.sort_unstable();
-        peers.dedup();
-        peers
-    }
-
-    /// How many WRITEs with immediate each peer sends per iteration, in order of first appearance: the
-    /// receives to post.
-    pub fn receives_by_peer(&self) -> Vec<(u32, u32)> {
-        let mut counts: Vec<(u32, u32)> = Vec::new();
-        for src in self.steps.iter().flat_map(|step| step.receives.iter()) {
-            match counts.iter_mut().find(|(peer, _)| peer == src) {
-                Some((_, count)) => *count += 1,
-                None => counts.push((*src, 1)),
-            }
-        }
-        counts
-    }
-
-    /// Arrivals it expects per iteration.
-    pub fn receive_count(&self) -> usize {
-        self.steps.iter().map(|step| step.receives.len()).sum()
-    }
-
-    /// Every float32 of the data region before iteration `iteration`: (rank + 1) x (iteration + 1).
-    pub fn reduce_input(rank: u32, iteration: u32) -> f32 {
-        ((u64::from(rank) + 1) * (u64::from(iteration) + 1)) as f32
-    }
-
-    /// Every float32 of the data region after iteration `iteration`: the group's inputs summed.
-    pub fn reduce_result(&self, iteration: u32) -> f32 {
-        let sum: u64 = self
-            .reduce_group
-            .iter()
-            .map(|&rank| u64::from(rank) + 1)
-            .sum();
-        ((u64::from(iteration) + 1) * sum) as f32
-    }
-}
-
-/// What a rank reports for an iteration (the rank process's report).
+/// The rank process's report of an iteration (kept when the collective runs with its log).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RankReport {
     pub iteration: u32,
@@ -103,27 +42,67 @@ pub struct RankReport {
     pub verified: bool,
 }
 
+/// Every arrival and send completion of an iteration, in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RankLog {
+    pub arrivals: Vec<(u32, u32, u64)>,
+    pub sends: Vec<(u32, u64, u64)>,
+}
+
+/// What an arrival was to the plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// Expected, and it completes the current step.
+    CompletesStep,
+    /// Expected (this or a later step).
+    Expected,
+    /// Not in the plan, or a second one from the same peer for the same step: the rank fails.
+    Unexpected,
+}
+
 /// One rank's state during an iteration.
 #[derive(Clone, Debug, Default)]
 pub struct SimRank {
-    pub plan: RankPlan,
+    pub rank: u32,
     pub iteration: u32,
     pub start: u64,
-    pub arrived: Vec<(u32, u32, u64)>,
-    /// (source, step) -> its index in `arrived`.
-    pub arrived_at: HashMap<(u32, u32), usize>,
-    pub sends: Vec<(u32, u64, u64)>,
+    /// The step it is at.
+    pub step: u32,
+    /// The current step's arrivals so far.
+    step_arrived: u32,
+    /// One bit per arrival the iteration expects, at its slot ([`Plans::slot`]): whether it came.
+    arrived: Vec<u64>,
+    /// Arrivals in this iteration, and in all that it expects.
+    pub arrivals: u32,
+    pub receives: usize,
     pub outstanding: u64,
-    pub step: usize,
     pub done: bool,
     pub failure: Option<String>,
+    /// Its peers, ascending (one QP each).
+    pub peers: Vec<Peer>,
+    /// The full report's data, when kept.
+    pub log: Option<RankLog>,
 }
 
 impl SimRank {
-    /// A rank that executes `plan`.
-    pub fn new(plan: RankPlan) -> SimRank {
+    /// Rank `rank` of `plans`, with its log when `log`.
+    pub fn new(plans: &Plans, rank: u32, log: bool) -> SimRank {
+        let peers: Vec<Peer> = peers(plans, rank)
+            .into_iter()
+            .map(|p| Peer {
+                rank: p.peer,
+                receives: p.receives,
+                bytes: p.bytes,
+                ..Peer::default()
+            })
+            .collect();
+        let receives: usize = peers.iter().map(|p| p.receives as usize).sum();
         SimRank {
-            plan,
+            rank,
+            receives,
+            arrived: vec![0; receives.div_ceil(64)],
+            peers,
+            log: log.then(RankLog::default),
             ..SimRank::default()
         }
     }
@@ -133,13 +112,28 @@ impl SimRank {
         peer.saturating_add(1)
     }
 
-    /// Back to the start of an iteration.
-    pub fn reset(&mut self) {
-        self.arrived.clear();
-        self.arrived_at.clear();
-        self.sends.clear();
+    /// The peer `rank`, if it is one.
+    pub fn peer(&self, rank: u32) -> Option<&Peer> {
+        let at = self.peers.binary_search_by_key(&rank, |p| p.rank).ok()?;
+        self.peers.get(at)
+    }
+
+    /// Iteration `iteration` begins, its first step at `start`.
+    pub fn reset(&mut self, iteration: u32, start: u64) {
+        self.iteration = iteration;
+        self.start = start;
+        self.arrived.fill(0);
+        self.arrivals = 0;
+        for peer in &mut self.peers {
+            peer.last = None;
+        }
+        if let Some(log) = &mut self.log {
+            log.arrivals.clear();
+            log.sends.clear();
+        }
         self.outstanding = 0;
         self.step = 0;
+        self.step_arrived = 0;
         self.done = false;
         self.failure = None;
     }
@@ -149,34 +143,97 @@ impl SimRank {
         (self.iteration & 0xFFFF) << 16
     }
 
-    /// Records an arrival from `src` for `step` at `stamp` (a repeat keeps its place, as a dict's key does).
-    pub fn arrive(&mut self, src: u32, step: u32, stamp: u64) {
-        match self.arrived_at.get(&(src, step)) {
-            Some(&at) => {
-                if let Some(entry) = self.arrived.get_mut(at) {
-                    entry.2 = stamp;
-                }
-            }
-            None => {
-                self.arrived_at.insert((src, step), self.arrived.len());
-                self.arrived.push((src, step, stamp));
-            }
+    /// Records an arrival from `src` for step `step` at `stamp`.
+    pub fn arrive(&mut self, plans: &Plans, src: u32, step: u32, stamp: u64) -> Arrival {
+        if let Some(log) = &mut self.log {
+            log.arrivals.push((src, step, stamp));
+        }
+        let fresh = plans
+            .slot(self.rank, step, src)
+            .filter(|&slot| !self.bit(slot))
+            .and_then(|slot| {
+                let at = self.peers.binary_search_by_key(&src, |p| p.rank).ok()?;
+                Some((slot, at))
+            });
+        let Some((slot, at)) = fresh else {
+            self.failure = Some(format!(
+                "rank {}: an arrival from {src} for step {step} it does not expect",
+                self.rank
+            ));
+            return Arrival::Unexpected;
+        };
+        if let Some(word) = self.arrived.get_mut(slot as usize / 64) {
+            *word |= 1 << (slot % 64);
+        }
+        let peer = &mut self.peers[at];
+        peer.last = Some(match peer.last {
+            Some((last, order)) => (last.max(stamp), order),
+            None => (stamp, self.arrivals),
+        });
+        self.arrivals += 1;
+        if step != self.step {
+            return Arrival::Expected;
+        }
+        self.step_arrived += 1;
+        if self.step_complete(plans) {
+            Arrival::CompletesStep
+        } else {
+            Arrival::Expected
         }
     }
 
-    /// Whether the current step's expected arrivals are all in.
-    pub fn step_complete(&self) -> bool {
-        let step = self.step as u32;
-        self.plan.steps.get(self.step).is_some_and(|plan| {
-            plan.receives
-                .iter()
-                .all(|&src| self.arrived_at.contains_key(&(src, step)))
-        })
+    fn bit(&self, slot: u32) -> bool {
+        self.arrived
+            .get(slot as usize / 64)
+            .is_some_and(|word| word & (1 << (slot % 64)) != 0)
+    }
+
+    /// Whether the current step's expected arrivals are all in (false past the last step).
+    pub fn step_complete(&self, plans: &Plans) -> bool {
+        let (_, count) = plans.slots(self.rank, self.step);
+        self.step < plans.steps(self.rank) && self.step_arrived == count
+    }
+
+    /// On to the next step, with the arrivals that came for it ahead of time.
+    pub fn next_step(&mut self, plans: &Plans) {
+        self.step += 1;
+        let (first, count) = plans.slots(self.rank, self.step);
+        self.step_arrived = (first..first.saturating_add(count))
+            .filter(|&slot| self.bit(slot))
+            .count() as u32;
+    }
+
+    /// A WRITE to `peer` completed.
+    pub fn sent(&mut self, peer: u32, wr_id: u64, stamp: u64) {
+        self.outstanding = self.outstanding.saturating_sub(1);
+        if let Some(log) = &mut self.log {
+            log.sends.push((peer, wr_id, stamp));
+        }
     }
 }
 
 /// Adds `count` float32s of `memory` at `from` into those at `to` (little-endian, as numpy's on x86).
 pub fn add_f32(memory: &mut [u8], to: usize, from: usize, count: usize) {
+    let bytes = count.saturating_mul(4);
+    let (to_end, from_end) = (to.saturating_add(bytes), from.saturating_add(bytes));
+    // The two ranges apart and within the memory (a reduction's data and staging): one pass over both.
+    let apart = if to_end <= from && from_end <= memory.len() {
+        let (left, right) = memory.split_at_mut(from);
+        Some((&mut left[to..to_end], &right[..bytes]))
+    } else if from_end <= to && to_end <= memory.len() {
+        let (left, right) = memory.split_at_mut(to);
+        Some((&mut right[..bytes], &left[from..from_end]))
+    } else {
+        None
+    };
+    if let Some((target, source)) = apart {
+        for (a, b) in target.chunks_exact_mut(4).zip(source.chunks_exact(4)) {
+            let x = f32::from_le_bytes([a[0], a[1], a[2], a[3]]);
+            let y = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            a.copy_from_slice(&(x + y).to_le_bytes());
+        }
+        return;
+    }
     for i in 0..count {
         let (a, b) = (to + 4 * i, from + 4 * i);
         let (Some(x), Some(y)) = (read_f32(memory, a), read_f32(memory, b)) else {
@@ -194,28 +251,52 @@ pub fn read_f32(memory: &[u8], at: usize) -> Option<f32> {
     Some(f32::from_le_bytes(bytes))
 }
 
+/// Every float32 of rank `rank`'s data region before iteration `iteration`: (rank + 1) x (iteration + 1).
+pub fn reduce_input(rank: u32, iteration: u32) -> f32 {
+    ((u64::from(rank) + 1) * (u64::from(iteration) + 1)) as f32
+}
+
+/// Every float32 of rank `rank`'s data region after iteration `iteration`: its group's inputs summed.
+pub fn reduce_result(plans: &Plans, rank: u32, iteration: u32) -> f32 {
+    let sum: u64 = plans.reduce_group(rank).map(|r| u64::from(r) + 1).sum();
+    ((u64::from(iteration) + 1) * sum) as f32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn receives_by_peer_keeps_first_appearance_order() {
-        let plan = RankPlan {
-            steps: vec![
-                StepPlan {
-                    receives: vec![3, 1],
-                    ..StepPlan::default()
-                },
-                StepPlan {
-                    receives: vec![1],
-                    ..StepPlan::default()
-                },
-            ],
-            ..RankPlan::default()
-        };
-        assert_eq!(plan.receives_by_peer(), vec![(3, 1), (1, 2)]);
-        assert_eq!(plan.peers(), vec![1, 3]);
-        assert_eq!(plan.receive_count(), 3);
+    fn a_step_completes_when_its_arrivals_are_in_even_if_they_came_early() {
+        let plans = Plans::new("allgather", 3, 12, None).unwrap(); // rank 1 hears from rank 0 each step
+        let mut rank = SimRank::new(&plans, 1, true);
+        rank.reset(0, 100);
+        assert_eq!(rank.arrive(&plans, 0, 1, 7), Arrival::Expected); // step 1's, ahead of time
+        assert!(!rank.step_complete(&plans));
+        assert_eq!(rank.arrive(&plans, 0, 0, 5), Arrival::CompletesStep);
+        rank.next_step(&plans);
+        assert!(rank.step_complete(&plans)); // step 1's arrival was already in
+        rank.next_step(&plans);
+        assert!(!rank.step_complete(&plans)); // past the last step
+        assert_eq!(rank.peer(0).unwrap().last, Some((7, 0)));
+        assert_eq!(rank.arrivals, 2);
+        assert_eq!(
+            rank.log.as_ref().unwrap().arrivals,
+            vec![(0, 1, 7), (0, 0, 5)]
+        );
+    }
+
+    #[test]
+    fn a_repeat_or_a_stranger_fails_the_rank() {
+        let plans = Plans::new("allgather", 3, 12, None).unwrap();
+        let mut rank = SimRank::new(&plans, 1, false);
+        rank.reset(0, 0);
+        assert_eq!(rank.arrive(&plans, 0, 0, 5), Arrival::CompletesStep);
+        assert_eq!(rank.arrive(&plans, 0, 0, 6), Arrival::Unexpected);
+        assert!(rank.failure.is_some());
+        rank.reset(1, 0);
+        assert_eq!(rank.arrive(&plans, 2, 0, 5), Arrival::Unexpected); // rank 2 is not its sender
+        assert_eq!(rank.arrive(&plans, 0, 9, 5), Arrival::Unexpected); // no step 9
     }
 
     #[test]
@@ -228,5 +309,10 @@ mod tests {
         assert_eq!(read_f32(&memory, 0), Some(1.75));
         assert_eq!(read_f32(&memory, 4), Some(6.0));
         add_f32(&mut memory, 12, 14, 5); // out of bounds: stops, never panics
+        add_f32(&mut memory, 4, 0, 2); // overlapping: float by float, in order
+        assert_eq!(read_f32(&memory, 4), Some(7.75));
+        assert_eq!(read_f32(&memory, 8), Some(7.75 + 0.25));
+        add_f32(&mut memory, 8, 0, 1); // before it
+        assert_eq!(read_f32(&memory, 8), Some(8.0 + 1.75));
     }
 }
