@@ -29,7 +29,7 @@ from typing import Any
 from emulator.agents.config import AgentConfig
 from emulator.agents.loop import Handler, Loop
 from emulator.errors import FabricError
-from emulator.model.fidelity import Durations
+from emulator._core.fidelity import Durations
 
 SO_PEERCRED = 17
 CONTROL_REQUEST_MAX = 256  # bytes of one control request
