@@ -35,7 +35,7 @@ SO_PEERCRED = 17
 CONTROL_REQUEST_MAX = 256  # bytes of one control request
 CONTROL_TIMEOUT_NS = 2_000_000_000  # a control client has this long to send its request and take the reply
 CONTROL_CLIENTS_MAX = 16
-# Kinds of timer, judged apart by the fidelity monitor (emulator.model.fidelity.Thresholds): "link" (PFC hold
+# Kinds of timer, judged apart by the fidelity monitor (emulator._core.fidelity.Thresholds): "link" (PFC hold
 # expiry, paced departures, delay lines, credit updates, samples), "start" (timed starts, measured at the
 # release), "timeout" (retransmission and RNR timers).
 TIMER_KINDS = ("link", "start", "timeout")
