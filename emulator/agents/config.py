@@ -33,8 +33,10 @@ from emulator._core.credits import FABRIC_REFRESH_NS
 from emulator._core.ib import MANAGEMENT_VL, SLS
 from emulator._core.mac import mac_bytes
 from emulator._core.pfc import PRIORITIES
-from emulator.model.dcqcn import DcqcnParams  # config types stay Python dataclasses: the compiled models read
-from emulator.model.mmu import MmuConfig  # their fields once, when an agent builds its model
+# Config types stay Python dataclasses (parsed and checked here); the compiled models read their fields once,
+# when an agent builds its model.
+from emulator.model.dcqcn import DcqcnParams
+from emulator.model.mmu import MmuConfig
 
 MAX_MTU = 65535  # an IPv4 packet's total length field
 MAX_KEY_DIGITS = 18  # an integer key in the JSON (a DLID) has fewer digits; longer ones are not read
