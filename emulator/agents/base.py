@@ -29,13 +29,13 @@ from typing import Any
 from emulator.agents.config import AgentConfig
 from emulator.agents.loop import Handler, Loop
 from emulator.errors import FabricError
-from emulator.model.fidelity import Durations
+from emulator._core.fidelity import Durations
 
 SO_PEERCRED = 17
 CONTROL_REQUEST_MAX = 256  # bytes of one control request
 CONTROL_TIMEOUT_NS = 2_000_000_000  # a control client has this long to send its request and take the reply
 CONTROL_CLIENTS_MAX = 16
-# Kinds of timer, judged apart by the fidelity monitor (emulator.model.fidelity.Thresholds): "link" (PFC hold
+# Kinds of timer, judged apart by the fidelity monitor (emulator._core.fidelity.Thresholds): "link" (PFC hold
 # expiry, paced departures, delay lines, credit updates, samples), "start" (timed starts, measured at the
 # release), "timeout" (retransmission and RNR timers).
 TIMER_KINDS = ("link", "start", "timeout")

@@ -29,12 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from emulator.errors import one_line, shown
-from emulator.model.credits import FABRIC_REFRESH_NS
+from emulator._core.credits import FABRIC_REFRESH_NS
+from emulator._core.ib import MANAGEMENT_VL, SLS
+from emulator._core.mac import mac_bytes
+from emulator._core.pfc import PRIORITIES
+# Config types stay Python dataclasses (parsed and checked here); the compiled models read their fields once,
+# when an agent builds its model.
 from emulator.model.dcqcn import DcqcnParams
 from emulator.model.mmu import MmuConfig
-from emulator.wire.ib import MANAGEMENT_VL, SLS
-from emulator.wire.mac import mac_bytes
-from emulator.wire.pfc import PRIORITIES
 
 MAX_MTU = 65535  # an IPv4 packet's total length field
 MAX_KEY_DIGITS = 18  # an integer key in the JSON (a DLID) has fewer digits; longer ones are not read

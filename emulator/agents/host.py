@@ -4,7 +4,7 @@ One per host, in a data-plane process (:mod:`emulator.agents.worker`).  It runs 
 (:mod:`emulator.agents.rnic`: verbs for applications, RC transport on the
 wire) and listens for MAC control frames
 (EtherType 0x8808) on the host's NIC, feeds them to a sans-I/O
-:class:`~emulator.model.pause.PauseState`, closes the tc pause gate of each paused
+:class:`~emulator._core.pause.PauseState`, closes the tc pause gate of each paused
 priority and opens it again at XON or when the quanta run out (a timerfd,
 not a poll timeout: quanta are microseconds).  Because the gate is in the
 kernel, every application on the host, iperf3 or a kernel UDP socket, is
@@ -17,7 +17,7 @@ refreshed at half its pause time): SIGCOMM 2016's NIC pause storm.
 ``slow FRACTION`` makes the RNIC take frames at that fraction of its link
 rate through a NIC buffer of RX_BUFFER bytes that pauses the switch port
 (XOFF) when it fills to its headroom and lets it go (XON) once drained
-(:mod:`emulator.model.rx_pipeline`): the slow receiver; ``slow`` again
+(:mod:`emulator._core.rx_pipeline`): the slow receiver; ``slow`` again
 changes the rate (FRACTION in :data:`emulator.bounds.SLOW_FRACTION`, the
 command line's range).  ``resume`` ends either: XON, and every held frame
 taken at once.
@@ -34,12 +34,12 @@ from emulator import bounds
 from emulator.agents.base import AgentBase
 from emulator.agents.loop import Loop
 from emulator.agents.config import HostConfig
-from emulator.model.fidelity import Durations, EgressWire, verdict
-from emulator.model.pause import PauseState
-from emulator.model.rx_pipeline import RxPipeline
+from emulator._core.fidelity import Durations, EgressWire, verdict
+from emulator._core.pause import PauseState
+from emulator._core.rx_pipeline import RxPipeline
 from emulator.model.switch_params import DEFAULT_LOSSLESS, default_headroom
-from emulator.wire.mac import mac_bytes
-from emulator.wire.pfc import ETHERTYPE_MAC_CONTROL, MAX_QUANTA, PRIORITIES, decode_pfc, encode_pfc, pause_ns
+from emulator._core.mac import mac_bytes
+from emulator._core.pfc import ETHERTYPE_MAC_CONTROL, MAX_QUANTA, PRIORITIES, decode_pfc, encode_pfc, pause_ns
 from emulator.agents.rnic import Rnic
 from emulator.kernel.packet_socket import unbound_packet_socket
 from emulator.kernel.rps import keep_flows_in_order

@@ -27,8 +27,8 @@ import random
 import stat
 from dataclasses import dataclass
 
-from emulator.model.rc import AccessError
-from emulator.model.rdma_params import MAX_MR_BYTES  # the RNIC's limit per region, also its maximum message
+from emulator._core.rc import AccessError
+from emulator._core.rdma_params import MAX_MR_BYTES  # the RNIC's limit per region, also its maximum message
 
 ACCESS_LOCAL_WRITE = 1  # libibverbs IBV_ACCESS_* values
 ACCESS_REMOTE_WRITE = 2
@@ -136,7 +136,7 @@ def _release(region: Region) -> None:
 
 
 class DomainMemory:
-    """The :class:`~emulator.model.rc.Memory` one protection domain's QPs see."""
+    """The memory one protection domain's compiled QPs (:mod:`emulator._core.rc`) see."""
 
     def __init__(self, table: RegionTable, owner: int) -> None:
         self.table = table

@@ -43,18 +43,18 @@ from emulator.agents.memory import MAX_MR_BYTES, RegionTable
 from emulator.agents.verbs_messages import (
     MESSAGE_MAX, U32, U64, BadRequest, decode, integer, ipv4, optional_integer, rows,
 )
-from emulator.wire.mac import ETH_LEN
-from emulator.wire.roce import CNP_DSCP
-from emulator.wire.transport import PSN_MASK, Opcode, Packet
+from emulator._core.mac import ETH_LEN
+from emulator._core.roce import CNP_DSCP
+from emulator._core.transport import PSN_MASK, Opcode, Packet
 from emulator.agents.rnic_links import make_link
 from emulator.kernel.packet_socket import kernel_drops, open_packet_socket
-from emulator.model.dcqcn import NotificationPoint, ReactionPoint
-from emulator.model.fidelity import EgressWire
-from emulator.model.rx_pipeline import RxPipeline
-from emulator.model.rc import (
+from emulator._core.dcqcn import NotificationPoint, ReactionPoint
+from emulator._core.fidelity import EgressWire
+from emulator._core.rx_pipeline import RxPipeline
+from emulator._core.rc import (
     Completion, RcConfig, RcQueuePair, RecvWR, SendWR, WcOpcode, WrOpcode, default_timeout_ns,
 )
-from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD
+from emulator._core.rdma_params import PATHS_MTU, ROCE_OVERHEAD
 
 # SO_SNDBUF in link-MTU frames.  The kernel doubles it and charges a frame its whole allocation (about
 # twice a 4 KiB frame): about a dozen frames queued in tc, so the agent wakes for EPOLLOUT once a dozen.

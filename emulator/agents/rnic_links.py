@@ -1,6 +1,6 @@
 """What the RNIC puts on its host's link: RoCEv2 frames, or native IB packets.
 
-The transport (:mod:`emulator.model.rc`) and the verbs are the same on both
+The transport (the compiled :mod:`emulator._core.rc`) and the verbs are the same on both
 fabrics; only the framing, what the RNIC listens for and whether a frame
 needs link credit differ.  ``--fabric ib`` gives every QP native IB framing
 (LRH with LIDs from the subnet manager, VCRC) and gates sending on the
@@ -15,11 +15,11 @@ import struct
 from typing import Any
 
 from emulator.agents.config import HostConfig, HostIbConfig
-from emulator.model.ib_port import IbPort
-from emulator.wire.ib import ETHERTYPE_IB
-from emulator.wire.transport import Packet
-from emulator.wire.mac import ETH_LEN
-from emulator.wire.roce import DATA_DSCP, ROCE_PORT, Framer, decode
+from emulator._core.ib_port import IbPort
+from emulator._core.ib import ETHERTYPE_IB
+from emulator._core.transport import Packet
+from emulator._core.mac import ETH_LEN
+from emulator._core.roce import DATA_DSCP, ROCE_PORT, Framer, decode
 
 ETH_P_IP = 0x0800
 SO_ATTACH_FILTER = 26

@@ -1,7 +1,8 @@
 """The switch agent: forwarding real frames between one switch's ports.
 
 It wraps the sans-I/O pieces (forwarding decisions, the MMU, the links, the
-IB plane) with AF_PACKET sockets, an epoll loop and a timerfd.  Egress
+IB plane: the compiled models of :mod:`emulator._core`) with AF_PACKET
+sockets, an epoll loop and a timerfd.  Egress
 pacing is the kernel's: each port's HTB shapes at the link rate, and the
 port's data socket has a send buffer of about two full frames, so the kernel
 queue holds one to three frames and the backlog stays in the MMU.  When the
@@ -10,7 +11,7 @@ frame the MMU chooses.  PFC frames leave through a second socket per port,
 in the highest tc class, so they overtake the data backlog.
 
 Link delay and injected loss are modelled here, on every kernel, by each
-port's :class:`~emulator.model.link.Link`: it says when a received frame is
+port's compiled :class:`~emulator._core.link.Link`: it says when a received frame is
 processed and, on host-facing ports with delay, when a frame leaves the MMU
 and when it reaches the kernel; this module receives and sends.
 
@@ -30,20 +31,20 @@ from emulator.agents.base import AgentBase
 from emulator.errors import FabricError
 from emulator.agents.loop import Loop
 from emulator.agents.config import PortConfig, RouteTable, SwitchConfig, check_routes, read
-from emulator.wire.mac import ETH_LEN, mac_bytes
-from emulator.wire.ib import ETH_IB
-from emulator.wire.pfc import ETH_MAC_CONTROL, PRIORITIES, decode_pfc, encode_pfc
+from emulator._core.mac import ETH_LEN, mac_bytes
+from emulator._core.ib import ETH_IB
+from emulator._core.pfc import ETH_MAC_CONTROL, PRIORITIES, decode_pfc, encode_pfc
 from emulator.kernel.packet_socket import (
     ETH_P_ALL, kernel_drops, last_receive_ns, open_packet_socket, unbound_packet_socket,
 )
 from emulator.kernel.rps import keep_flows_in_order
-from emulator.model.forwarding import (
+from emulator._core.forwarding import (
     ETH_ARP, ETH_CONTROL, ETH_IPV4, arp_reply, ecmp_index, ipv4_ok, priority, routed,
 )
-from emulator.model.fidelity import Durations, EgressWire, verdict
-from emulator.model.ib_plane import IB_DROPS, IbPlane
-from emulator.model.link import Link
-from emulator.model.mmu import Mmu
+from emulator._core.fidelity import Durations, EgressWire, verdict
+from emulator._core.ib_plane import IB_DROPS, IbPlane
+from emulator._core.link import Link
+from emulator._core.mmu import Mmu
 from emulator.kernel.tc import leaf_class
 from emulator.kernel.drop_counters import NamespaceDrops
 from emulator.model.switch_params import derive_config
@@ -375,10 +376,11 @@ class SwitchAgent(AgentBase):
         not wake 1000 times a second, a busy one needs no wake-ups of its own).
         """
         mmu, rows = self.mmu, []
+        pauses, ingresses = mmu.pause, mmu.ingress  # the compiled MMU copies these at each read: once a sample
         for port in self.ports:
             i = port.index
-            paused = mmu.pause[i].until
-            xoff = mmu.ingress[i].xoff
+            paused = pauses[i].until
+            xoff = ingresses[i].xoff
             for p in range(PRIORITIES):
                 value = (mmu.ingress_bytes(i, p), mmu.egress_bytes(i, p), paused[p] is not None, xoff[p])
                 if self.last_sample.get((i, p), (0, 0, False, False)) != value:
@@ -420,25 +422,28 @@ class SwitchAgent(AgentBase):
     def stats(self) -> dict[str, Any]:
         now = self.now()
         mmu = self.mmu
+        # The compiled MMU builds these lists at each read (the counters are live views): once per request.
+        counters, pauses, watchdog = mmu.counters, mmu.pause, mmu.watchdog
         ports: dict[str, Any] = {}
         totals = {"drops": 0, "pfc_sent": 0, "pfc_received": 0, "ecn_marked": 0, "rx_frames": 0, "tx_frames": 0,
                   "malformed": 0, "pfcwd_drops": 0, "pfcwd_storms": 0,
-                  "pfcwd_restorations": mmu.watchdog.restorations if mmu.watchdog is not None else 0}
+                  "pfcwd_restorations": watchdog.restorations if watchdog is not None else 0}
         for port in self.ports:
             i = port.index
             kernel_drops = port.read_kernel_drops()
+            injected = port.link.injected_drops  # a copy
             priorities = []
             for p in range(PRIORITIES):
-                c = mmu.counters[i][p]
+                c = counters[i][p]
                 entry = {
                     "rx_frames": port.rx_frames[p], "rx_bytes": port.rx_bytes[p],
                     "tx_frames": c.tx_frames, "tx_bytes": c.tx_bytes,
                     "drops": {"threshold": c.drops_threshold, "headroom": c.drops_headroom,
-                              "injected": port.link.injected_drops[p], "pfcwd": c.pfcwd_drops},
+                              "injected": injected[p], "pfcwd": c.pfcwd_drops},
                     "pfcwd_storms": c.pfcwd_storms,
                     "pfc_sent": {"xoff": c.pfc_xoff_sent, "xon": c.pfc_xon_sent},
                     "pfc_received": port.pfc_received[p],
-                    "paused_ns": mmu.pause[i].paused_time(p, now),
+                    "paused_ns": pauses[i].paused_time(p, now),
                     "ecn_marked": c.ecn_marked,
                     "ingress_bytes": mmu.ingress_bytes(i, p), "ingress_peak": c.ingress_peak,
                     "egress_bytes": mmu.egress_bytes(i, p), "egress_peak": c.egress_peak,

@@ -37,7 +37,7 @@ from emulator.fabric import runstate
 from emulator.errors import FabricError
 from emulator.agents.memory import ACCESS_ALL, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE
 from emulator.agents.verbs_messages import MESSAGE_MAX
-from emulator.model.rc import Completion, RecvWR, SendWR, WcOpcode, WcStatus, WrOpcode
+from emulator._core.rc import Completion, RecvWR, SendWR, WcOpcode, WcStatus, WrOpcode
 
 __all__ = ["ACCESS_ALL", "ACCESS_LOCAL_WRITE", "ACCESS_REMOTE_READ", "ACCESS_REMOTE_WRITE", "CQ", "Completion",
            "Context", "MR", "PD", "QP", "RecvWR", "SendWR", "VerbsError", "WcOpcode", "WcStatus", "WrOpcode",

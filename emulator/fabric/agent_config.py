@@ -23,7 +23,7 @@ from emulator.fabric.plan import FabricPlan, NodePlan
 from emulator.model.dcqcn import DcqcnParams, at_link
 from emulator.model.mmu import MmuConfig
 from emulator.model.switch_params import derive_config
-from emulator.wire.ib import SLS
+from emulator._core.ib import SLS
 
 IB_SL = 0  # the service level RDMA uses on --fabric ib
 HOST_IB_BUFFER = 2048 * 64  # a host RNIC takes every packet at once; it advertises the most IB credits allow
