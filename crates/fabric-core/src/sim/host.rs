@@ -230,6 +230,10 @@ pub struct SimHost {
 
 /// Frame buffers a host keeps for reuse (a NIC queue's worth and then some).
 const SPARE_FRAMES: usize = 64;
+/// The longest frame sent in a buffer of its own size rather than a [`FRAME_BUFFER`]: an ACK or NAK (and a
+/// READ request). A switch's buffer is counted in frame bytes, so a lossy switch full of ACKs holds fifty times
+/// more of them than of data frames; each in a 4 KB buffer, an all-to-all's ACKs on fattree,16 took GBs.
+const SMALL_FRAME: usize = 256;
 /// A frame buffer's size: the longest RoCEv2 frame of the largest path MTU (4096) with room to spare, so a
 /// buffer that carried an ACK can carry data without growing (a reallocation and a copy).
 const FRAME_BUFFER: usize = 4096 + 256;
@@ -556,6 +560,11 @@ impl SimHost {
                 .unwrap_or_else(|| Vec::with_capacity(FRAME_BUFFER));
             frame.clear();
             let framed = entry.framer.encode(&self.scratch, &mut frame);
+            if frame.len() <= SMALL_FRAME {
+                // An ACK or NAK: a buffer of its own size, the large one kept for data.
+                let small = frame.as_slice().to_vec();
+                self.recycle(std::mem::replace(&mut frame, small));
+            }
             self.mark_ready(qpn); // to the back of the turn
             self.arm(engine, qpn); // its first packet in flight starts the retransmission timer
             if let Some(cc) = self.cc.as_mut().filter(|_| framed) {
