@@ -32,7 +32,8 @@ from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, SAMPLE_S, StallTrack
 TICK_S = 10.0  # wall seconds between progress lines
 # Memory a simulated variant takes, measured on the compiled backend at fattree,16 (peak RSS of one variant
 # alone, bench/bench_sim_rust.py): a QP with its rank's bookkeeping and its flow's record (alltoall-ib, whose
-# credits keep the switches' buffers nearly empty: 2.8 GB for 1.05 M QPs, about 1.8 kB each); a node with its
+# credits keep the switches' buffers nearly empty: 2.8 GB for 1.05 M QPs, about 1.8 kB each, before the RC
+# queues' first buffers held one item: 0.5 GB less since, kept as margin); a node with its
 # ports, queues, routes and its share of the frames an all-to-all's incast keeps queued on Ethernet
 # (alltoall-lossless 6.0 GB, lossy 5.6 GB: about 1 MiB more per node than IB's; the all-reduce's ring keeps
 # few).  The ranks' regions are counted whole, though a page only zeros were written to costs nothing (an
