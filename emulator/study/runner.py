@@ -259,12 +259,16 @@ def _simulation_workers(variants: list[Variant], log: Callable[[str], None]) -> 
 def _run_simulated(variants: list[Variant], workers: int,
                    log: Callable[[str], None]) -> Iterator[tuple[Variant, tuple[dict[str, Any], CollectiveRun]]]:
     """The simulated variants, ``workers`` at a time (a process each, forked: ``log`` goes with it); each as it
-    finishes."""
+    finishes.  The longest start first (:func:`_longest_first`), so that the last to finish is a short one."""
+    variants = _longest_first(variants)
     if workers <= 1:
         for variant in variants:
             yield variant, _run_sim_variant(variant, log)
         return
-    pool = multiprocessing.get_context("fork").Pool(workers, initializer=_worker_init, initargs=(log,))
+    # A fresh process per variant (maxtasksperchild): one that ran an all-to-all keeps its heap, and the next
+    # variant's would come on top of it.
+    pool = multiprocessing.get_context("fork").Pool(workers, initializer=_worker_init, initargs=(log,),
+                                                    maxtasksperchild=1)
     try:
         for variant, outcome in pool.imap_unordered(_sim_worker, variants):
             yield variant, outcome
@@ -274,6 +278,13 @@ def _run_simulated(variants: list[Variant], workers: int,
         raise
     finally:
         pool.join()
+
+
+def _longest_first(variants: list[Variant]) -> list[Variant]:
+    """The variants in the order to start them: the largest (most QPs and regions, the most frames) first, and
+    of equal size an IB one first (its credit updates make it the slowest: a third more events than on
+    Ethernet at fattree,16, docs/performance.md); the sort is stable, so the experiment's order otherwise."""
+    return sorted(variants, key=lambda variant: (sim_variant_bytes(variant), variant.fabric == "ib"), reverse=True)
 
 
 _LOG: list[Callable[[str], None]] = []  # a pool worker's log: the runner's, inherited through fork

@@ -30,10 +30,16 @@ from emulator.study.sim_fabric import build_rust_fabric, rust_pfcwd
 from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, SAMPLE_S, StallTracker
 
 TICK_S = 10.0  # wall seconds between progress lines
-# Memory a simulated variant takes, measured on the compiled backend (see docs/performance.md): a QP with its
-# rank's bookkeeping; a node with its ports, queues and routes; the ranks' regions are counted as they are.
-QP_BYTES = 1_000
-NODE_BYTES = 64 << 10
+# Memory a simulated variant takes, measured on the compiled backend at fattree,16 (peak RSS of one variant
+# alone, bench/bench_sim_rust.py): a QP with its rank's bookkeeping and its flow's record (alltoall-ib, whose
+# credits keep the switches' buffers nearly empty: 2.8 GB for 1.05 M QPs, about 1.8 kB each, before the RC
+# queues' first buffers held one item: 0.5 GB less since, kept as margin); a node with its
+# ports, queues, routes and its share of the frames an all-to-all's incast keeps queued on Ethernet
+# (alltoall-lossless 6.0 GB, lossy 5.6 GB: about 1 MiB more per node than IB's; the all-reduce's ring keeps
+# few).  The ranks' regions are counted whole, though a page only zeros were written to costs nothing (an
+# all-to-all's): that makes up for the estimate's node share on the all-reduce's side (2.3 GB measured).
+QP_BYTES = 1_800
+NODE_BYTES = 1 << 20
 ROUTE_BYTES = 420  # a switch's route to one host, while the builder hands the routes over
 BASE_BYTES = 300 << 20  # the interpreter, numpy, the plan
 

@@ -410,6 +410,12 @@ impl IbPlane {
 
     /// The kernel took the frame [`Self::head`] gave for `port`.
     pub fn sent(&mut self, port: usize) -> Result<(), IbPlaneError> {
+        self.done(port, true).map(drop)
+    }
+
+    /// [`Self::sent`], giving back the frame it took: the caller puts a data frame on the wire as it is, without
+    /// a copy (a flow-control packet, 64 bytes, is copied out of its array).
+    pub fn take_sent(&mut self, port: usize) -> Result<Vec<u8>, IbPlaneError> {
         self.done(port, true)
     }
 
@@ -418,16 +424,16 @@ impl IbPlane {
         if let Some(p) = self.ports.get_mut(port) {
             p.tx_errors += 1;
         }
-        self.done(port, false)
+        self.done(port, false).map(drop)
     }
 
     /// Take the head off `port`'s queues, in the Python twin's order: the credits are charged (if sent), the
-    /// ingress buffer freed, and only then the turn passes to the next VL.
-    fn done(&mut self, port: usize, sent: bool) -> Result<(), IbPlaneError> {
+    /// ingress buffer freed, and only then the turn passes to the next VL. Gives back the frame taken.
+    fn done(&mut self, port: usize, sent: bool) -> Result<Vec<u8>, IbPlaneError> {
         let nothing = IbPlaneError::NothingToSend { port };
         let p = self.ports.get_mut(port).ok_or(nothing.clone())?;
-        if p.control.pop_front().is_some() {
-            return Ok(()); // a lost update is repeated by the next refresh
+        if let Some(control) = p.control.pop_front() {
+            return Ok(control.frame.to_vec()); // a lost update is repeated by the next refresh
         }
         let vl = p.next_vl;
         let item = p
@@ -443,7 +449,7 @@ impl IbPlane {
         ingress.link.freed(item.vl_in, item.size)?;
         let vls = self.vls;
         self.ports.get_mut(port).ok_or(nothing)?.next_vl = (vl + 1) % vls;
-        Ok(())
+        Ok(item.frame)
     }
 
     /// Queue the flow-control packets due at `now`; append to `ports` the ports that have some to send.

@@ -586,6 +586,17 @@ fn psn_steps(n: u64) -> i64 {
     (n & u64::from(PSN_MASK)) as i64
 }
 
+/// `item` at the back of `queue`, whose first buffer holds one item: a QP's queues mostly hold one (an
+/// all-to-all's QP has one WRITE, one receive, one ACK and one completion at a time), and `VecDeque` would
+/// make room for four (alltoall-lossless at fattree,16, 1.05 M QPs: peak 5.99 -> 5.49 GB). A second item
+/// grows the buffer as usual.
+fn push_small<T>(queue: &mut VecDeque<T>, item: T) {
+    if queue.capacity() == 0 {
+        queue.reserve_exact(1);
+    }
+    queue.push_back(item);
+}
+
 /// Requester and responder of one RC queue pair; `W` is the [`Memory`]'s window type.
 #[derive(Debug)]
 pub struct RcQueuePair<W> {
@@ -822,15 +833,18 @@ impl<W> RcQueuePair<W> {
         } else {
             self.config.packets(wr.length)
         };
-        self.sq.push_back(SendOp {
-            wr,
-            first_psn: self.end_psn,
-            npkts,
-            local,
-            error,
-            read_received: 0,
-            rerequested_at: None,
-        });
+        push_small(
+            &mut self.sq,
+            SendOp {
+                wr,
+                first_psn: self.end_psn,
+                npkts,
+                local,
+                error,
+                read_received: 0,
+                rerequested_at: None,
+            },
+        );
         self.end_psn = psn_add(self.end_psn, psn_steps(npkts));
         Ok(())
     }
@@ -841,7 +855,7 @@ impl<W> RcQueuePair<W> {
             self.complete(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0, None);
             return;
         }
-        self.rq.push_back(wr);
+        push_small(&mut self.rq, wr);
     }
 
     /// Up to `max_entries` completions (all with `None`), oldest first.
@@ -1250,11 +1264,14 @@ impl<W> RcQueuePair<W> {
         ) {
             self.out.pop_back();
         }
-        self.out.push_back(Response::Reply {
-            psn,
-            syndrome,
-            msn: self.msn,
-        });
+        push_small(
+            &mut self.out,
+            Response::Reply {
+                psn,
+                syndrome,
+                msn: self.msn,
+            },
+        );
         if syndrome != SYNDROME_ACK {
             self.counters.naks_sent += 1;
         }
@@ -1545,13 +1562,16 @@ impl<W> RcQueuePair<W> {
         };
         let npkts = self.config.packets(len);
         self.msn = (self.msn + 1) & PSN_MASK;
-        self.out.push_back(Response::Read(ReadJob {
-            first_psn: psn,
-            next_index: 0,
-            npkts,
-            view,
-            len,
-        }));
+        push_small(
+            &mut self.out,
+            Response::Read(ReadJob {
+                first_psn: psn,
+                next_index: 0,
+                npkts,
+                view,
+                len,
+            }),
+        );
         self.epsn = psn_add(self.epsn, psn_steps(npkts));
     }
 
@@ -1579,13 +1599,16 @@ impl<W> RcQueuePair<W> {
             self.responder_error(NAK_REMOTE_ACCESS_ERROR, psn);
             return;
         };
-        self.out.push_back(Response::Read(ReadJob {
-            first_psn: psn,
-            next_index: 0,
-            npkts,
-            view,
-            len,
-        }));
+        push_small(
+            &mut self.out,
+            Response::Read(ReadJob {
+                first_psn: psn,
+                next_index: 0,
+                npkts,
+                view,
+                len,
+            }),
+        );
     }
 
     // --- completions and errors --------------------------------------------------------------------
@@ -1598,15 +1621,18 @@ impl<W> RcQueuePair<W> {
         byte_len: u64,
         imm: Option<u32>,
     ) {
-        self.completions.push_back(Completion {
-            wr_id,
-            status,
-            opcode,
-            qp_num: self.qpn,
-            byte_len,
-            imm,
-            timestamp: 0,
-        });
+        push_small(
+            &mut self.completions,
+            Completion {
+                wr_id,
+                status,
+                opcode,
+                qp_num: self.qpn,
+                byte_len,
+                imm,
+                timestamp: 0,
+            },
+        );
     }
 
     /// Removes the oldest WR of the send queue, keeping `tx_op` on the same WR.

@@ -333,10 +333,10 @@ impl SimSwitch {
         }
         if let Some(frame) = self.pfc_out[port].pop_front() {
             wire.send(wire_id, engine, frame.to_vec());
-        } else if let Some((_, frame)) = self.ib.as_mut().and_then(|ib| ib.head(port)) {
-            wire.send(wire_id, engine, frame.to_vec());
-            if let Some(ib) = self.ib.as_mut() {
-                let _ = ib.sent(port); // the head just given: it has credit, so sending it cannot fail
+        } else if self.ib.as_mut().is_some_and(|ib| ib.head(port).is_some()) {
+            // the head just found: it has credit, so sending it cannot fail
+            if let Some(Ok(frame)) = self.ib.as_mut().map(|ib| ib.take_sent(port)) {
+                wire.send(wire_id, engine, frame);
             }
         } else {
             let prio = loop {
