@@ -230,10 +230,12 @@ pub struct SimHost {
 
 /// Frame buffers a host keeps for reuse (a NIC queue's worth and then some).
 const SPARE_FRAMES: usize = 64;
-/// The longest frame sent in a buffer of its own size rather than a [`FRAME_BUFFER`]: an ACK or NAK (and a
-/// READ request). A switch's buffer is counted in frame bytes, so a lossy switch full of ACKs holds fifty times
-/// more of them than of data frames; each in a 4 KB buffer, an all-to-all's ACKs on fattree,16 took GBs.
-const SMALL_FRAME: usize = 256;
+/// The longest frame sent in a buffer of its own size rather than a [`FRAME_BUFFER`]: an ACK or NAK, a READ
+/// request, and a data frame of less than half a buffer. A switch's buffer is counted in frame bytes, so a
+/// switch full of small frames holds many more of them than of full ones; each in a 4 KB buffer, the ACKs and
+/// the 1 KiB messages of an all-to-all on fattree,16 took GBs. A copy of a frame this short costs less than
+/// the memory it frees.
+const SMALL_FRAME: usize = FRAME_BUFFER / 2;
 /// A frame buffer's size: the longest RoCEv2 frame of the largest path MTU (4096) with room to spare, so a
 /// buffer that carried an ACK can carry data without growing (a reallocation and a copy).
 const FRAME_BUFFER: usize = 4096 + 256;
@@ -561,7 +563,7 @@ impl SimHost {
             frame.clear();
             let framed = entry.framer.encode(&self.scratch, &mut frame);
             if frame.len() <= SMALL_FRAME {
-                // An ACK or NAK: a buffer of its own size, the large one kept for data.
+                // A short frame: a buffer of its own size, the large one kept for full frames.
                 let small = frame.as_slice().to_vec();
                 self.recycle(std::mem::replace(&mut frame, small));
             }
