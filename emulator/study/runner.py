@@ -85,10 +85,10 @@ def run_experiment(experiment: Experiment, out_root: str, log: Callable[[str], N
     log(f"results go to {directory}")
     numbers = {variant.name: number for number, variant in enumerate(experiment.variants, start=1)}
 
-    def finished(variant: Variant, summary: dict[str, Any], run: CollectiveRun) -> None:
+    def finished(summary: dict[str, Any], rows: tuple[bytes, bytes]) -> None:
         results["variants"].append(summary)
         _write_json(os.path.join(directory, "results.json"), results)
-        _append_rows(directory, variant.name, run.iterations)
+        _append_rows(directory, rows)
 
     def announce(variant: Variant) -> None:
         log(f"variant {numbers[variant.name]}/{len(experiment.variants)} {variant.name}: {variant.collective} of "
@@ -100,14 +100,14 @@ def run_experiment(experiment: Experiment, out_root: str, log: Callable[[str], N
     for number, variant in enumerate((v for v in experiment.variants if v.backend == "emulator"), start=1):
         announce(variant)
         summary, run = _run_variant(variant, directory, config, log)
-        finished(variant, summary, run)
+        finished(summary, csv_rows(variant.name, run.iterations))
         if number == 1:  # the first fabric's kernel probe stands for the run's machine
             _write_json(os.path.join(directory, "config.json"), config)
     simulated = [v for v in experiment.variants if v.backend == "sim"]
     for variant in simulated:
         announce(variant)
-    for variant, (summary, run) in _run_simulated(simulated, workers, log):
-        finished(variant, summary, run)
+    for summary, rows in _run_simulated(simulated, workers, log):
+        finished(summary, rows)
     order = {name: index for index, name in enumerate(numbers)}
     results["variants"].sort(key=lambda summary: order[summary["name"]])
     _add_predictions(experiment, results["variants"])
@@ -257,21 +257,23 @@ def _simulation_workers(variants: list[Variant], log: Callable[[str], None]) -> 
 
 
 def _run_simulated(variants: list[Variant], workers: int,
-                   log: Callable[[str], None]) -> Iterator[tuple[Variant, tuple[dict[str, Any], CollectiveRun]]]:
+                   log: Callable[[str], None]) -> Iterator[tuple[dict[str, Any], tuple[bytes, bytes]]]:
     """The simulated variants, ``workers`` at a time (a process each, forked: ``log`` goes with it); each as it
-    finishes.  The longest start first (:func:`_longest_first`), so that the last to finish is a short one."""
+    finishes, its summary and its CSV rows (:func:`csv_rows`, made in the worker: an all-to-all on fattree,16
+    has a million flows, and sending them to this process as objects, then formatting them here, took about
+    ten seconds a variant with the other core idle).  The longest start first (:func:`_longest_first`), so
+    that the last to finish is a short one."""
     variants = _longest_first(variants)
     if workers <= 1:
         for variant in variants:
-            yield variant, _run_sim_variant(variant, log)
+            yield _sim_rows(variant, log)
         return
     # A fresh process per variant (maxtasksperchild): one that ran an all-to-all keeps its heap, and the next
     # variant's would come on top of it.
     pool = multiprocessing.get_context("fork").Pool(workers, initializer=_worker_init, initargs=(log,),
                                                     maxtasksperchild=1)
     try:
-        for variant, outcome in pool.imap_unordered(_sim_worker, variants):
-            yield variant, outcome
+        yield from pool.imap_unordered(_sim_worker, variants)
         pool.close()
     except BaseException:  # Ctrl-C or a failed variant: the others stop now, not when they finish
         pool.terminate()
@@ -295,8 +297,13 @@ def _worker_init(log: Callable[[str], None]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle: it stops every worker
 
 
-def _sim_worker(variant: Variant) -> tuple[Variant, tuple[dict[str, Any], CollectiveRun]]:
-    return variant, _run_sim_variant(variant, _LOG[0])
+def _sim_worker(variant: Variant) -> tuple[dict[str, Any], tuple[bytes, bytes]]:
+    return _sim_rows(variant, _LOG[0])
+
+
+def _sim_rows(variant: Variant, log: Callable[[str], None]) -> tuple[dict[str, Any], tuple[bytes, bytes]]:
+    summary, run = _run_sim_variant(variant, log)
+    return summary, csv_rows(variant.name, run.iterations)
 
 
 def _run_sim_variant(variant: Variant, log: Callable[[str], None]) -> tuple[dict[str, Any], CollectiveRun]:
@@ -525,15 +532,21 @@ def with_bound_check(fidelity: dict[str, Any], mean_us: float, bound_us: float, 
     return {**fidelity, "faithful": False, "unfaithful": {**fidelity["unfaithful"], "collective": [reason]}}
 
 
-def _append_rows(directory: str, name: str, iterations: list[IterationResult]) -> None:
-    """A variant's rows onto iterations.csv and flows.csv, never through a link (the runner writes as root)."""
-    with append_inside(directory, "iterations.csv") as f:
-        f.write(_csv([[name, it.iteration, it.start_ns, round(it.cct_us, 1), round(it.start_skew_us, 1),
-                       it.last_src, it.last_dst, it.cause, it.retransmissions, round(it.paused_us, 1)]
-                      for it in iterations]))
-    with append_inside(directory, "flows.csv") as f:
-        f.write(_csv([[name, it.iteration, flow.src, flow.dst, flow.bytes, round(flow.fct_us, 1),
-                       flow.retransmissions, flow.timeouts] for it in iterations for flow in it.flows]))
+def csv_rows(name: str, iterations: list[IterationResult]) -> tuple[bytes, bytes]:
+    """A variant's rows of iterations.csv and of flows.csv."""
+    return (_csv([[name, it.iteration, it.start_ns, round(it.cct_us, 1), round(it.start_skew_us, 1),
+                   it.last_src, it.last_dst, it.cause, it.retransmissions, round(it.paused_us, 1)]
+                  for it in iterations]),
+            _csv([[name, it.iteration, flow.src, flow.dst, flow.bytes, round(flow.fct_us, 1),
+                   flow.retransmissions, flow.timeouts] for it in iterations for flow in it.flows]))
+
+
+def _append_rows(directory: str, rows: tuple[bytes, bytes]) -> None:
+    """A variant's rows (:func:`csv_rows`) onto iterations.csv and flows.csv, never through a link (the runner
+    writes as root)."""
+    for name, text in zip(("iterations.csv", "flows.csv"), rows):
+        with append_inside(directory, name) as f:
+            f.write(text)
 
 
 def _csv(rows: list[list[Any]]) -> bytes:

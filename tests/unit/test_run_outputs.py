@@ -195,14 +195,14 @@ def test_the_runners_files_are_never_written_through_a_link(tmp_path, outside):
         runner._write_file(str(directory / name), runner._csv([fields]))
     row = IterationResult(0, 5, 1.25, 2.0, 0.5, "h2", "h1", "queueing", 0, 0.0, True,
                           [Flow("h2", "h1", 4096, 1.25, 0, 0)])
-    runner._append_rows(str(directory), "v", [row])
+    runner._append_rows(str(directory), runner.csv_rows("v", [row]))
     assert (directory / "iterations.csv").read_text().splitlines()[1] == "v,0,5,1.2,2.0,h2,h1,queueing,0,0.0"
     assert (directory / "flows.csv").read_text().splitlines()[1] == "v,0,h2,h1,4096,1.2,0,0"
     for name in ("iterations.csv", "flows.csv"):
         os.rename(directory / name, tmp_path / name)
         os.symlink(outside, directory / name)
         with pytest.raises(FabricError) as info:
-            runner._append_rows(str(directory), "v", [row])
+            runner._append_rows(str(directory), runner.csv_rows("v", [row]))
         one_line(info, f"{name} is a symbolic link: not followed")
         assert outside.read_text() == "the user's own file"
         os.unlink(directory / name)
