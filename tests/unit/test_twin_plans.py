@@ -63,3 +63,34 @@ def test_every_collective_on_small_rings(collective: str, ranks: int) -> None:
 def test_hundreds_of_ranks_agree(collective: str) -> None:
     """The scale experiment's plans at a quarter of its ranks (256; the 1,024-rank Python plan takes 8 s)."""
     assert rust_plan(collective, 256, 1 << 20, None) == python_plan(collective, 256, 1 << 20, None)
+
+
+def python_message_counts(collective: str, ranks: int, size: int, senders: int | None) -> Any:
+    """What the runner's link-time bound counted from Python's plans: per rank, (length, count) of the measured
+    ranks' messages it sends and receives, lengths ascending; or the error's message."""
+    try:
+        plans = plan(collective, ranks, size, senders)
+    except FabricError as error:
+        return "error", str(error)
+    sent: list[dict[int, int]] = [{} for _ in range(ranks)]
+    received: list[dict[int, int]] = [{} for _ in range(ranks)]
+    for p in plans:
+        if p.measured:
+            for step in p.steps:
+                for send in step.sends:
+                    sent[p.rank][send.length] = sent[p.rank].get(send.length, 0) + 1
+                    received[send.dst][send.length] = received[send.dst].get(send.length, 0) + 1
+    return [sorted(c.items()) for c in sent], [sorted(c.items()) for c in received]
+
+
+@given(st.sampled_from(COLLECTIVES), st.integers(0, 24), sizes, senders)
+def test_the_link_time_bound_counts_the_same_messages(collective: str, ranks: int, size: int,
+                                                      senders: int | None) -> None:
+    """``runner.link_time_us`` counts each link's messages with the compiled plans: the same as Python's."""
+    expected = python_message_counts(collective, ranks, size, senders)
+    try:
+        sent, received = sim.message_counts(collective, ranks, size, senders)
+    except ValueError as error:
+        assert expected == ("error", str(error))
+        return
+    assert ([list(map(tuple, link)) for link in sent], [list(map(tuple, link)) for link in received]) == expected

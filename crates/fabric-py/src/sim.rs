@@ -14,7 +14,7 @@ use fabric_core::sim::fabric::{
 };
 use fabric_core::sim::faults::Fault;
 use fabric_core::sim::ib::{IbHostSpec, IbSpec, IbSwitchSpec};
-use fabric_core::sim::plans::Plans;
+use fabric_core::sim::plans::{LinkMessages, Plans};
 use fabric_core::sim::summary::IterationSummary;
 use fabric_core::sim::switch::PortLoss;
 use fabric_core::sim::wire::Endpoint;
@@ -302,6 +302,23 @@ fn plan(collective: &str, ranks: u32, size: u64, senders: Option<i64>) -> PyResu
         .collect())
 }
 
+/// Per rank, (length, count) of the messages the measured ranks send on its link and of those it receives in
+/// one iteration (`Plans::message_counts`): the link-time bound's traffic without Python's plans.
+#[pyfunction]
+#[pyo3(signature = (collective, ranks, size, senders=None))]
+fn message_counts(
+    collective: &str,
+    ranks: u32,
+    size: u64,
+    senders: Option<i64>,
+) -> PyResult<MessageCounts> {
+    let plans = Plans::new(collective, ranks, size, senders).map_err(PyValueError::new_err)?;
+    Ok(plans.message_counts())
+}
+
+/// Per rank, (length, count) pairs: sent, then received.
+type MessageCounts = (Vec<LinkMessages>, Vec<LinkMessages>);
+
 /// A fabric (lossless, lossy, or ib with `ib`, the subnet) in simulated time, every frame in Rust.
 #[pyclass(module = "emulator._core.sim")]
 pub struct SimFabric {
@@ -560,5 +577,6 @@ impl SimFabric {
 /// Fills `emulator._core.sim`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SimFabric>()?;
-    m.add_function(wrap_pyfunction!(plan, m)?)
+    m.add_function(wrap_pyfunction!(plan, m)?)?;
+    m.add_function(wrap_pyfunction!(message_counts, m)?)
 }
