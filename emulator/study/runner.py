@@ -27,8 +27,8 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 from emulator.fabric.capacity import KEEP_FREE_BYTES, check_capacity, meminfo_bytes
-from emulator.collectives.algorithms import bus_factor, plan, victim_flow
 from emulator._core.sim import message_counts
+from emulator.collectives.algorithms import bus_factor, plan, victim_flow
 from emulator.collectives.coordinator import CollectiveRun, IterationResult, run_collective
 from emulator.errors import FabricError
 from emulator.study.experiment import (Experiment, Fault, Variant, host_count, results_directory, run_config,

@@ -1556,23 +1556,11 @@ impl<W> RcQueuePair<W> {
             return;
         }
         let len = u64::from(packet.dma_len);
-        let Ok(view) = self.window(memory, packet, len, false) else {
-            self.responder_error(NAK_REMOTE_ACCESS_ERROR, psn);
-            return;
-        };
         let npkts = self.config.packets(len);
-        self.msn = (self.msn + 1) & PSN_MASK;
-        push_small(
-            &mut self.out,
-            Response::Read(ReadJob {
-                first_psn: psn,
-                next_index: 0,
-                npkts,
-                view,
-                len,
-            }),
-        );
-        self.epsn = psn_add(self.epsn, psn_steps(npkts));
+        if self.queue_read(packet, psn, len, npkts, memory) {
+            self.msn = (self.msn + 1) & PSN_MASK;
+            self.epsn = psn_add(self.epsn, psn_steps(npkts));
+        }
     }
 
     /// A READ asked again (its responses were lost): answer again from that PSN.
@@ -1595,9 +1583,22 @@ impl<W> RcQueuePair<W> {
         let accepted = u64::try_from(psn_diff(self.epsn, psn)).unwrap_or(0);
         let npkts = self.config.packets(u64::from(packet.dma_len)).min(accepted);
         let len = u64::from(packet.dma_len).min(npkts.saturating_mul(u64::from(self.config.mtu)));
+        self.queue_read(packet, psn, len, npkts, memory);
+    }
+
+    /// Queues the READ responses of `len` bytes in `npkts` packets from `psn`; whether the request's window
+    /// of memory was granted (if not, the responder's error is queued instead).
+    fn queue_read<M: Memory<Window = W>>(
+        &mut self,
+        packet: &Packet,
+        psn: u32,
+        len: u64,
+        npkts: u64,
+        memory: &mut M,
+    ) -> bool {
         let Ok(view) = self.window(memory, packet, len, false) else {
             self.responder_error(NAK_REMOTE_ACCESS_ERROR, psn);
-            return;
+            return false;
         };
         push_small(
             &mut self.out,
@@ -1609,6 +1610,7 @@ impl<W> RcQueuePair<W> {
                 len,
             }),
         );
+        true
     }
 
     // --- completions and errors --------------------------------------------------------------------
