@@ -1,10 +1,10 @@
 //! `emulator._core.credits`: IB link-level credit flow control (fabric-core's `model::credits`) under the names
-//! of `emulator/model/credits.py`.
+//! the agents and tests use.
 //!
-//! Python integers come in of any sign; a negative VL or size is refused with the Python twin's words (the core
+//! Python integers come in of any sign; a negative VL or size is refused in words of its own (the core
 //! takes `usize`/`u64`). Credit violations raise this module's `CreditViolation`, bad arguments `ValueError`.
 //! A [`CreditLink`] is either a link of its own or a view of one inside a compiled IB plane or port (their
-//! `links[i]` and `credits`), so callers read a plane's links as they read the Python model's.
+//! `links[i]` and `credits`), so callers read a plane's links as a link's own.
 use fabric_core::model::credits as core;
 use fabric_core::wire::ib::{self as wire, OP_INIT, OP_NORMAL};
 use pyo3::exceptions::{PyException, PyValueError, PyZeroDivisionError};
@@ -20,7 +20,7 @@ pyo3::create_exception!(
     "A packet beyond the credit limit: sent without credit, or received beyond what this end granted."
 );
 
-/// The names of a VL's counters, in the Python twin's order.
+/// The names of a VL's counters, in the order reports list them.
 const COUNTER_NAMES: [&str; 6] = [
     "packets_sent",
     "blocks_sent",
@@ -39,7 +39,7 @@ pub fn error(err: core::CreditError) -> PyErr {
     }
 }
 
-/// A size as the core takes it, or the twin's refusal of a packet of no bytes.
+/// A size as the core takes it, or a refusal of a packet of no bytes.
 fn size(nbytes: i64) -> Result<u64, core::CreditError> {
     u64::try_from(nbytes)
         .ok()
@@ -47,18 +47,18 @@ fn size(nbytes: i64) -> Result<u64, core::CreditError> {
         .ok_or(core::CreditError::EmptyPacket { nbytes })
 }
 
-/// A VL as the core takes it, or the twin's refusal of a negative one.
+/// A VL as the core takes it, or a refusal of a negative one.
 fn vl_index(vl: i64, vls: usize) -> Result<usize, core::CreditError> {
     usize::try_from(vl).map_err(|_| core::CreditError::NoSuchVl { vl, vls })
 }
 
-/// A VL and a size, checked in the twin's order: the size (`blocks`) first, then the VL.
+/// A VL and a size, checked in this order: the size (`blocks`) first, then the VL.
 fn vl_and_size(vl: i64, nbytes: i64, vls: usize) -> Result<(usize, u64), core::CreditError> {
     let n = size(nbytes)?;
     Ok((vl_index(vl, vls)?, n))
 }
 
-/// One block count for every VL, or a list of one per VL; the twin's `ValueError` otherwise.
+/// One block count for every VL, or a list of one per VL; a `ValueError` otherwise.
 fn per_vl(value: &Bound<'_, PyAny>, vls: usize, name: &'static str) -> PyResult<Vec<u64>> {
     let values: Vec<i128> = match value.extract::<i128>() {
         Ok(one) => vec![one; vls],
@@ -81,7 +81,7 @@ fn per_vl(value: &Bound<'_, PyAny>, vls: usize, name: &'static str) -> PyResult<
 }
 
 /// The core packet of a flow-control packet: the compiled `FcPacket`, or any object with its four fields
-/// (the Python twin's), checked as the constructor checks them.
+/// (such as a test's stand-in), checked as the constructor checks them.
 pub fn fc_packet(fc: &Bound<'_, PyAny>) -> PyResult<wire::FcPacket> {
     if let Ok(ours) = fc.cast::<FcPacket>() {
         return Ok(ours.get().0);
@@ -91,7 +91,7 @@ pub fn fc_packet(fc: &Bound<'_, PyAny>) -> PyResult<wire::FcPacket> {
         .map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
-/// A VL's counters as the twin's dict.
+/// A VL's counters as a dict.
 pub fn counters_dict<'py>(py: Python<'py>, c: &core::VlCounters) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
     let values = [
@@ -273,7 +273,7 @@ impl CreditLink {
         self.checked(|l| l.on_fc(now, &fc))
     }
 
-    /// When the next flow-control packet on `vl` is due (the twin's private `_due_at`, read by its tests).
+    /// When the next flow-control packet on `vl` is due (read by the tests).
     fn _due_at(&mut self, vl: i64) -> PyResult<u64> {
         self.checked(|l| l.due_at(vl_index(vl, l.vl_count())?))
     }

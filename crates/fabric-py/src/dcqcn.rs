@@ -1,5 +1,5 @@
 //! `emulator._core.dcqcn`: DCQCN's constants, notification point and reaction point (fabric-core's
-//! `model::dcqcn`) under the names and attributes of `emulator/model/dcqcn.py`.
+//! `model::dcqcn`) under the names and attributes the RNIC agent uses.
 //!
 //! `parse_cc`, `check_fabric`, `at_link` and `check_link` stay in Python (control plane: run once before a
 //! fabric is built). A [`ReactionPoint`] takes this module's [`DcqcnParams`] or any object with its fields
@@ -9,7 +9,7 @@ use pyo3::exceptions::{PyOverflowError, PyValueError, PyZeroDivisionError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-/// The Python error of a refused set of constants: the Python model's exception type and message.
+/// The Python error of a refused set of constants: an exception type and message for each cause.
 fn error(py: Python<'_>, err: core::DcqcnError) -> PyErr {
     match err {
         core::DcqcnError::OutOfRange { .. } => PyValueError::new_err(err.to_string()),
@@ -247,7 +247,7 @@ impl NotificationPoint {
 #[pyclass(module = "emulator._core.dcqcn")]
 pub struct ReactionPoint {
     rp: core::ReactionPoint,
-    /// The params object the caller gave, as the Python model's `p`.
+    /// The params object the caller gave, read back as `p`.
     params: Py<PyAny>,
 }
 

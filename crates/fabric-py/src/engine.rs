@@ -1,5 +1,5 @@
-//! `emulator._core.engine`: fabric-core's discrete-event engine with the API of `emulator/sim/engine.py`
-//! (`Simulator`, `Timer`, `Handle`), callbacks being Python callables, so a caller changes only its import.
+//! `emulator._core.engine`: fabric-core's discrete-event engine for Python callers
+//! (`Simulator`, `Timer`, `Handle`), callbacks being Python callables.
 //!
 //! The core engine delivers small `Copy` values; here a value names a callback in a table the simulator
 //! keeps (one-shot calls with their arguments, freed when they run or are cancelled; timers' callbacks).

@@ -1,4 +1,4 @@
-//! `emulator._core.fidelity`: the fidelity monitor's bookkeeping (emulator/model/fidelity.py's names).
+//! `emulator._core.fidelity`: the fidelity monitor's bookkeeping.
 use fabric_core::model::fidelity as core;
 use pyo3::exceptions::{PyOverflowError, PyValueError};
 use pyo3::prelude::*;

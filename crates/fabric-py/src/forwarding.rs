@@ -1,4 +1,4 @@
-//! `emulator._core.forwarding`: the switch's per-frame decisions on bytes (emulator/model/forwarding.py's names).
+//! `emulator._core.forwarding`: the switch's per-frame decisions on bytes.
 //!
 //! A frame too short for the bytes a function reads raises IndexError, as the Python module's indexing does
 //! (its callers check `ipv4_ok` first); the frames out are written straight into new `bytes`.

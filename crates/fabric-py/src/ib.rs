@@ -1,4 +1,4 @@
-//! `emulator._core.ib`: native IB packets in the 0x88B6 encapsulation (emulator/wire/ib.py's names).
+//! `emulator._core.ib`: native IB packets in the 0x88B6 encapsulation.
 //!
 //! Frames and packets cross as in `emulator._core.roce` (whose helpers these use): bytes borrowed, other
 //! buffers copied once, frames out as bytes, packets out as the compiled `Packet` with a copy of the payload.
@@ -11,7 +11,7 @@ use pyo3::types::PyBytes;
 use crate::roce::{packet_with_payload, parse_mac, with_bytes, with_packet};
 use crate::transport::Packet;
 
-/// LRH fields from Python integers: the twin's ValueError (with the values given) for any that does not fit.
+/// LRH fields from Python integers: a ValueError (with the values given) for any that does not fit.
 fn lrh(dlid: i64, slid: i64, sl: i64, vl: i64) -> PyResult<core::Lrh> {
     let fields = (
         u16::try_from(dlid),
@@ -144,7 +144,7 @@ fn data_end(frame: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
 }
 
 /// Bytes of the IB packet in an SDP frame (LRH.PktLen words and the VCRC); IndexError if the frame is too short
-/// to hold PktLen, as the twin's indexing raises.
+/// to hold PktLen (the error an index past the end raises in Python).
 #[pyfunction]
 fn packet_size(frame: &Bound<'_, PyAny>) -> PyResult<usize> {
     with_bytes(frame, core::packet_size)?.ok_or_else(|| PyIndexError::new_err("index out of range"))

@@ -1,5 +1,5 @@
-//! `emulator._core.ib_plane`: a switch's IB plane (fabric-core's `model::ib_plane`) under the names of
-//! `emulator/model/ib_plane.py`.
+//! `emulator._core.ib_plane`: a switch's IB plane (fabric-core's `model::ib_plane`) under the names
+//! the switch agent uses.
 //!
 //! `head(port)` gives the same bytes object until the frame is sent or refused (the agent and the tests rely on
 //! `ib.head(p) is head`): the plane numbers its frames and the binding keeps each port's last head. `links[i]`
@@ -14,7 +14,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 use crate::credits::{CreditLink, Home};
 use crate::roce::{parse_mac, with_bytes};
 
-/// The Python exception of a refused plane or operation: the twin's type and words.
+/// The Python exception of a refused plane or operation: its type and words.
 fn error(err: core::IbPlaneError) -> PyErr {
     match err {
         core::IbPlaneError::Credits(err) => crate::credits::error(err),
@@ -290,7 +290,7 @@ impl IbPlane {
     }
 }
 
-/// A port's drops as the twin's dict, by cause name.
+/// A port's drops as a dict, by cause name.
 fn drops_dict(py: Python<'_>, drops: [u64; 4]) -> PyResult<Bound<'_, PyDict>> {
     let dict = PyDict::new(py);
     for (name, count) in core::IB_DROPS.iter().zip(drops) {

@@ -1,8 +1,8 @@
-//! `emulator._core.ib_port`: a host's IB port (fabric-core's `model::ib_port`) under the names of
-//! `emulator/model/ib_port.py`: `IbPort` and the `IbFramer` of each QP.
+//! `emulator._core.ib_port`: a host's IB port (fabric-core's `model::ib_port`) under the names
+//! the RNIC agent uses: `IbPort` and the `IbFramer` of each QP.
 //!
 //! `port.credits` is a view of the port's own credit state (a compiled `CreditLink` reading and driving it), as
-//! callers read the Python model's.
+//! a link's own.
 use fabric_core::model::credits::CreditError;
 use fabric_core::model::ib_port as core;
 use fabric_core::wire::ib::{encode_data_with_payload, Lrh};
@@ -14,7 +14,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use crate::credits::{CreditLink, Home};
 use crate::roce::{packet_with_payload, parse_mac, with_bytes, with_packet};
 
-/// The Python exception of a refused port, framer or admission: the twin's type and words.
+/// The Python exception of a refused port, framer or admission: its type and words.
 fn error(err: core::IbPortError) -> PyErr {
     match err {
         core::IbPortError::Credits(err) => crate::credits::error(err),
@@ -43,7 +43,7 @@ pub fn with_link<R>(
 /// LRH-addressed packets, sent only against the switch's credits.
 ///
 /// Built in `__init__`, not `__new__`, so that a Python subclass with its own constructor arguments (the RNIC
-/// agent's `IbLink(config, ib)`) can call `super().__init__(...)` as it does with the Python twin.
+/// agent's `IbLink(config, ib)`) can call `super().__init__(...)` as with any Python base class.
 #[pyclass(module = "emulator._core.ib_port", subclass)]
 pub struct IbPort {
     port: Option<core::IbPort>,
@@ -177,7 +177,7 @@ impl IbPort {
         remote_ip: &str,
         mtu: u64,
     ) -> PyResult<IbFramer> {
-        let _ = (qpn, remote_qpn); // the twin's signature: LIDs, not QPNs, address an IB packet
+        let _ = (qpn, remote_qpn); // the framer's signature: LIDs, not QPNs, address an IB packet
         let dlid = slf.borrow().get()?.framer(remote_ip, mtu).map_err(error)?;
         Ok(IbFramer {
             port: slf.clone().unbind(),

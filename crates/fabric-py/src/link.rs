@@ -1,4 +1,4 @@
-//! `emulator._core.link`: a switch port's side of a link (emulator/model/link.py's names).
+//! `emulator._core.link`: a switch port's side of a link.
 //!
 //! Frames stay Python objects: the link stores and hands back the very objects it was given (an agent sends
 //! them as they are, and the head's loss draw is once per object, as Python's `is` tells). The egress queue

@@ -1,4 +1,4 @@
-//! `emulator._core.mac`: MAC text and bytes (emulator/wire/mac.py's names).
+//! `emulator._core.mac`: MAC text and bytes.
 use fabric_core::wire::mac;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;

@@ -1,9 +1,9 @@
-//! `emulator._core.mmu`: the switch's shared-buffer MMU (emulator/model/mmu.py's names).
+//! `emulator._core.mmu`: the switch's shared-buffer MMU.
 //!
 //! The MMU holds the caller's `bytes` objects (no copy; a CE mark makes a new one). `Mmu` takes this module's
 //! `MmuConfig` or any object with its fields (the Python dataclass that agents/config.py parses from JSON).
-//! What callers read: `counters[port][priority]` are live views (read later, they show the counts then, as
-//! the Python model's objects do); `ingress`, `queues`, `pause`, `backlog` and `watchdog` are copies taken
+//! What callers read: `counters[port][priority]` are live views (read later, they show the counts
+//! then); `ingress`, `queues`, `pause`, `backlog` and `watchdog` are copies taken
 //! when read.
 use fabric_core::model::credits::FABRIC_MIN_INTERVAL_NS;
 use fabric_core::model::forwarding;

@@ -1,4 +1,4 @@
-//! `emulator._core.pause`: the receiver's PFC pause state (emulator/model/pause.py's names).
+//! `emulator._core.pause`: the receiver's PFC pause state.
 use fabric_core::model::pause as core;
 use fabric_core::wire::pfc::{PfcQuanta, PRIORITIES};
 use pyo3::exceptions::{PyIndexError, PyValueError};

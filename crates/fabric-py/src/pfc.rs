@@ -1,4 +1,4 @@
-//! `emulator._core.pfc`: 802.1Qbb frames (emulator/wire/pfc.py's names).
+//! `emulator._core.pfc`: 802.1Qbb frames.
 use fabric_core::wire::pfc;
 use pyo3::exceptions::{PyValueError, PyZeroDivisionError};
 use pyo3::prelude::*;

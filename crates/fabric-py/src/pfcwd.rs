@@ -1,4 +1,4 @@
-//! `emulator._core.pfcwd`: the PFC watchdog (emulator/model/pfcwd.py's names).
+//! `emulator._core.pfcwd`: the PFC watchdog.
 //!
 //! Messages show refused values as the Python module does, through `emulator.errors.shown`, and times through
 //! `emulator.units` (`parse_time`, `format_time`): the command line's units are the Python control plane's.
@@ -248,7 +248,7 @@ fn queue_key((port, priority): (usize, usize)) -> QueueKey {
     QueueKey { port, priority }
 }
 
-/// Queues as the Python model's (port, priority) tuples.
+/// Queues as (port, priority) tuples.
 pub fn key_tuples(keys: &[QueueKey]) -> Vec<(usize, usize)> {
     keys.iter().map(|key| (key.port, key.priority)).collect()
 }

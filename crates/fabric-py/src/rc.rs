@@ -1,10 +1,10 @@
-//! `emulator._core.rc`: the RC transport of one QP (emulator/model/rc.py's names and signatures).
+//! `emulator._core.rc`: the RC transport of one QP.
 //!
 //! The QP reaches the caller's memory through the Python object it is given (the RNIC's `DomainMemory`,
 //! the simulator's `FlatMemory`): its `local`/`remote` methods check keys and bounds and return a
 //! memoryview, which the QP keeps as a buffer and reads and writes directly. A method that raises
 //! `AccessError` refuses the access; any other exception it raises stops the QP's call and is raised to the
-//! caller, as in the Python model.
+//! caller.
 use fabric_core::model::rc as core;
 use fabric_core::wire::transport::Packet as CorePacket;
 use pyo3::buffer::PyBuffer;
@@ -443,7 +443,7 @@ impl RcConfig {
         max_rd_atomic: i64,
         max_msg: u64,
     ) -> PyResult<Self> {
-        // The Python model takes any integers; one out of a field's range fails that field's check.
+        // Python integers of any size come in; one out of a field's range fails that field's check.
         let config = core::RcConfig {
             mtu: u32::try_from(mtu).unwrap_or(0),
             timeout_ns,
@@ -759,7 +759,7 @@ impl RcQueuePair {
     fn remote_qpn(&self) -> u32 {
         self.qp.remote_qpn()
     }
-    /// The counters by name (a new dict, in the Python model's order).
+    /// The counters by name (a new dict, in `COUNTERS`' order).
     #[getter]
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let counters = PyDict::new(py);
@@ -867,7 +867,7 @@ impl RcQueuePair {
     }
 
     /// Up to `max_entries` completions (all if None), oldest first; a negative count leaves that many out,
-    /// as the Python model's slice does.
+    /// as a Python slice does.
     #[pyo3(signature = (max_entries=None))]
     fn poll_completions<'py>(
         &mut self,

@@ -1,4 +1,4 @@
-//! `emulator._core.rdma_params`: path MTUs, per-packet overheads, the largest region (emulator/model/rdma_params.py).
+//! `emulator._core.rdma_params`: path MTUs, per-packet overheads, the largest region.
 use fabric_core::model::rdma_params as core;
 use pyo3::exceptions::PyZeroDivisionError;
 use pyo3::prelude::*;

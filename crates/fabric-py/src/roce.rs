@@ -1,8 +1,8 @@
-//! `emulator._core.roce`: RoCEv2 frames (emulator/wire/roce.py's names).
+//! `emulator._core.roce`: RoCEv2 frames.
 //!
 //! Frames come in as bytes (borrowed), bytearray or memoryview (copied once); frames go out as bytes. Packets
-//! go in as the compiled `Packet` (read in place) or any object with the dataclass's attributes (the Python
-//! twin's `Packet`, so that the Python RC model can drive the compiled framer); packets come out as the compiled
+//! go in as the compiled `Packet` (read in place) or any object with the dataclass's attributes (a test's
+//! stand-in); packets come out as the compiled
 //! `Packet`, its payload a copy of the frame's (the compiled `Packet` holds its payload as bytes).
 use std::net::Ipv4Addr;
 
@@ -81,7 +81,7 @@ pub(crate) fn packet_with_payload(
     Py::new(py, Packet::from_core(headers))
 }
 
-/// A MAC's 6 bytes from its text, with the Python twin's ValueError.
+/// A MAC's 6 bytes from its text, or a ValueError.
 pub(crate) fn parse_mac(text: &str) -> PyResult<Mac> {
     mac_bytes(text).ok_or_else(|| PyValueError::new_err(format!("not a MAC address: {text:?}")))
 }
@@ -168,7 +168,7 @@ impl Framer {
     }
 }
 
-/// The Python twin's exception for a packet it cannot frame: ValueError, or struct.error for a datagram too
+/// The exception for a packet that cannot be framed: ValueError, or struct.error for a datagram too
 /// long for the IPv4 total length (struct.pack's refusal there).
 pub(crate) fn encode_error(py: Python<'_>) -> impl Fn(core::EncodeError) -> PyErr + '_ {
     move |error| match error {

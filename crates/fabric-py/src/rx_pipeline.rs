@@ -1,7 +1,7 @@
-//! `emulator._core.rx_pipeline`: the slow receiver's NIC buffer (emulator/model/rx_pipeline.py's names).
+//! `emulator._core.rx_pipeline`: the slow receiver's NIC buffer.
 //!
-//! Frames are any Python objects, held and handed back. A pause change is True (XOFF), False (XON) or None, as
-//! the Python model returns it.
+//! Frames are any Python objects, held and handed back. A pause change is True (XOFF), False (XON) or None (no
+//! change).
 use fabric_core::model::rx_pipeline as core;
 use fabric_core::model::rx_pipeline::PauseChange;
 use pyo3::exceptions::PyValueError;

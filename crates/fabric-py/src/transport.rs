@@ -1,4 +1,4 @@
-//! `emulator._core.transport`: a transport packet without addressing (emulator/wire/transport.py's names).
+//! `emulator._core.transport`: a transport packet without addressing.
 use fabric_core::wire::transport as core;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyFrozenSet};
