@@ -1,8 +1,8 @@
 //! `emulator._core.ib_port`: a host's IB port (fabric-core's `model::ib_port`) under the names
 //! the RNIC agent uses: `IbPort` and the `IbFramer` of each QP.
 //!
-//! `port.credits` is a view of the port's own credit state (a compiled `CreditLink` reading and driving it), as
-//! a link's own.
+//! `port.credits` is a view of the port's own credit state: a compiled `CreditLink`
+//! reading and driving it.
 use fabric_core::model::credits::CreditError;
 use fabric_core::model::ib_port as core;
 use fabric_core::wire::ib::{encode_data_with_payload, Lrh};
