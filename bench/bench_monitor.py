@@ -39,8 +39,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests", "unit")]
 
 from emulator import flags  # noqa: E402
-from emulator.wire.roce import Framer  # noqa: E402
-from emulator.wire.transport import Opcode, Packet  # noqa: E402
+from emulator._core.roce import Framer  # noqa: E402
+from emulator._core.transport import Opcode, Packet  # noqa: E402
 from fake_agents import MAC_PEERS, MAC_S1, close_agent, make_switch, patch_wire  # noqa: E402
 
 BATCH = 16  # frames a wake-up finds waiting (the switch reads up to 64)
