@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from emulator import flags  # noqa: E402
 from emulator.fabric.builder import Fabric  # noqa: E402
-from emulator.wire.mac import mac_bytes  # noqa: E402
+from emulator._core.mac import mac_bytes  # noqa: E402
 from emulator.kernel.netns import entered  # noqa: E402
 from topologies import FatTreeTopo, StarTopo  # noqa: E402
 

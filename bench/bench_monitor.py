@@ -39,11 +39,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests", "unit")]
 
 from emulator import flags  # noqa: E402
-from emulator.wire.roce import Framer  # noqa: E402
-from emulator.wire.transport import Opcode, Packet  # noqa: E402
+from emulator._core.roce import Framer  # noqa: E402
+from emulator._core.transport import Opcode, Packet  # noqa: E402
 from fake_agents import MAC_PEERS, MAC_S1, close_agent, make_switch, patch_wire  # noqa: E402
 
 BATCH = 16  # frames a wake-up finds waiting (the switch reads up to 64)
+BLOCK_BATCHES = 1000  # batches per measured block
+BLOCK = BLOCK_BATCHES * BATCH  # frames per block
+MIN_FRAMES = 2 * BLOCK  # the quartiles of the blocks' ratios need two blocks
 DSCP_26 = 26  # priority 3, lossless on the lossless fabric; the framer sets ECT(0)
 
 
@@ -82,9 +85,9 @@ def measure(frames: int) -> dict[bool, list[float]]:
                 for on in ((True, False) if i % 2 else (False, True)):
                     spent[on] += _batch(agents[on], frame, now)
                 now += BATCH * 90_000  # the frames' time at 100 Mbit/s: the wire keeps up, nothing piles up
-                if i % 1000 == 0:
+                if i % BLOCK_BATCHES == 0:
                     for on in (True, False):
-                        per_block[on].append(spent[on] / (1000 * BATCH))
+                        per_block[on].append(spent[on] / BLOCK)
                     spent = {True: 0, False: 0}
         finally:
             for agent in agents.values():
@@ -94,17 +97,17 @@ def measure(frames: int) -> dict[bool, list[float]]:
 
 def main() -> int:
     parser = flags.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--frames", type=flags.whole("--frames", (16_000, 10**9)), default=320_000,
-                        help="frames through each switch, 16 per batch (16000 to 1e9, default 320000)")
+    parser.add_argument("--frames", type=flags.whole("--frames", (MIN_FRAMES, 10**9)), default=320_000,
+                        help=f"frames through each switch, {BATCH} per batch ({MIN_FRAMES} to 1e9, default 320000)")
     args = parser.parse_checked()
     with pytest.MonkeyPatch.context() as monkeypatch:
         patch_wire(monkeypatch)
-        measure(16_000)  # warm the interpreter's caches
+        measure(BLOCK)  # warm the interpreter's caches
         blocks = measure(args.frames)
     ratios = [on / off for on, off in zip(blocks[True], blocks[False])]
     for on in (True, False):
         print(f"monitor {'on ' if on else 'off'}: median {statistics.median(blocks[on]) / 1e3:.2f} us per frame over "
-              f"{len(blocks[on])} blocks of 16,000 frames (min {min(blocks[on]) / 1e3:.2f}, "
+              f"{len(blocks[on])} blocks of {BLOCK:,} frames (min {min(blocks[on]) / 1e3:.2f}, "
               f"max {max(blocks[on]) / 1e3:.2f})")
     print(f"the monitor costs {statistics.median(ratios) - 1:+.1%} of the switch's Python per frame (median of "
           f"{len(ratios)} blocks' ratios on/off; quartiles {statistics.quantiles(ratios, n=4)[0]:.3f} to "

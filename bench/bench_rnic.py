@@ -26,7 +26,7 @@ from emulator import flags  # noqa: E402
 from emulator.fabric import runstate  # noqa: E402
 from emulator.fabric.builder import Fabric  # noqa: E402
 from emulator.apps.perf import run_pair  # noqa: E402
-from emulator.model.rdma_params import PATHS_MTU  # noqa: E402
+from emulator._core.rdma_params import PATHS_MTU  # noqa: E402
 from emulator.units import parse_rate, parse_size  # noqa: E402
 from topologies import StarTopo  # noqa: E402
 
@@ -70,8 +70,8 @@ def codec_microseconds() -> None:
     """Encode and decode of one WRITE_MIDDLE frame with a 1 KiB payload."""
     import timeit
 
-    from emulator.wire.transport import Opcode, Packet
-    from emulator.wire.roce import Framer, decode
+    from emulator._core.transport import Opcode, Packet
+    from emulator._core.roce import Framer, decode
 
     framer = Framer("02:00:00:00:01:00", "02:01:00:00:01:01", "10.0.0.1", "10.0.0.2", 49200)
     packet = Packet(Opcode.WRITE_MIDDLE, 0x11, 1000, payload=bytes(1024))

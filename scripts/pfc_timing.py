@@ -48,7 +48,7 @@ from emulator.fabric.builder import Fabric  # noqa: E402
 from emulator.apps.iperf import TOS_PRIORITY_3  # noqa: E402
 from emulator.study.pfc_response import DEFAULT_GAP_FRAMES, PRIORITY, ResponseResult, measure_response  # noqa: E402
 from emulator.study.stats import percentile  # noqa: E402
-from emulator.wire.pfc import pause_ns  # noqa: E402
+from emulator._core.pfc import pause_ns  # noqa: E402
 from emulator.units import format_rate, parse_rate, parse_time  # noqa: E402
 from topologies import StarTopo  # noqa: E402
 

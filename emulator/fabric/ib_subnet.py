@@ -33,7 +33,7 @@ from mininet.util import natural
 
 from emulator.errors import FabricError
 from emulator.fabric.plan import FabricPlan, NodePlan, PortPlan, hop_distances
-from emulator.wire.ib import MANAGEMENT_VL, SLS
+from emulator._core.ib import MANAGEMENT_VL, SLS
 
 MAX_UNICAST_LID = 0xBFFF  # 0xC000 and up are multicast LIDs, 0 is reserved
 GUID_BASE = 0x0002C90300000000  # a Mellanox-style OUI prefix; the low bits are the node's index

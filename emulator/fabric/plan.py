@@ -23,7 +23,7 @@ from mininet.topo import Topo
 
 from emulator import bounds
 from emulator.errors import FabricError, shown
-from emulator.wire.mac import mac_text
+from emulator._core.mac import mac_text
 from emulator.fabric.names import IFNAMSIZ, check_node_name
 from emulator.model.dilation import dilation, emulated_ns
 from emulator.units import format_rate, format_time, parse_rate, parse_size, parse_time

@@ -40,7 +40,7 @@ import socket
 import struct
 import threading
 
-from emulator.wire.mac import mac_bytes
+from emulator._core.mac import mac_bytes
 from emulator.kernel.netns import entered
 from emulator.kernel.packet_socket import unbound_packet_socket
 

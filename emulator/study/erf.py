@@ -2,7 +2,7 @@
 
 The fabric's captures are Ethernet (tcpdump on the veths), where our IB
 packets sit behind EtherType 0x88B6 and a delimiter byte
-(:mod:`emulator.wire.ib`).  tshark 4.0 cannot open LINKTYPE_INFINIBAND
+(:mod:`emulator._core.ib`).  tshark 4.0 cannot open LINKTYPE_INFINIBAND
 (247) files, but it dissects LINKTYPE_ERF (197) pcaps whose records are
 ERF type 21 (InfiniBand: LRH through VCRC) and type 25 (InfiniBand link:
 a flow-control packet, zero-padded to 64 bytes).  The padding is for
@@ -34,8 +34,8 @@ from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 from emulator.errors import FabricError, printable
-from emulator.wire.ib import FC_LEN, LRH_AT, SLP, data_end, is_ib
-from emulator.wire.mac import ETH_LEN
+from emulator._core.ib import FC_LEN, LRH_AT, SLP, data_end, is_ib
+from emulator._core.mac import ETH_LEN
 from emulator.study.pcapfile import read_frames
 from emulator.safefiles import Outputs, list_inside, open_inside
 

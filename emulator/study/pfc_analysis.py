@@ -41,7 +41,7 @@ from typing import Iterable, Sequence
 
 from emulator.errors import FabricError
 from emulator.study.stats import percentile
-from emulator.wire.pfc import OPCODE_PFC, PRIORITIES, pause_ns
+from emulator._core.pfc import OPCODE_PFC, PRIORITIES, pause_ns
 
 FULL_FRAME = 1514  # an MTU-sized (1500) Ethernet frame without FCS
 ETH_IPV4 = 0x0800

@@ -8,8 +8,8 @@ dissects completely and ``Ether()/IP()/UDP()/BTH()/RETH()/...`` builds one
 with scapy's own, independent ICRC.
 
 For tests and capture analysis only: importing scapy takes about a second,
-so the emulator's per-frame code (:mod:`emulator.wire.roce`) never imports
-this module.
+so it stays out of the per-frame path; the framing itself is compiled
+(:mod:`emulator._core.roce`, whose opcode sets this module binds by).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import scapy.contrib.roce as roce
 from scapy.fields import BitField, IntField, XIntField, XLongField
 from scapy.packet import Packet, bind_layers
 
-from emulator.wire.transport import HAS_AETH, HAS_IMM, HAS_RETH, Opcode
+from emulator._core.transport import HAS_AETH, HAS_IMM, HAS_RETH, Opcode
 
 BTH = roce.BTH
 AETH = roce.AETH

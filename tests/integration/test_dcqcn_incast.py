@@ -8,8 +8,8 @@ import subprocess
 
 from emulator.fabric.capture import malformed_count
 from emulator.study.pcapfile import read_frames
-from emulator.wire.roce import CNP_DSCP, decode
-from emulator.wire.transport import Opcode
+from emulator._core.roce import CNP_DSCP, decode
+from emulator._core.transport import Opcode
 from experiment_run import run_experiment
 from faithful import judge_only_if_faithful
 

@@ -15,13 +15,13 @@ import sys
 import time
 
 from emulator.fabric.builder import Fabric
-from emulator.wire.ib import FcPacket, encode_data, encode_fc
-from emulator.wire.mac import mac_bytes
-from emulator.wire.transport import Opcode, Packet
+from emulator._core.ib import FcPacket, encode_data, encode_fc
+from emulator._core.mac import mac_bytes
+from emulator._core.transport import Opcode, Packet
 from emulator.apps.perf import run_pair
 from emulator.apps.verbs import CQ, PD, QP, Context, SendWR, WrOpcode
 from emulator.fabric.runstate import verbs_socket
-from emulator.wire.roce import Framer
+from emulator._core.roce import Framer
 from topologies import StarTopo
 
 SEND_FRAMES = """

@@ -8,7 +8,7 @@ from emulator.collectives.coordinator import run_collective
 from emulator.fabric.capture import malformed_count
 from emulator.fabric.builder import Fabric
 from emulator.study.erf import convert_directory
-from emulator.wire.ib import decode_data, decode_fc, icrc_native, vcrc
+from emulator._core.ib import decode_data, decode_fc, icrc_native, vcrc
 from emulator.apps.perf import run_pair
 from topologies import LeafSpineTopo, StarTopo
 

@@ -18,7 +18,7 @@ from emulator.fabric.capture import malformed_count
 from emulator.fabric.builder import Fabric
 from emulator.apps.perf import run_concurrent, run_pair
 from emulator.apps.verbs import CQ, MR, PD, QP, Context, SendWR, VerbsError, WcStatus, WrOpcode
-from emulator.wire.roce import decode, icrc
+from emulator._core.roce import decode, icrc
 from topologies import LeafSpineTopo, StarTopo
 
 # Links of 50 Mbit/s, so that the links rather than the CPUs pace the transfers: at the default 100 Mbit/s

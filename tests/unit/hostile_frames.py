@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from emulator.wire.ib import FcPacket, encode_data, encode_fc
-from emulator.wire.mac import mac_bytes
-from emulator.wire.pfc import encode_pfc
-from emulator.wire.transport import Opcode, Packet
-from emulator.wire.roce import Framer
+from emulator._core.ib import FcPacket, encode_data, encode_fc
+from emulator._core.mac import mac_bytes
+from emulator._core.pfc import encode_pfc
+from emulator._core.transport import Opcode, Packet
+from emulator._core.roce import Framer
 
 ETHERTYPES = (b"\x08\x00", b"\x88\x08", b"\x08\x06", b"\x88\xb6", b"\x88\xb5", b"\x86\xdd", b"\x81\x00")
 

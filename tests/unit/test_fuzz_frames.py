@@ -17,10 +17,10 @@ import time
 import pytest
 from hypothesis import given
 
-from emulator.wire.ib import FcPacket, encode_data, encode_fc
-from emulator.wire.mac import mac_bytes
-from emulator.wire.transport import Opcode, Packet
-from emulator.wire.roce import Framer
+from emulator._core.ib import FcPacket, encode_data, encode_fc
+from emulator._core.mac import mac_bytes
+from emulator._core.transport import Opcode, Packet
+from emulator._core.roce import Framer
 from fake_agents import (
     GATEWAY_MAC, HOST_IP, HOST_MAC, MAC_PEERS, MAC_S1, close_agent, fake_wire, make_host, make_rnic, make_switch,
 )

@@ -12,8 +12,8 @@ import pytest
 from scapy.contrib.mac_control import MACControlClassBasedFlowControl, MACControlPause
 from scapy.layers.l2 import Ether
 
-from emulator.model.pause import PauseState
-from emulator.wire.pfc import decode_pfc, encode_pfc, pause_ns
+from emulator._core.pause import PauseState
+from emulator._core.pfc import decode_pfc, encode_pfc, pause_ns
 
 SRC = bytes.fromhex("020100000a07")
 SRC_TEXT = "02:01:00:00:0a:07"

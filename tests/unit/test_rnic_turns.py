@@ -12,8 +12,8 @@ import errno
 import os
 
 from emulator.agents.memory import ACCESS_ALL
-from emulator.model.rc import WrOpcode
-from emulator.wire.roce import decode
+from emulator._core.rc import WrOpcode
+from emulator._core.roce import decode
 from fake_agents import App, sealed_memfd
 
 REGION = 64 << 10

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import select
 
-from emulator.wire.roce import Framer
-from emulator.wire.transport import Opcode, Packet
+from emulator._core.roce import Framer
+from emulator._core.transport import Opcode, Packet
 from fake_agents import MAC_PEERS, MAC_S1, close_agent, fake_wire, make_switch
 
 assert fake_wire  # a fixture, used by name below
