@@ -1,4 +1,5 @@
-"""The PFC watchdog (emulator.model.pfcwd), alone and inside the MMU, on a fake clock."""
+"""The PFC watchdog (emulator._core.pfcwd), alone and inside the MMU, on a fake clock; its settings as the
+agents' config carries them (emulator.model.pfcwd)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import re
 import pytest
 
 from emulator.errors import FabricError
-from emulator.model.pfcwd import Watchdog, WatchdogConfig, parse_pfcwd
+from emulator._core.pfcwd import Watchdog
+from emulator.model.pfcwd import WatchdogConfig, parse_pfcwd
 from emulator.model.switch_params import derive_config
 from test_mmu import FRAME, LOSSLESS, fill, mmu
 
