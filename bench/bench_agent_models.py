@@ -1,4 +1,4 @@
-"""The agents' per-frame model calls, on the Python models and on their compiled twins (issue 24).
+"""The agents' per-frame model calls, on the compiled models (emulator._core) the agents run.
 
 Run from the repository root (no root needed)::
 
@@ -12,11 +12,9 @@ Only the models' work, without sockets or the event loop, per frame:
   * RNIC: one 4 KiB RDMA WRITE packet: the requester's next packet, RoCEv2
     framing, decoding, the responder's receive into its region, and the
     ACKs back.  The frame is decoded from a memoryview of a reused receive
-    buffer, as Rnic._receive does, and (compiled only) from a bytes copy:
-    the compiled decoder copies a memoryview's bytes once, and the decoded
-    payload is a bytes copy where the Python one was a view into the frame.
-
-Deleted with the Python models (the comparison has one side left then).
+    buffer, as Rnic._receive does, and from a bytes copy: the compiled
+    decoder copies a memoryview's bytes once, so the two say whether the
+    reused receive buffer still pays.
 """
 
 from __future__ import annotations
@@ -28,20 +26,14 @@ import statistics
 import struct
 import sys
 import time
-import types
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import emulator._core.forwarding as compiled_forwarding  # noqa: E402
-import emulator._core.link as compiled_link  # noqa: E402
-import emulator._core.mmu as compiled_mmu  # noqa: E402
-import emulator._core.rc as compiled_rc  # noqa: E402
-import emulator._core.roce as compiled_roce  # noqa: E402
-import emulator.model.forwarding as python_forwarding  # noqa: E402
-import emulator.model.link as python_link  # noqa: E402
-import emulator.model.mmu as python_mmu  # noqa: E402
-import emulator.model.rc as python_rc  # noqa: E402
-import emulator.wire.roce as python_roce  # noqa: E402
+import emulator._core.forwarding as forwarding  # noqa: E402
+import emulator._core.rc as rc  # noqa: E402
+import emulator._core.roce as roce  # noqa: E402
+from emulator._core.link import Link  # noqa: E402
+from emulator._core.mmu import Mmu  # noqa: E402
 from emulator import flags  # noqa: E402
 from emulator.agents.memory import ACCESS_ALL, RegionTable  # noqa: E402
 from emulator.model.switch_params import derive_config  # noqa: E402
@@ -59,12 +51,11 @@ def _udp_frame(size: int = 1500) -> bytes:
     return MAC_B + MAC_A + b"\x08\x00" + ip + udp + bytes(size - 42)
 
 
-def switch_ns(forwarding: types.ModuleType, mmu_module: types.ModuleType, link_module: types.ModuleType,
-              frames: int) -> float:
+def switch_ns(frames: int) -> float:
     """Nanoseconds of model calls per frame forwarded from port 0 to port 1."""
     frame = _udp_frame()
-    mmu = mmu_module.Mmu(derive_config("lossless", RATE, 0, 1500, 2, {}), [RATE, RATE], seed=1)
-    link = link_module.Link(RATE, 0, True, 0.0, [], 1)
+    mmu = Mmu(derive_config("lossless", RATE, 0, 1500, 2, {}), [RATE, RATE], seed=1)
+    link = Link(RATE, 0, True, 0.0, [], 1)
     began = time.perf_counter_ns()
     for now in range(frames):
         if not forwarding.ipv4_ok(frame):
@@ -79,7 +70,7 @@ def switch_ns(forwarding: types.ModuleType, mmu_module: types.ModuleType, link_m
     return (time.perf_counter_ns() - began) / frames
 
 
-def rnic_ns(rc: types.ModuleType, roce: types.ModuleType, as_bytes: bool = False) -> float:
+def rnic_ns(as_bytes: bool = False) -> float:
     """Nanoseconds of model calls per 4 KiB WRITE packet, from the requester's QP into the responder's region."""
     table = RegionTable(1)
     a = table.register(1, 0, REGION, ACCESS_ALL, buffer=bytearray(REGION))
@@ -114,20 +105,18 @@ def main() -> int:
     parser.add_argument("--frames", type=flags.whole("--frames", (1000, 10_000_000)), default=100_000,
                         help="frames of the switch's measurement (1000 to 10,000,000, default 100,000)")
     parser.add_argument("--rounds", type=flags.whole("--rounds", (1, 100)), default=3,
-                        help="rounds, the Python and the compiled models alternated in each (default 3)")
+                        help="rounds, each measuring every line once (default 3)")
     args = parser.parse_checked()
     runs: dict[str, list[float]] = {}
     for _ in range(args.rounds):
         for name, measure in (
-            ("switch, Python models", lambda: switch_ns(python_forwarding, python_mmu, python_link, args.frames)),
-            ("switch, compiled", lambda: switch_ns(compiled_forwarding, compiled_mmu, compiled_link, args.frames)),
-            ("RNIC, Python models", lambda: rnic_ns(python_rc, python_roce)),
-            ("RNIC, compiled", lambda: rnic_ns(compiled_rc, compiled_roce)),
-            ("RNIC, compiled, frame as bytes", lambda: rnic_ns(compiled_rc, compiled_roce, as_bytes=True)),
+            ("switch", lambda: switch_ns(args.frames)),
+            ("RNIC", lambda: rnic_ns()),
+            ("RNIC, frame as bytes", lambda: rnic_ns(as_bytes=True)),
         ):
             runs.setdefault(name, []).append(measure())
     for name, values in runs.items():
-        print(f"{name:31}: median {statistics.median(values) / 1000:6.2f} us per frame "
+        print(f"{name:20}: median {statistics.median(values) / 1000:6.2f} us per frame "
               f"({', '.join(f'{v / 1000:.2f}' for v in values)})")
     return 0
 

@@ -1,6 +1,8 @@
-"""Sans-I/O models: PFC pause state, the switch MMU and its parameters, forwarding, links, RC transport, IB credits
-and a switch's IB plane.
+"""The models' Python side: settings and the options that make them.
 
-Each is driven by (input, now) and returns what to do; none reads a clock or touches a socket,
-so the emulator's agents and a simulator can drive the same code.
+The per-frame models (forwarding, the switch MMU with its PFC watchdog, pause state, links, the slow
+receiver's buffer, the fidelity bookkeeping, DCQCN's notification and reaction points) are compiled:
+:mod:`emulator._core`, which the agents and ``--backend sim`` run.  What stays here is configuration: the
+settings the agents' JSON config carries as dataclasses (``MmuConfig``, ``WatchdogConfig``,
+``DcqcnParams``), the ``--switch`` and ``--cc`` options that derive them, and time dilation.
 """

@@ -1,29 +1,17 @@
-"""DCQCN congestion control (Zhu et al., SIGCOMM 2015), sans-I/O.
+"""DCQCN congestion control (Zhu et al., SIGCOMM 2015): its settings, and the ``--cc`` option.
 
-Three parts, of which the switch's is the MMU's ECN marking on a RED ramp
-(:mod:`emulator.model.mmu`); this module has the two an RNIC plays:
+Three parts, of which the switch's is the MMU's ECN marking on a RED ramp; the two an RNIC plays, the
+*notification point* (a CE-marked packet earns the QP's peer a CNP, at most once per CNP interval) and the
+*reaction point* (per QP, DCQCN's rate limiter and state machine) are compiled:
+:mod:`emulator._core.dcqcn`, which the RNIC agent and the simulator run.
 
-- the *notification point* (receiving RNIC): a CE-marked packet of a QP
-  makes it send a CNP to the QP's peer, at most once per CNP interval per QP;
-- the *reaction point* (sending RNIC), per QP: a rate limiter and DCQCN's
-  state machine.  On a CNP the target rate takes the current rate, the
-  current rate is cut by alpha/2 and alpha grows by g; alpha decays by
-  (1 - g) every alpha period without a CNP.  Rate increase events come from
-  a timer and from a byte counter; in the first F events of either the
-  current rate moves half way to the target (fast recovery), once both
-  counters have passed F the target grows by R_HAI first (hyper increase),
-  in between by R_AI (additive increase), and each is followed by the same
-  halving of the gap.
-  When the current rate is back at the line rate the limiter lets go, and
-  its timers stop, until the next CNP.
-
-The models read no clock: time comes in as ``now`` (ns), rates are integer
-bit/s (the halving rounds up, so the rate reaches the line rate exactly).
-:class:`DcqcnParams` holds the values in the modelled fabric's units;
-:meth:`DcqcnParams.emulated` turns them into the emulated link's (times x D,
-rates / D, sizes unchanged: :mod:`emulator.model.dilation`), and
-:func:`check_link` refuses, before anything is built, what would not run on
-a link: a time over a day once multiplied, a timer shorter than a frame.
+What stays here is configuration.  :class:`DcqcnParams` holds DCQCN's constants in the modelled fabric's
+units; it is a Python dataclass because :mod:`emulator.agents.config` writes it to a host agent's JSON config
+and reads it back (the compiled reaction point takes it by its fields).  :meth:`DcqcnParams.emulated` turns
+it into the emulated link's units (times x D, rates / D, sizes unchanged: :mod:`emulator.model.dilation`),
+:func:`at_link` picks D for a link, and :func:`parse_cc`, :func:`check_fabric` and :func:`check_link` refuse,
+before anything is built, what would not run: an unknown option, DCQCN on the ib fabric, a time over a day
+once multiplied, a timer shorter than a frame.
 """
 
 from __future__ import annotations
@@ -34,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from emulator.errors import FabricError, shown
-from emulator.wire.mac import ETH_LEN
+from emulator._core.mac import ETH_LEN
 from emulator.units import format_rate, format_size, format_time, parse_rate, parse_size, parse_time
 
 CC_NAMES = ("none", "dcqcn")
@@ -191,107 +179,3 @@ def check_link(params: DcqcnParams, link_bps: int, link_mtu: int, factor: float 
                 f"link); a timer that fires between frames has nothing to act on and only costs events: set at "
                 f"least {floor}")
 
-
-class NotificationPoint:
-    """The receiving RNIC's side: whether a CE-marked packet of a QP earns its peer a CNP now."""
-
-    def __init__(self, interval_ns: int) -> None:
-        self.interval_ns = interval_ns
-        self._last: dict[int, int] = {}  # local QPN -> when its last CNP was sent
-        self.ce_received = 0
-        self.cnps = 0
-
-    def on_ce(self, now: int, qpn: int) -> bool:
-        """A CE-marked packet arrived for QP ``qpn`` at ``now``: True if a CNP is to be sent for it."""
-        self.ce_received += 1
-        last = self._last.get(qpn)
-        if last is not None and now - last < self.interval_ns:
-            return False
-        self._last[qpn] = now
-        self.cnps += 1
-        return True
-
-    def forget(self, qpn: int) -> None:
-        self._last.pop(qpn, None)
-
-
-class ReactionPoint:
-    """The sending RNIC's side for one QP: its current and target rate, alpha, and the pacing of its frames."""
-
-    def __init__(self, params: DcqcnParams, line_rate_bps: int) -> None:
-        self.p = params
-        self.line_bps = line_rate_bps
-        self.rate_bps = line_rate_bps  # RC
-        self.target_bps = line_rate_bps  # RT
-        self.alpha = 1.0
-        self.limited = False  # the limiter holds the QP below the line rate
-        self.timer_events = 0  # T
-        self.byte_events = 0  # BC
-        self._bytes = 0  # sent since the last byte-counter event
-        self._alpha_since: int | None = None  # when alpha last changed (it decays while the limiter is off too)
-        self.alpha_deadline: int | None = None
-        self.increase_deadline: int | None = None
-        self.ready_at = 0  # the earliest time the next frame may leave (pacing at RC)
-        self.counters = {"cnps": 0, "decreases": 0, "increases": 0, "released": 0}
-
-    def on_cnp(self, now: int) -> None:
-        """A CNP for this QP: cut the rate, raise alpha, start the increase stages over."""
-        p = self.p
-        self.counters["cnps"] += 1
-        self.counters["decreases"] += 1
-        if not self.limited and self._alpha_since is not None:  # the periods without a CNP since the release
-            self.alpha *= (1 - p.g) ** ((now - self._alpha_since) // p.alpha_period_ns)
-        self.target_bps = self.rate_bps
-        self.rate_bps = max(p.min_rate_bps, round(self.rate_bps * (1 - self.alpha / 2)))
-        self.alpha = (1 - p.g) * self.alpha + p.g
-        self._alpha_since = now
-        self.timer_events = self.byte_events = self._bytes = 0
-        self.alpha_deadline = now + p.alpha_period_ns
-        self.increase_deadline = now + p.increase_period_ns
-        self.limited = True
-
-    def may_send(self, now: int) -> bool:
-        return not self.limited or now >= self.ready_at
-
-    def on_sent(self, now: int, size: int) -> None:
-        """A frame of ``size`` bytes of this QP left at ``now``: the pacer and the byte counter move."""
-        if not self.limited:
-            return
-        start = now if now > self.ready_at else self.ready_at
-        self.ready_at = start + size * 8_000_000_000 // self.rate_bps
-        self._bytes += size
-        if self._bytes >= self.p.byte_counter:
-            self._bytes -= self.p.byte_counter
-            self._increase()
-            self.byte_events += 1
-
-    def next_deadline(self) -> int | None:
-        if not self.limited:
-            return None
-        return min(self.alpha_deadline, self.increase_deadline)  # type: ignore[type-var]
-
-    def on_timer(self, now: int) -> None:
-        """Serve the alpha and rate-increase timers due by ``now``, each period it missed too."""
-        p = self.p
-        while self.limited and self.alpha_deadline is not None and self.alpha_deadline <= now:
-            self.alpha *= 1 - p.g
-            self._alpha_since = self.alpha_deadline
-            self.alpha_deadline += p.alpha_period_ns
-        while self.limited and self.increase_deadline is not None and self.increase_deadline <= now:
-            self.increase_deadline += p.increase_period_ns
-            self._increase()
-            self.timer_events += 1
-
-    def _increase(self) -> None:
-        """One increase event; T and BC count the events before it, so the first F of each are fast recovery."""
-        p = self.p
-        t, bc = self.timer_events, self.byte_events
-        if max(t, bc) >= p.fast_recovery:  # past fast recovery: the target grows
-            self.target_bps += p.rhai_bps if min(t, bc) > p.fast_recovery else p.rai_bps
-            self.target_bps = min(self.target_bps, self.line_bps)
-        self.rate_bps = min(self.line_bps, (self.target_bps + self.rate_bps + 1) // 2)
-        self.counters["increases"] += 1
-        if self.rate_bps >= self.line_bps:  # back at the line rate: the limiter lets go (alpha decays on paper)
-            self.limited = False
-            self.alpha_deadline = self.increase_deadline = None
-            self.counters["released"] += 1

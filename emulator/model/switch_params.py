@@ -43,8 +43,8 @@ from typing import Any
 
 from emulator import bounds
 from emulator.errors import FabricError, shown
-from emulator.wire.pfc import MAX_QUANTA, PRIORITIES
-from emulator.model.credits import FABRIC_REFRESH_NS
+from emulator._core.pfc import MAX_QUANTA, PRIORITIES
+from emulator._core.credits import FABRIC_REFRESH_NS
 from emulator.model.mmu import MmuConfig
 from emulator.model.pfcwd import parse_pfcwd
 from emulator.units import format_size, format_time, parse_size, parse_time

@@ -1,27 +1,28 @@
-"""DCQCN's notification and reaction points on a fake clock (emulator.model.dcqcn)."""
+"""DCQCN's notification and reaction points on a fake clock (emulator._core.dcqcn), and its settings and
+``--cc`` option (emulator.model.dcqcn)."""
 
 from __future__ import annotations
 
 import pytest
 
 import emulator._core.dcqcn as compiled
-import emulator.model.dcqcn as interpreted
+import emulator.model.dcqcn as config
+from emulator._core.dcqcn import NotificationPoint, ReactionPoint
 from emulator.errors import FabricError
-from emulator.model.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint, at_link, check_link, parse_cc
+from emulator.model.dcqcn import DcqcnParams, at_link, check_link, parse_cc
 
 LINE = 40_000_000_000
 US = 1000
 
 
-@pytest.fixture(params=[interpreted, compiled], ids=["python", "rust"])
+@pytest.fixture(params=[config, compiled], ids=["config", "compiled"])
 def impl(request, monkeypatch):
-    """The state machines' tests run on both twins: the module's names point at the one under test."""
-    for name in ("DcqcnParams", "NotificationPoint", "ReactionPoint"):
-        monkeypatch.setitem(globals(), name, getattr(request.param, name))
+    """The compiled state machines take either settings class: the dataclass the agents' config carries (and
+    the RNIC agent passes), or the compiled one; the module's ``DcqcnParams`` names the one under test."""
+    monkeypatch.setitem(globals(), "DcqcnParams", request.param.DcqcnParams)
     return request.param
 
 
-@pytest.mark.usefixtures("impl")
 def test_cnp_at_most_once_per_interval_per_qp():
     np_ = NotificationPoint(interval_ns=50 * US)
     assert np_.on_ce(0, qpn=0x11)

@@ -1,39 +1,19 @@
-"""The fidelity monitor's bookkeeping (emulator.model.fidelity), driven with a fake clock.
-
-Every test runs on the Python model and on its compiled twin (emulator._core.fidelity); the agents' tests
-here run the switch agent on the twin too.
+"""The fidelity monitor's bookkeeping (emulator._core.fidelity), driven with a fake clock; the agents' tests
+here run the switch agent, which keeps its figures with it.
 """
 
 from __future__ import annotations
 
 import math
 import random
-import sys
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import emulator.agents.base
-import emulator.agents.switch
-from emulator._core import fidelity as core_fidelity
-from emulator.model import fidelity as py_fidelity
-from emulator.model.fidelity import Durations, EgressWire, Thresholds, verdict
+from emulator._core.fidelity import Durations, EgressWire, Thresholds, verdict
 from fake_agents import fake_wire
 
 assert fake_wire  # a fixture, used by name below
-
-NAMES = ("Durations", "EgressWire", "Thresholds", "verdict")
-
-
-@pytest.fixture(autouse=True, params=[py_fidelity, core_fidelity], ids=["python", "compiled"])
-def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The implementation this module's names, and the switch agent's, are for this test."""
-    for module in (sys.modules[__name__], emulator.agents.base, emulator.agents.switch):
-        for name in NAMES:
-            if hasattr(module, name):
-                monkeypatch.setattr(module, name, getattr(request.param, name))
-
 
 FRAME_NS = 1514 * 8 * 1_000_000_000 // 20_000_000  # one MTU-sized frame at 20 Mbit/s: 605.6 us
 

@@ -13,7 +13,7 @@ import pytest
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from emulator.model.forwarding import arp_reply, ecmp_index, priority, routed
+from emulator._core.forwarding import arp_reply, ecmp_index, priority, routed
 
 HOST_MAC = "02:00:00:00:00:01"
 PORT_MAC = bytes.fromhex("020100001103")

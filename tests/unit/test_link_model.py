@@ -1,22 +1,15 @@
-"""The link model of a switch port (emulator.model.link) on a fake clock.
+"""The link model of a switch port (emulator._core.link) on a fake clock.
 
 Delay lines, serialization at the port's rate on the virtual wire, loss
 that a seed repeats, and drop lists, with ``now`` in the test's hands.
-Every test runs on the Python model and on its compiled twin
-(emulator._core.link).
 """
 
 from __future__ import annotations
 
 import random
-import sys
 from collections import deque
 
-import pytest
-
-from emulator._core import link as core_link
-from emulator.model import link as py_link
-from emulator.model.link import Link
+from emulator._core.link import Link
 
 RATE = 100_000_000  # 1250 bytes take 100 us
 DELAY = 1_000_000
@@ -35,12 +28,6 @@ class Queue:
     def pop(self, egress: int, priority: int) -> None:
         assert egress == 1 and self.frames[0][0] == priority
         self.frames.popleft()
-
-
-@pytest.fixture(autouse=True, params=[py_link, core_link], ids=["python", "compiled"])
-def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The implementation the module's ``Link`` names for this test."""
-    monkeypatch.setattr(sys.modules[__name__], "Link", request.param.Link)
 
 
 def link(delay_ns: int = DELAY, host_facing: bool = True, loss: float = 0.0, drop: tuple[int, ...] = (),

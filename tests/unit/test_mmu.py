@@ -14,7 +14,8 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from emulator.model.mmu import Mmu, MmuConfig
+from emulator._core.mmu import Mmu
+from emulator.model.mmu import MmuConfig  # the dataclass the agents' config carries, as the agents pass it
 
 PRIORITIES = 8
 GBIT = 1_000_000_000

@@ -1,14 +1,20 @@
-"""The PFC watchdog (emulator.model.pfcwd), alone and inside the MMU, on a fake clock."""
+"""The PFC watchdog (emulator._core.pfcwd), alone and inside the MMU, on a fake clock; its settings as the
+agents' config carries them (emulator.model.pfcwd)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 
 import pytest
 
+from emulator.agents.config import ConfigError, dump, load
 from emulator.errors import FabricError
-from emulator.model.pfcwd import Watchdog, WatchdogConfig, parse_pfcwd
+from emulator._core.pfcwd import Watchdog
+from emulator.model.pfcwd import WatchdogConfig, parse_pfcwd
 from emulator.model.switch_params import derive_config
+from fake_agents import switch_config
 from test_mmu import FRAME, LOSSLESS, fill, mmu
 
 MS = 1_000_000
@@ -71,6 +77,20 @@ def test_switch_option_only_on_the_lossless_fabric():
     assert derive_config("lossless", 10**8, 0, 1500, 2).pfcwd is None
     with pytest.raises(FabricError, match="--fabric lossy has none"):
         derive_config("lossy", 10**8, 0, 1500, 2, {"pfcwd": "on"})
+
+
+def test_the_settings_go_through_an_agents_config_file_and_are_checked_there(tmp_path):
+    """WatchdogConfig is the dataclass the agents' JSON config carries: written and read back the same, and a
+    bad value in the file refused naming the field."""
+    config = dataclasses.replace(switch_config(str(tmp_path)), mmu=derive_config("lossless", 10**8, 0, 1500, 3,
+                                                                               {"pfcwd": "50ms:1s:forward"}))
+    assert load(type(config), dump(config)).mmu.pfcwd == WatchdogConfig(50 * MS, 1000 * MS, "forward")
+    for field, value, message in [("detection_ns", 0, "mmu.pfcwd.detection_ns 0: expected 1 ns to"),
+                                  ("action", "reboot", "mmu.pfcwd.action 'reboot': expected one of drop, forward")]:
+        data = json.loads(dump(config))
+        data["mmu"]["pfcwd"][field] = value
+        with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
+            load(type(config), json.dumps(data))
 
 
 # --- inside the MMU --------------------------------------------------------------------------------------

@@ -1,10 +1,10 @@
-"""The slow receiver's NIC buffer (emulator.model.rx_pipeline) on a fake clock."""
+"""The slow receiver's NIC buffer (emulator._core.rx_pipeline) on a fake clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from emulator.model.rx_pipeline import RxPipeline
+from emulator._core.rx_pipeline import RxPipeline
 
 US = 1000
 

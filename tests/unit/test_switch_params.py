@@ -10,7 +10,7 @@ import pytest
 
 from emulator.errors import FabricError
 from emulator.model import switch_params as params
-from emulator.model.mmu import Mmu
+from emulator._core.mmu import Mmu
 from emulator.model.switch_params import IB_OPTIONS, derive_config
 
 GBIT = 1_000_000_000
