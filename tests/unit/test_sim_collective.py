@@ -11,6 +11,8 @@ from emulator._core.rdma_params import message_wire_bytes
 from emulator.collectives.sim_ranks import run_rust_collective
 from emulator.errors import FabricError
 from emulator.fabric.plan import make_plan
+from emulator.fabric.topospec import build_topo
+from emulator.model.dcqcn import DcqcnParams
 from emulator.study.sim_fabric import build_rust_fabric
 from topologies.fabrics import StarTopo
 
@@ -167,3 +169,101 @@ def test_progress_counts_each_iteration_once():
     assert SimProgress(0, 0, 0, 2, 50, 100).done == 0.25
     assert SimProgress(0, 0, 1, 2, 100, 100).done == 1.0  # the second iteration's arrivals all in, not yet summed
     assert SimProgress(0, 0, 2, 2, 100, 100).done == 1.0  # the last one's arrivals are not counted twice
+
+
+# What the runs compared figure for figure with the Python backend (test_twin_sim.py, test_twin_sim_cc.py, gone
+# with it) also showed on the compiled one: each case's PFC, drops, credit stalls, CNPs and pacing.
+LINK = {"bw": "10gbit", "delay": "1us", "mtu": "1500"}
+PFC = {"alpha": "0", "threshold": "3000"}  # lossless: a static threshold, XOFF after a few frames
+SMALL = {"buffer": "60000"}  # lossy: tail drops
+SCALE_IB = {"vl_buffer": "128KiB", "fc_floor": "0"}  # the scale experiment's IB switches
+TIGHT_IB = {"vl_buffer": "2KiB"}  # one 1 KiB packet in flight per VL: senders wait for every grant
+ECN = {"kmin": "3000", "kmax": "30000", "pmax": "1"}  # marks early, so DCQCN has CNPs to react to
+CASES = [
+    # (topology, fabric, collective, size, switch, link, DCQCN, what must show)
+    ("star,4", "lossless", "incast", 262144, PFC, LINK, False, "pfc"),
+    ("star,4", "lossy", "incast", 65536, SMALL, LINK, False, "drops"),
+    ("leafspine,2,1,hosts=3", "lossless", "alltoall", 393216, PFC, LINK, False, "pfc"),
+    ("leafspine,2,1,hosts=3", "lossy", "alltoall", 98304, SMALL, LINK, False, "drops"),
+    ("fattree,4", "lossless", "allreduce", 65536, PFC, LINK, False, None),
+    ("fattree,4", "lossy", "allreduce", 65536, SMALL, LINK, False, None),
+    ("star,4", "ib", "incast", 65536, {}, LINK, False, "stalls"),  # 16 frames a VL, grants paced at 500 us
+    ("star,4", "ib", "incast", 262144, TIGHT_IB, LINK, False, "stalls"),
+    ("star,4", "ib", "allgather", 65536, SCALE_IB, LINK, False, None),
+    ("leafspine,2,1,hosts=3", "ib", "alltoall", 393216, {}, LINK, False, "stalls"),
+    ("leafspine,2,1,hosts=3", "ib", "alltoall", 393216, SCALE_IB, LINK, False, None),
+    ("fattree,4", "ib", "allreduce", 65536, {}, LINK, False, None),
+    ("fattree,4", "ib", "alltoall", 32768, SCALE_IB, LINK, False, None),
+    ("star,4", "lossless", "incast", 262144, PFC | ECN, LINK, True, "paced"),
+    ("leafspine,2,1,hosts=3", "lossless", "alltoall", 196608, PFC | ECN, LINK, True, "cnps"),
+    ("star,4", "lossy", "incast", 131072, ECN, LINK, True, "paced"),
+    ("star,4", "lossy", "alltoall", 65536, {}, LINK | {"loss": "0.02"}, False, "drops"),
+    ("leafspine,2,1,hosts=2", "lossy", "allreduce", 65536, {}, LINK | {"drop": "3:40:41:200"}, False, "drops"),
+    ("leafspine,2,1,hosts=2", "lossless", "alltoall", 65536, PFC | ECN, LINK | {"loss": "0.01"}, True, "drops"),
+]
+
+
+@pytest.mark.parametrize("topo,fabric,collective,size,switch,link,dcqcn,expect", CASES,
+                         ids=[f"{c[0]}-{c[1]}-{c[2]}-{c[7]}-{'-'.join(c[4].values()) or 'defaults'}" for c in CASES])
+def test_each_fabric_shows_what_it_is_for(topo, fabric, collective, size, switch, link, dcqcn, expect) -> None:
+    cc = DcqcnParams(cnp_interval_ns=4000, alpha_period_ns=1000, increase_period_ns=3000, byte_counter=32767,
+                     fast_recovery=1, reference_bps=10_000_000_000) if dcqcn else None
+    plan = make_plan(build_topo(topo), "sim", link)
+    built = Built(build_rust_fabric(plan, fabric, switch, cc=cc, seed=7), [node.name for node in plan.hosts()])
+    result = run_rust_collective(built.fabric, built.names, collective, size, 2, 1, None, 1024)
+    counters = totals(built)
+    assert all(r.verified for r in result.iterations) and len(result.warmup) == 1
+    assert built.fabric.baseline() is not None  # the counters when the measured iterations began
+    if expect == "pfc":
+        assert counters["pfc_sent"] > 0
+    elif expect == "drops":
+        assert counters["drops"] > 0 and sum(r.retransmissions for r in result.iterations + result.warmup) > 0
+    elif expect == "stalls":
+        assert counters["ib_credit_stalls"] > 0
+    elif expect in ("cnps", "paced"):
+        assert counters["cnps_received"] > 0 and counters["ecn_marked"] > 0
+        assert (counters["paced_waits"] > 0) == (expect == "paced")  # many QPs take turns: none waits for its rate
+    if fabric == "ib":  # every frame crossed the IB planes, none the MMUs: the planes' count is the whole
+        assert counters["tx_frames"] > 0 and counters["pfc_sent"] == counters["drops"] == 0
+    if cc is None:
+        assert counters["cnps_received"] == counters["paced_waits"] == 0
+
+
+def test_refuses_a_fabric_it_does_not_know() -> None:
+    plan = make_plan(StarTopo(n=2), "sim", LINK)
+    with pytest.raises(ValueError, match="no 'ethernet' fabric"):
+        build_rust_fabric(plan, "ethernet")
+
+
+def test_an_ib_path_mtu_past_the_switch_buffer_is_refused_as_the_qps_are_made() -> None:
+    """A path MTU whose packets no grant of the switch's VL buffer could cover: a FabricError with the reason."""
+    plan = make_plan(StarTopo(n=2), "sim", LINK)
+    fabric = build_rust_fabric(plan, "ib", TIGHT_IB)
+    with pytest.raises(FabricError, match="path MTU 4096 does not fit"):
+        run_rust_collective(fabric, ["h1", "h2"], "alltoall", 8192, 1, 0, None, 4096)
+
+
+def test_a_watch_that_raises_ends_the_run_as_itself_and_faults_name_real_hosts() -> None:
+    plan = make_plan(StarTopo(n=2), "sim", LINK)
+    fabric = build_rust_fabric(plan, "lossless")
+
+    def broken(now: int, frames: int) -> bool:
+        if now:
+            raise KeyError("the tracker broke")
+        return False
+
+    fabric.watch(1000, broken)
+    with pytest.raises(RuntimeError, match="a goodput watch already"):
+        fabric.watch(1000, broken)
+    with pytest.raises(KeyError, match="the tracker broke"):
+        run_rust_collective(fabric, ["h1", "h2"], "alltoall", 1 << 20, 1, 0, None, 1024)
+    with pytest.raises(ValueError, match="a fault on host 2 of 2"):
+        fabric.set_faults([(2, 0, None)])
+
+
+def test_refuses_settings_for_other_nodes() -> None:
+    from emulator._core.sim import SimFabric
+
+    for key in ("losses", "pfcwd", "cc"):
+        with pytest.raises(ValueError, match=f"1 {key} entries for 0"):
+            SimFabric([], [], [], **{key: [None]})
