@@ -171,3 +171,22 @@ def test_a_simulator_in_a_cycle_with_its_models_is_collected():
     del model
     gc.collect()
     assert gone() is None
+
+
+def test_a_callback_that_raises_ends_the_run_with_its_exception_and_the_rest_runs_next_time():
+    """As the Python engine did (test_twin_engine.py compared them on random schedules with failing callbacks):
+    the exception leaves ``run`` as itself, now is its event's time, ``events`` counts none of that run's (a run
+    adds its count as it returns), and the events after it, at the same instant and later, run on the next one."""
+    sim, seen = Simulator(), []
+
+    def boom() -> None:
+        raise KeyError("boom")
+
+    sim.at(1, seen.append, "before")
+    sim.at(5, boom)
+    sim.at(5, seen.append, "same instant")
+    sim.at(9, seen.append, "later")
+    with pytest.raises(KeyError, match="boom"):
+        sim.run()
+    assert (sim.now, sim.events, seen, sim.next_time()) == (5, 0, ["before"], 5)
+    assert sim.run() == 2 and seen == ["before", "same instant", "later"] and (sim.now, sim.events) == (9, 2)
