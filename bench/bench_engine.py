@@ -1,4 +1,4 @@
-"""The hold model on the Rust engine (issue 24: at least 5 M events/s on one core) and on the Python one.
+"""The hold model on the Rust engine (issue 24: at least 5 M events/s on one core), natively and from Python.
 
 Run from the repository root (no root needed; cargo builds the example)::
 
@@ -15,9 +15,7 @@ each queue size it prints:
   ``cargo run --release --example hold -- EVENTS PENDING...`` (typed events,
   no Python), the figure the issue's target is about;
 - the compiled engine driven from Python (``emulator._core.engine``, each
-  event a Python callback), what the Python simulator gains by switching its
-  import;
-- the Python engine (``emulator.sim.engine``), for comparison.
+  event a Python callback): what a callback from Rust into Python costs.
 
 One process at a time, so each has a core to itself on the 2-core machine;
 the figures move with the machine's load (docs/performance.md, "Simulation
@@ -35,7 +33,7 @@ from types import ModuleType
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from emulator import flags  # noqa: E402
-from emulator.sim import engine as python_engine  # noqa: E402
+from emulator._core import engine as compiled_engine  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_DELAY_NS = 1 << 20
@@ -79,36 +77,23 @@ def native(events: int, sizes: list[int]) -> None:
         print(f"bench_engine: the native hold model did not run: {error}", file=sys.stderr)
 
 
-def compiled_module() -> ModuleType | None:
-    try:
-        from emulator._core import engine
-    except ImportError:
-        return None
-    return engine
-
-
 def main() -> None:
     parser = flags.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=flags.whole("--events", (1, 10**9)), default=10_000_000,
                         help="events the native engine runs per queue size (1 to 1e9, default 1e7)")
     parser.add_argument("--python-events", type=flags.whole("--python-events", (1, 10**8)), default=1_000_000,
-                        help="events the engines driven from Python run per queue size (1 to 1e8, default 1e6)")
+                        help="events the engine driven from Python runs per queue size (1 to 1e8, default 1e6)")
     parser.add_argument("--pending", type=flags.whole("--pending", (1, 10**7)), nargs="+",
                         default=[1_000, 100_000, 1_000_000],
                         help="queue sizes: events pending at any time (1 to 1e7 each, default 1000 100000 1000000)")
     args = parser.parse_checked()
     native(args.events, args.pending)
-    compiled = compiled_module()
-    engines = [("emulator._core.engine (Python callbacks)", compiled)] if compiled else []
-    engines.append(("emulator.sim.engine", python_engine))
     for pending in args.pending:
         table = delays(pending + args.python_events)
-        for name, module in engines:
-            seconds, ran = hold(module, args.python_events, pending, table)
-            print(f"{name}: {ran} events in {seconds:.3f} s: {ran / seconds / 1e6:.2f} M events/s "
-                  f"({seconds / ran * 1e9:.1f} ns per event), {pending} pending", flush=True)
-    if compiled is None:
-        print("emulator._core.engine: not built (scripts/build_core.sh)")
+        seconds, ran = hold(compiled_engine, args.python_events, pending, table)
+        print(f"emulator._core.engine (Python callbacks): {ran} events in {seconds:.3f} s: "
+              f"{ran / seconds / 1e6:.2f} M events/s ({seconds / ran * 1e9:.1f} ns per event), {pending} pending",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Events per second of the simulation engine, against SimPy, on one core (the hold model).
+"""Events per second of the simulation engine driven from Python, against SimPy, on one core (the hold model).
 
 Run from the repository root (no root needed)::
 
@@ -7,8 +7,8 @@ Run from the repository root (no root needed)::
 The hold model (the classic event-set benchmark): ``--pending`` events are
 outstanding at all times; each, when it runs, schedules one more at a
 pseudo-random delay (a fixed linear congruential sequence, the same for
-both engines), until ``--events`` have run.  ``emulator.sim.engine``
-schedules plain callbacks; SimPy runs the same as that many processes, each
+both engines), until ``--events`` have run.  The compiled engine
+(``emulator._core.engine``) schedules plain Python callbacks; SimPy runs the same as that many processes, each
 yielding a timeout (SimPy's way: a generator resumed per event).  SimPy is
 measured only if it is installed (`.venv/bin/pip install simpy`); it is no
 dependency of the project.  Figures: docs/performance.md ("Simulation
@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from emulator import flags  # noqa: E402
 from bench_engine import delays, hold  # noqa: E402 - the hold model's delays and driver, shared
-from emulator.sim import engine as python_engine  # noqa: E402
+from emulator._core import engine as compiled_engine  # noqa: E402
 
 
 def simpy_run(events: int, pending: int, table: list[int]) -> tuple[float, int] | None:
@@ -65,8 +65,8 @@ def main() -> None:
     if args.pending > args.events:
         parser.error(f"--pending {args.pending}: must be at most --events ({args.events})")
     table = delays(args.events + args.pending)
-    seconds, ran = hold(python_engine, args.events, args.pending, table)
-    print(f"emulator.sim.engine: {ran} events in {seconds:.2f} s: {ran / seconds / 1e3:.0f}k events/s "
+    seconds, ran = hold(compiled_engine, args.events, args.pending, table)
+    print(f"emulator._core.engine: {ran} events in {seconds:.2f} s: {ran / seconds / 1e3:.0f}k events/s "
           f"({seconds / ran * 1e9:.0f} ns per event), {args.pending} pending")
     measured = simpy_run(args.events, args.pending, table)
     if measured is None:

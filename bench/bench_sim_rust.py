@@ -1,15 +1,16 @@
-"""One collective on the compiled simulation backend (and, with ``--python``, on the Python one), timed.
+"""One collective on the compiled simulation backend, timed.
 
 Run from the repository root (no root needed)::
 
-    .venv/bin/python bench/bench_sim_rust.py fattree,8 lossless alltoall 1MiB 400gbit --delay 1us [--python]
+    .venv/bin/python bench/bench_sim_rust.py fattree,8 lossless alltoall 1MiB 400gbit --delay 1us
     .venv/bin/python bench/bench_sim_rust.py fattree,8 ib alltoall 1MiB 400gbit --delay 1us \
-        --switch vl_buffer=128KiB,fc_floor=0 [--python]
+        --switch vl_buffer=128KiB,fc_floor=0
 
-The Rust counterpart of ``bench/bench_sim_collective.py``: one iteration, no warm-up, the same plan, MTU and
-link MTU. Prints per backend the build and run wall times, the events and events per second (per wall and per CPU second: on a busy machine the CPU time is the fairer figure), the CCT, whether
-the data added up, the fabric's counters and the process's peak memory (with ``--python`` the peak is the
-larger of the two runs, the Rust one coming first). With ``--python`` it also says whether the two runs agree.
+One iteration, no warm-up, at a 4096-byte path MTU on links of MTU 4200 (the experiments'), the backend's
+own pieces (``build_rust_fabric``, ``run_rust_collective``) without the runner, so a profiler sees the
+simulation alone. Prints the build and run wall times, the events and events per second (per wall and per
+CPU second: on a busy machine the CPU time is the fairer figure), the CCT, whether the data added up, the
+fabric's counters and the process's peak memory. Figures: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from emulator.cli import parse_options  # noqa: E402
-from emulator.collectives.sim_ranks import run_rust_collective, run_sim_collective  # noqa: E402
+from emulator.collectives.sim_ranks import run_rust_collective  # noqa: E402
 from emulator.fabric.plan import make_plan  # noqa: E402
 from emulator.fabric.topospec import build_topo  # noqa: E402
 from emulator.model.switch_params import SWITCH_OPTIONS  # noqa: E402
-from emulator.study.sim_fabric import build_rust_fabric, build_sim_fabric, totals  # noqa: E402
+from emulator.study.sim_fabric import build_rust_fabric  # noqa: E402
 from emulator.units import parse_size  # noqa: E402
 
 MTU = 4096
@@ -48,7 +49,6 @@ def main() -> None:
     parser.add_argument("--delay", default="0us", help="every link's delay (default 0us)")
     parser.add_argument("--switch", help="the switches' settings as fabric-emu's --switch, e.g. the scale "
                         "experiment's IB credits vl_buffer=128KiB,fc_floor=0 (default: the derived ones)")
-    parser.add_argument("--python", action="store_true", help="run the Python backend too, and compare")
     args = parser.parse_args()
     size = parse_size(args.size)
     switch = parse_options(args.switch, dict.fromkeys(SWITCH_OPTIONS), "--switch")
@@ -58,34 +58,17 @@ def main() -> None:
         + (f", switch {args.switch}" if args.switch else "")
 
     began = time.perf_counter()
-    rust = build_rust_fabric(plan, args.fabric, switch)
+    fabric = build_rust_fabric(plan, args.fabric, switch)
     built = time.perf_counter()
     cpu = time.process_time()
-    rust_run = run_rust_collective(rust, names, args.collective, size, 1, 0, None, MTU)
+    run = run_rust_collective(fabric, names, args.collective, size, 1, 0, None, MTU)
     ran, cpu = time.perf_counter(), time.process_time() - cpu
-    [iteration] = rust_run.iterations
-    print(f"rust   {label}: build {built - began:.2f} s, run {ran - built:.2f} s, {rust.events:,} events "
-          f"({rust.events / (ran - built):,.0f}/s), CPU {cpu:.2f} s ({rust.events / cpu:,.0f} events/CPU s), simulated {rust.now / 1e6:.3f} ms")
+    [iteration] = run.iterations
+    print(f"{label}: build {built - began:.2f} s, run {ran - built:.2f} s, {fabric.events:,} events "
+          f"({fabric.events / (ran - built):,.0f}/s), CPU {cpu:.2f} s ({fabric.events / cpu:,.0f} events/CPU s), simulated {fabric.now / 1e6:.3f} ms")
     print(f"  CCT {iteration.cct_us:.1f} us, verified {iteration.verified}, "
           f"retransmissions {iteration.retransmissions}, peak memory {_peak_gb():.2f} GB")
-    print(f"  counters {rust.totals()}")
-    if not args.python:
-        return
-    began = time.perf_counter()
-    python = build_sim_fabric(plan, args.fabric, switch)
-    built = time.perf_counter()
-    cpu = time.process_time()
-    python_run = run_sim_collective(python.sim, python.hosts, args.collective, size, 1, 0, None, MTU)
-    ran, cpu = time.perf_counter(), time.process_time() - cpu
-    [iteration] = python_run.iterations
-    events = python.sim.events
-    print(f"python {label}: build {built - began:.2f} s, run {ran - built:.2f} s, {events:,} events "
-          f"({events / (ran - built):,.0f}/s), CPU {cpu:.2f} s ({events / cpu:,.0f} events/CPU s), simulated {python.sim.now / 1e6:.3f} ms")
-    print(f"  CCT {iteration.cct_us:.1f} us, verified {iteration.verified}, "
-          f"retransmissions {iteration.retransmissions}, peak memory {_peak_gb():.2f} GB (both runs)")
-    print(f"  counters {totals(python)}")
-    same = python_run == rust_run and totals(python) == rust.totals() and events == rust.events
-    print(f"same run on both backends: {same}")
+    print(f"  counters {fabric.totals()}")
 
 
 if __name__ == "__main__":

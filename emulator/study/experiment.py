@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterator
 from mininet.topo import Topo
 
 from emulator import __version__, bounds
+from emulator._core.rdma_params import MAX_MR_BYTES, PATHS_MTU, ROCE_OVERHEAD
 from emulator.collectives.algorithms import COLLECTIVES, SENDER_COLLECTIVES, chunk_bytes
 from emulator.collectives.algorithms import plan as rank_plans
 from emulator.errors import FabricError, one_line, printable, shown
@@ -49,7 +50,6 @@ from emulator.fabric.capacity import meminfo_bytes
 from emulator.fabric.plan import (DEFAULT_LINK, FabricPlan, check_connected, dilated, link_params, make_plan,
                                   switch_graph)
 from emulator.model.dcqcn import check_fabric, check_link, parse_cc
-from emulator.model.rdma_params import MAX_MR_BYTES, PATHS_MTU, ROCE_OVERHEAD
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, derive_config, parse_overrides
 from emulator.fabric.topospec import build_topo
 from emulator.study import calibration
@@ -70,10 +70,10 @@ REQUIRED = ("collective", "topo", "size")
 DEFAULTS: dict[str, Any] = {"fabric": "lossless", "iterations": 10, "warmup": 1, "seed": 1, "capture": False,
                             "cc": "none", "backend": "emulator"}
 # emulator: real frames through namespaces, veths and the agents, in real time; sim: the same models and frames
-# in simulated time (emulator.sim), what one VM cannot hold.
+# in simulated time (the compiled core's emulator._core.sim), what one VM cannot hold.
 BACKENDS = ("emulator", "sim")
 SIM_FABRICS = ("lossless", "lossy", "ib")  # what the simulation backend runs
-SIM_FAULTS = ("stall",)  # the faults it injects (sim/host.py)
+SIM_FAULTS = ("stall",)  # the faults it injects (crates/fabric-core/src/sim/faults.rs)
 # Experiments run RoCE and IB at a 4096-byte path MTU, as most deployments do: a quarter of the frames of
 # 1024 for the same bytes, so a quarter of the agents' work per byte.  4200 is the link MTU RoCE fabrics
 # are usually given for it (4096 + 64 bytes of RoCEv2 headers, rounded up); without a `mtu` key the path

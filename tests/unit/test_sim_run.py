@@ -174,3 +174,58 @@ def test_the_deadlock_experiment_deadlocks_in_simulated_time_and_the_watchdog_br
     assert broken["deadlocked"] is False and broken["iterations"] == 1 and broken["verified"]
     assert broken["pfcwd"]["pfcwd_storms"] > 0 and broken["pfcwd"]["pfcwd_drops"] > 0 and broken["retransmissions"] > 0
     assert broken["pfcwd"]["stormed_ports"] and all(p.startswith("s") for p in broken["pfcwd"]["stormed_ports"])
+
+
+# What the variant runs compared with the Python backend's (test_twin_sim_cc.py, gone with it) also showed on the
+# compiled one: DCQCN's pacing, the stall fault's storm and its spread, a stall for good.
+def _variant(experiment: str, name: str, **changes):
+    """Variant ``name`` of the built-in ``experiment`` on the simulation backend, with ``changes``."""
+    import dataclasses
+
+    variant = next(v for v in load_experiment(experiment).variants if v.name == name)
+    return dataclasses.replace(variant, backend="sim", **changes)
+
+
+def test_the_dcqcn_experiment_paces_the_senders_where_it_runs_dcqcn():
+    """The built-in `dcqcn` (D = 2000 from the constants' reference rate, or a modelled rate's ``dilation``)."""
+    from emulator.study.sim_variant import run_sim_variant
+
+    for name, dilation in [("pfc", None), ("dcqcn", None), ("dcqcn-nvidia", None), ("dcqcn", 500.0)]:
+        changes = {"iterations": 1, "warmup": 1, "capture": False}
+        if dilation is not None:
+            changes |= {"model": "10gbit", "dilation": dilation}
+        outcome = run_sim_variant(_variant("dcqcn", name, **changes), lambda line: None)
+        assert outcome.run.iterations and all(it.verified for it in outcome.run.iterations), name
+        assert (outcome.counters["paced_waits"] > 0) == (name != "pfc"), (name, dilation)
+
+
+def test_a_stalled_nic_storms_its_port_and_the_pause_spreads_unless_the_watchdog_drops():
+    """The built-in `pause-storm`: h8's NIC stalls 100 ms into each measured iteration for 1 s."""
+    from emulator.study.sim_variant import run_sim_variant
+
+    for name in ("storm", "storm-pfcwd"):
+        outcome = run_sim_variant(_variant("pause-storm", name, iterations=2, warmup=1), lambda line: None)
+        assert outcome.faults == 2 and outcome.counters["host_pfc_sent"] > 2  # XOFFs, refreshes and XONs
+        assert outcome.paused_ms_by_host is not None and outcome.paused_ms_by_host["h8"] == 0  # it pauses, unpaused
+        assert outcome.pfcwd is not None
+        if name == "storm":
+            assert outcome.paused_ms_by_host["h6"] > 0 and outcome.pfcwd["pfcwd_storms"] == 0  # spread to h8's peers
+        else:
+            assert outcome.pfcwd["stormed_ports"] and outcome.pfcwd["pfcwd_drops"] > 0
+
+
+def test_a_stall_for_good_ends_the_run_when_the_peers_retries_run_out():
+    """A fault with no end holds h1's frames for good: its peers' retries run out, a FabricError."""
+    import dataclasses
+
+    import pytest
+
+    from emulator.errors import FabricError
+    from emulator.study.sim_variant import run_sim_variant
+
+    storm = _variant("pause-storm", "storm")
+    variant = dataclasses.replace(storm, topo="star,3", collective="alltoall", size=1 << 16, iterations=1, warmup=0,
+                                  deadlock_ns=10**9,
+                                  faults=(dataclasses.replace(storm.faults[0], host="h1", at_ns=1000, duration_ns=None),))
+    with pytest.raises(FabricError, match="RETRY_EXC_ERR"):
+        run_sim_variant(variant, lambda line: None)
