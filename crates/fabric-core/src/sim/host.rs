@@ -170,7 +170,7 @@ impl Memory for FlatMemory {
         while at < end {
             let page_end = (at / PAGE + 1).saturating_mul(PAGE).min(end);
             let chunk = data.get(at - start..page_end - start).unwrap_or_default();
-            if self.is_written(at / PAGE) || chunk.iter().any(|&b| b != 0) {
+            if self.is_written(at / PAGE) || !all_zero(chunk) {
                 if let Some(bytes) = self.data.get_mut(at..page_end) {
                     bytes.copy_from_slice(chunk);
                     self.mark(at, page_end - at);
@@ -179,6 +179,17 @@ impl Memory for FlatMemory {
             at = page_end;
         }
     }
+}
+
+/// Whether every byte of `bytes` is zero. A block of 64 at a time, each block's bytes OR-ed together without a
+/// branch (the compiler makes that vector instructions); a byte-at-a-time `any` with its early exit cost 3
+/// instructions a byte, 40% of a fattree,8 all-to-all's instructions (every data frame's 4 KB of zeros).
+fn all_zero(bytes: &[u8]) -> bool {
+    let (blocks, rest) = bytes.as_chunks::<64>();
+    blocks
+        .iter()
+        .all(|block| block.iter().fold(0, |acc, &b| acc | b) == 0)
+        && rest.iter().all(|&b| b == 0)
 }
 
 /// One QP of the host: the transport, its framer, its peer's address, its timer.
