@@ -185,9 +185,10 @@ impl Memory for FlatMemory {
 /// branch (the compiler makes that vector instructions); a byte-at-a-time `any` with its early exit cost 3
 /// instructions a byte, 40% of a fattree,8 all-to-all's instructions (every data frame's 4 KB of zeros).
 fn all_zero(bytes: &[u8]) -> bool {
-    let (blocks, rest) = bytes.as_chunks::<64>();
+    let blocks = bytes.chunks_exact(64);
+    let rest = blocks.remainder();
     blocks
-        .iter()
+        .into_iter()
         .all(|block| block.iter().fold(0, |acc, &b| acc | b) == 0)
         && rest.iter().all(|&b| b == 0)
 }
