@@ -146,6 +146,8 @@ struct Queue<E> {
     /// Entries that went to `early` so far: their arrival order.
     arrivals: u64,
     len: usize,
+    /// Whether `front` was refilled since [`Engine::fresh_front`] last looked.
+    refilled: bool,
 }
 
 impl<E> Default for Queue<E> {
@@ -159,6 +161,7 @@ impl<E> Default for Queue<E> {
             early: BinaryHeap::new(),
             arrivals: 0,
             len: 0,
+            refilled: false,
         }
     }
 }
@@ -231,6 +234,7 @@ impl<E> Queue<E> {
         let Some(index) = self.take_lowest_bucket() else {
             return;
         };
+        self.refilled = true;
         if index < DIGITS {
             let entries = std::mem::take(&mut self.buckets[index]);
             if let Some(first) = entries.first() {
@@ -533,6 +537,18 @@ impl<E> Engine<E> {
         None
     }
 
+    /// The events of the entries next in line, all at the time of the one just handed out, once after each
+    /// refill of that line (else empty): a simulator can touch the memory they will need, so that the cache
+    /// misses of several events overlap instead of coming one after the other.
+    pub fn fresh_front(&mut self) -> impl Iterator<Item = &E> {
+        let fresh = std::mem::take(&mut self.queue.refilled);
+        self.queue
+            .front
+            .iter()
+            .take(if fresh { usize::MAX } else { 0 })
+            .map(|entry| &entry.event)
+    }
+
     /// Ends a run: now moves to `until` if the run ended for want of earlier events; returns how many ran.
     pub fn end_run(&mut self, run: Run) -> u64 {
         if let Some(until) = run.until {
@@ -621,6 +637,28 @@ mod tests {
         let mut seen = Vec::new();
         engine.run(None, None, |engine, event| seen.push((engine.now(), event)));
         seen
+    }
+
+    #[test]
+    fn fresh_front_shows_the_events_next_in_line_once_per_refill() {
+        let mut engine = Engine::new();
+        for (time, event) in [(5, "a"), (5, "b"), (5, "c"), (9, "d")] {
+            engine.at(time, event).unwrap();
+        }
+        let mut run = engine.start_run(None, None);
+        assert_eq!(engine.next_event(&mut run), Some("a"));
+        assert_eq!(
+            engine.fresh_front().copied().collect::<Vec<_>>(),
+            ["b", "c"]
+        );
+        assert_eq!(engine.fresh_front().count(), 0); // shown once
+        assert_eq!(engine.next_event(&mut run), Some("b"));
+        assert_eq!(engine.fresh_front().count(), 0);
+        assert_eq!(engine.next_event(&mut run), Some("c"));
+        assert_eq!(engine.next_event(&mut run), Some("d"));
+        assert_eq!(engine.fresh_front().count(), 0); // refilled with "d" alone, handed out
+        assert_eq!(engine.next_event(&mut run), None);
+        engine.end_run(run);
     }
 
     #[test]
