@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from emulator.wire.transport import HAS_PAYLOAD, NAK_PSN_SEQUENCE_ERROR, Opcode, Packet, psn_add
-from emulator.model.rc import RcConfig, WcOpcode, WcStatus
+from emulator._core.rc import RcConfig, WcOpcode, WcStatus
+from emulator._core.transport import HAS_PAYLOAD, NAK_PSN_SEQUENCE_ERROR, Opcode, Packet, psn_add
 from test_rc import OK, pair, read_wr, recv_wr, send_wr, write_wr
 
 MTU = 256

@@ -1,4 +1,4 @@
-"""The RC transport model (emulator.model.rc): two queue pairs over a fake wire.
+"""The RC transport model (emulator._core.rc, the compiled one): two queue pairs over a fake wire.
 
 The model is sans-I/O, so the tests drive it the way the RNIC does, with a
 simulated clock instead of sockets: :class:`Net` pulls packets from both QPs
@@ -18,17 +18,18 @@ the model hung or livelocked.
 from __future__ import annotations
 
 import heapq
+import inspect
 import random
-from dataclasses import dataclass, field, replace
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar
 
 import pytest
 
 from emulator.agents.memory import ACCESS_ALL, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, RegionTable
-from emulator.wire.transport import (
+from emulator._core.rc import Completion, RcConfig, RcQueuePair, RecvWR, SendWR, WcOpcode, WcStatus, WrOpcode
+from emulator._core.transport import (
     HAS_IMM, NAK_PSN_SEQUENCE_ERROR, NAK_REMOTE_ACCESS_ERROR, Opcode, Packet, psn_add, psn_diff,
 )
-from emulator.model.rc import Completion, RcConfig, RcQueuePair, RecvWR, SendWR, WcOpcode, WcStatus, WrOpcode
 
 QPN_A, QPN_B = 0x11, 0x2A
 OWNER_A, OWNER_B = 1, 2
@@ -50,6 +51,22 @@ OK = WcStatus.SUCCESS
 
 
 # --- the harness -------------------------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+def replace(obj: T, **changes: Any) -> T:
+    """A copy of a compiled value object (packet, work request, config) with ``changes`` applied.
+
+    ``dataclasses.replace`` for the compiled classes, which are not dataclasses: their constructor's
+    parameters are their fields, so the copy passes each one, changed or as it was.
+    """
+    cls = type(obj)
+    fields = {name: changes.pop(name, getattr(obj, name)) for name in inspect.signature(cls).parameters}
+    if changes:
+        raise TypeError(f"{cls.__name__} has no field(s) {sorted(changes)}")
+    return cls(**fields)
+
 
 
 @dataclass
