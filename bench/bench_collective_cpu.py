@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from emulator import bounds, flags  # noqa: E402
 from emulator.collectives.coordinator import run_collective  # noqa: E402
-from emulator.model.rdma_params import PATHS_MTU, ROCE_OVERHEAD  # noqa: E402
+from emulator._core.rdma_params import PATHS_MTU, ROCE_OVERHEAD  # noqa: E402
 from emulator.study.experiment import EXPERIMENT_LINK_MTU  # noqa: E402
 from emulator.fabric.builder import Fabric  # noqa: E402
 from emulator.units import parse_size  # noqa: E402

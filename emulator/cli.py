@@ -32,7 +32,7 @@ from emulator.fabric.teardown import finish_run
 from emulator.fabric.node import Node
 from emulator.fabric.plan import DEFAULT_LINK, dilated, link_params
 from emulator.model.dcqcn import CC_OPTIONS, at_link, check_fabric, check_link, parse_cc
-from emulator.model.rdma_params import PATHS_MTU
+from emulator._core.rdma_params import PATHS_MTU
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, parse_overrides
 from emulator.fabric.topospec import build_topo, topo_parameters
 from emulator.units import format_rate, parse_size

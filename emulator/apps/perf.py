@@ -35,7 +35,7 @@ from emulator.fabric import runstate
 from emulator.errors import FabricError, shown
 from emulator.apps.jsonlines import JsonLines
 from emulator.agents.memory import MAX_MR_BYTES
-from emulator.model.rdma_params import PATHS_MTU
+from emulator._core.rdma_params import PATHS_MTU
 from emulator.apps.verbs import CQ, MR, PD, QP, Context, RecvWR, SendWR, VerbsError, WcStatus, WrOpcode, find_device
 from emulator.units import format_size
 

@@ -41,9 +41,9 @@ from emulator.fabric.stats import explained_by_faults
 from emulator.model.dcqcn import parse_cc
 from emulator.study.sim_variant import run_sim_variant, sim_variant_bytes
 from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, GoodputWatch, StallTracker
-from emulator.model.rc import RcConfig, default_timeout_ns
+from emulator._core.rc import RcConfig, default_timeout_ns
 from emulator.model.dilation import modelled_us
-from emulator.model.rdma_params import ROCE_OVERHEAD, message_wire_bytes
+from emulator._core.rdma_params import ROCE_OVERHEAD, message_wire_bytes
 from emulator.fabric.topospec import build_topo
 from emulator.safefiles import Outputs, append_inside
 from emulator.study import calibration

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from emulator.model.rc import default_timeout_ns
+from emulator._core.rc import default_timeout_ns
 from experiment_run import run_experiment
 from faithful import judge_only_if_faithful
 

@@ -28,7 +28,7 @@ from emulator.agents import base as agentlib
 from emulator.agents import rnic as rnic_module
 from emulator.agents.memory import ACCESS_ALL
 from emulator.agents.verbs_messages import BadRequest, decode
-from emulator.model.rc import WrOpcode
+from emulator._core.rc import WrOpcode
 from fake_agents import App, close_agent, fake_wire, make_host, make_rnic, make_switch, sealed_memfd
 
 assert fake_wire  # a fixture, used by name below (rnic: conftest.py)

@@ -1,4 +1,4 @@
-"""InfiniBand credit flow control, driven with a fake clock (``now`` in ns passed in).
+"""InfiniBand credit flow control (emulator._core.credits), driven with a fake clock (``now`` in ns passed in).
 
 The direct tests work the mod-4096 send rule, the init handshake and the
 flow-control packet timing out by hand.  The closed-loop tests play two
@@ -16,19 +16,8 @@ from collections import deque
 
 import pytest
 
-import emulator._core.credits as compiled
-import emulator.model.credits as interpreted
-from emulator.model.credits import (BLOCK, FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, OP_INIT, OP_NORMAL, CreditLink,
+from emulator._core.credits import (BLOCK, FABRIC_MIN_INTERVAL_NS, FABRIC_REFRESH_NS, OP_INIT, OP_NORMAL, CreditLink,
                                     CreditViolation, FcPacket, blocks, fabric_min_interval_ns)
-
-
-@pytest.fixture(autouse=True, params=[interpreted, compiled], ids=["python", "rust"])
-def impl(request, monkeypatch):
-    """Every test runs on both twins: the module's names point at the one under test."""
-    for name in ("BLOCK", "FABRIC_MIN_INTERVAL_NS", "FABRIC_REFRESH_NS", "OP_INIT", "OP_NORMAL", "CreditLink",
-                 "CreditViolation", "FcPacket", "blocks", "fabric_min_interval_ns"):
-        monkeypatch.setitem(globals(), name, getattr(request.param, name))
-    return request.param
 
 MODULUS = 4096
 FC_BYTES = 8  # a flow-control packet on the wire (6 bytes + framing); its size barely matters

@@ -1,24 +1,13 @@
-"""A switch's IB plane (emulator.model.ib_plane) without a socket: what it gives a port to send, and what
+"""A switch's IB plane (emulator._core.ib_plane) without a socket: what it gives a port to send, and what
 becomes of a frame the kernel takes, refuses, or has no room for yet.
 """
 
 from __future__ import annotations
 
-import pytest
-
-import emulator._core.ib_plane as compiled
-import emulator.model.ib_plane as interpreted
-from emulator.model.ib_plane import IbPlane
-from emulator.wire.ib import LRH_AT, data_end, decode_fc, encode_data
-from emulator.wire.transport import Opcode, Packet
+from emulator._core.ib import LRH_AT, data_end, decode_fc, encode_data
+from emulator._core.ib_plane import IbPlane
+from emulator._core.transport import Opcode, Packet
 from fake_agents import MAC_PEERS, MAC_S1, switch_config
-
-
-@pytest.fixture(autouse=True, params=[interpreted, compiled], ids=["python", "rust"])
-def impl(request, monkeypatch):
-    """Every test runs on both twins: the module's IbPlane is the one under test."""
-    monkeypatch.setitem(globals(), "IbPlane", request.param.IbPlane)
-    return request.param
 
 
 def plane() -> IbPlane:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from emulator.collectives.coordinator import CollectiveRun, Flow, IterationResult
-from emulator.model.rdma_params import message_wire_bytes
+from emulator._core.rdma_params import message_wire_bytes
 from emulator.study.experiment import load_experiment
 from emulator.study.runner import BOUND_SLACK, link_time_us, summarize_variant, with_bound_check
 

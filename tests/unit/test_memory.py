@@ -11,7 +11,7 @@ import pytest
 from emulator.agents.memory import (
     ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, MAX_MR_BYTES, RegionTable,
 )
-from emulator.model.rc import AccessError
+from emulator._core.rc import AccessError
 
 
 def test_keys_are_distinct_and_resolve_to_the_region_bytes():

@@ -17,7 +17,7 @@ import pytest
 
 from emulator.agents import host as host_agent
 from emulator.agents.memory import ACCESS_ALL
-from emulator.model.rc import WcStatus, WrOpcode
+from emulator._core.rc import WcStatus, WrOpcode
 from fake_agents import App, close_agent, fake_wire, make_host, sealed_memfd
 
 assert fake_wire  # a fixture, used by name below (rnic: conftest.py)
