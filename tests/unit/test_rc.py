@@ -59,13 +59,11 @@ def replace(obj: T, **changes: Any) -> T:
     """A copy of a compiled value object (packet, work request, config) with ``changes`` applied.
 
     ``dataclasses.replace`` for the compiled classes, which are not dataclasses: their constructor's
-    parameters are their fields, so the copy passes each one, changed or as it was.
+    parameters are their fields, so the copy passes each one as it was, or changed (a name the constructor
+    does not take raises TypeError there).
     """
     cls = type(obj)
-    fields = {name: changes.pop(name, getattr(obj, name)) for name in inspect.signature(cls).parameters}
-    if changes:
-        raise TypeError(f"{cls.__name__} has no field(s) {sorted(changes)}")
-    return cls(**fields)
+    return cls(**({name: getattr(obj, name) for name in inspect.signature(cls).parameters} | changes))
 
 
 
