@@ -29,7 +29,7 @@ rest lossy; ``--fabric lossy`` has no lossless priority, so no PFC.
 control, with ``vl_buffer`` (default 16 MTU frames) of receive buffer per
 virtual lane and port, a grown credit grant sent after two frame times and
 at least ``fc_floor`` (default 500 us: what the agents can afford, see
-:mod:`emulator.model.credits`; 0 lets the frames alone pace it); its IP
+:mod:`emulator._core.credits`; 0 lets the frames alone pace it); its IP
 traffic is handled as on a lossy fabric.  Any
 value can be overridden with ``--switch key=value,...``; ``vl_buffer`` and
 ``fc_floor`` only on ``--fabric ib`` (the Ethernet fabrics have no credits,

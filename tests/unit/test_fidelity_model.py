@@ -157,8 +157,8 @@ def test_a_switch_reset_by_its_control_socket_judges_only_what_follows(fake_wire
     import select
     import time
 
-    from emulator.wire.roce import Framer
-    from emulator.wire.transport import Opcode, Packet
+    from emulator._core.roce import Framer
+    from emulator._core.transport import Opcode, Packet
     from fake_agents import MAC_PEERS, MAC_S1, close_agent, make_switch
 
     agent = make_switch(str(tmp_path))

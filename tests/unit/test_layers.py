@@ -133,7 +133,7 @@ def test_the_checker_sees_a_violation():
     """The walk itself: a model importing the builder would be caught."""
     fake = {"emulator.fabric.builder"}
     assert [m for m in fake if layer_of(m) > layer_of("emulator.model.mmu")] == ["emulator.fabric.builder"]
-    assert layer_of("emulator.errors") < layer_of("emulator.wire.pfc") < layer_of("emulator.model.pause")
+    assert layer_of("emulator.errors") < layer_of("emulator._core") < layer_of("emulator.wire.scapy_layers") < layer_of("emulator.model.mmu")
 
 
 # The Rust workspace's layers: the core crate's modules, lowest first, by the `crate::` paths they use.

@@ -76,7 +76,7 @@ def test_defaults():
     assert config.pmax == pytest.approx(0.2)
     assert config.xon_delta == 2 * frame
     assert config.mtu_frame == frame
-    assert config.fc_floor == 500_000  # IB grants: the agents' budget (emulator.model.credits)
+    assert config.fc_floor == 500_000  # IB grants: the agents' budget (emulator._core.credits)
 
 
 def test_lossless_two_priorities_doubles_headroom_in_buffer():
