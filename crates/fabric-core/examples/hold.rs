@@ -2,10 +2,9 @@
 //!
 //! `cargo run --release --example hold -- [EVENTS] [PENDING...]` (defaults: 10000000 events; 1000, 100000 and
 //! 1000000 pending). `PENDING` events are outstanding at all times: each, when it runs, schedules one more at a
-//! pseudo-random delay of 1 ns to 2^20 ns, the linear congruential sequence `bench/bench_sim_engine.py` uses
-//! for the Python engine, until `EVENTS` have run. Prints events/s and ns per event for each queue size, by the
+//! pseudo-random delay of 1 ns to 2^20 ns, the linear congruential sequence `bench/bench_sim_engine.py` uses, until `EVENTS` have run. Prints events/s and ns per event for each queue size, by the
 //! wall clock and by the time the process was on a CPU (`/proc/self/schedstat`), which a loaded machine
-//! disturbs less. `bench/bench_engine.py` runs it next to the Python engine.
+//! disturbs less. `bench/bench_engine.py` runs it next to the bindings' engine.
 
 use std::process::ExitCode;
 use std::time::Instant;

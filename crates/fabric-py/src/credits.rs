@@ -80,15 +80,9 @@ fn per_vl(value: &Bound<'_, PyAny>, vls: usize, name: &'static str) -> PyResult<
         .collect())
 }
 
-/// The core packet of a flow-control packet: the compiled `FcPacket`, or any object with its four fields
-/// (such as a test's stand-in), checked as the constructor checks them.
+/// The core packet of a flow-control packet: a compiled `FcPacket` (a TypeError for anything else).
 pub fn fc_packet(fc: &Bound<'_, PyAny>) -> PyResult<wire::FcPacket> {
-    if let Ok(ours) = fc.cast::<FcPacket>() {
-        return Ok(ours.get().0);
-    }
-    let field = |name: &str| -> PyResult<i64> { fc.getattr(name)?.extract() };
-    wire::FcPacket::new(field("op")?, field("fctbs")?, field("vl")?, field("fccl")?)
-        .map_err(|e| PyValueError::new_err(e.to_string()))
+    Ok(fc.cast::<FcPacket>()?.get().0)
 }
 
 /// A VL's counters as a dict.

@@ -5,8 +5,8 @@
 //! keeps (one-shot calls with their arguments, freed when they run or are cancelled; timers' callbacks).
 //! The engine is borrowed only between callbacks, never across one, so a callback schedules, cancels and
 //! stops as it likes. The simulator and its timers tell the garbage collector what they hold: a model's
-//! timer calls back into the model, which holds the simulator, and such cycles must be collected as the
-//! Python engine's are (a study builds a fabric per variant).
+//! timer calls back into the model, which holds the simulator, and such cycles must be collected (a study
+//! builds a fabric per variant).
 use fabric_core::sim::engine::{Engine, EventId, Run, TimerId};
 use pyo3::exceptions::{PyOverflowError, PyValueError};
 use pyo3::gc::PyVisit;
@@ -30,7 +30,7 @@ pub struct Handle {
     call: u32,
 }
 
-/// Simulated time and the events to come (`emulator.sim.engine.Simulator`).
+/// Simulated time and the events to come .
 #[pyclass(module = "emulator._core.engine")]
 pub struct Simulator {
     engine: Engine<Call>,
@@ -40,7 +40,7 @@ pub struct Simulator {
     timer_callbacks: Vec<Py<PyAny>>,
 }
 
-/// One callback at a deadline that moves (`emulator.sim.engine.Timer`): moving it later keeps its one queue
+/// One callback at a deadline that moves : moving it later keeps its one queue
 /// entry, which re-arms when it comes up early.
 #[pyclass(module = "emulator._core.engine")]
 pub struct Timer {

@@ -160,24 +160,9 @@ impl SendWr {
 }
 
 impl SendWr {
-    /// The work request of a compiled `SendWR`, or of any object with its fields (the Python model's
-    /// dataclass, while callers move over).
+    /// The work request of a compiled `SendWR` (a TypeError for anything else).
     fn of(wr: &Bound<'_, PyAny>) -> PyResult<core::SendWr> {
-        if let Ok(compiled) = wr.cast::<SendWr>() {
-            return Ok(compiled.borrow().to_core());
-        }
-        let field = |name: &str| wr.getattr(name);
-        Ok(core::SendWr {
-            wr_id: field("wr_id")?.extract()?,
-            opcode: wr_opcode(field("opcode")?.extract()?)?,
-            addr: field("addr")?.extract()?,
-            length: field("length")?.extract()?,
-            lkey: field("lkey")?.extract()?,
-            remote_addr: field("remote_addr")?.extract()?,
-            rkey: field("rkey")?.extract()?,
-            imm: field("imm")?.extract()?,
-            signaled: field("signaled")?.extract()?,
-        })
+        Ok(wr.cast::<SendWr>()?.borrow().to_core())
     }
 
     fn to_core(&self) -> core::SendWr {
@@ -210,23 +195,14 @@ pub struct RecvWr {
 }
 
 impl RecvWr {
-    /// The receive of a compiled `RecvWR`, or of any object with its fields.
+    /// The receive of a compiled `RecvWR` (a TypeError for anything else).
     fn of(wr: &Bound<'_, PyAny>) -> PyResult<core::RecvWr> {
-        if let Ok(compiled) = wr.cast::<RecvWr>() {
-            let wr = compiled.borrow();
-            return Ok(core::RecvWr {
-                wr_id: wr.wr_id,
-                addr: wr.addr,
-                length: wr.length,
-                lkey: wr.lkey,
-            });
-        }
-        let field = |name: &str| wr.getattr(name);
+        let wr = wr.cast::<RecvWr>()?.borrow();
         Ok(core::RecvWr {
-            wr_id: field("wr_id")?.extract()?,
-            addr: field("addr")?.extract()?,
-            length: field("length")?.extract()?,
-            lkey: field("lkey")?.extract()?,
+            wr_id: wr.wr_id,
+            addr: wr.addr,
+            length: wr.length,
+            lkey: wr.lkey,
         })
     }
 }
@@ -370,25 +346,9 @@ const CONFIG_FIELDS: [&str; 9] = [
 ];
 
 impl RcConfig {
-    /// The settings of a compiled `RcConfig`, or of any object with its fields (the Python model's
-    /// dataclass, while callers move over), checked as the constructor checks them.
+    /// The settings of a compiled `RcConfig` (a TypeError for anything else).
     fn of(config: &Bound<'_, PyAny>) -> PyResult<core::RcConfig> {
-        if let Ok(compiled) = config.cast::<RcConfig>() {
-            return Ok(compiled.get().0);
-        }
-        let field = |name: &str| config.getattr(name);
-        Ok(RcConfig::new(
-            field("mtu")?.extract()?,
-            field("timeout_ns")?.extract()?,
-            field("retry_cnt")?.extract()?,
-            field("rnr_retry")?.extract()?,
-            field("rnr_timer_ns")?.extract()?,
-            field("ack_every")?.extract()?,
-            field("max_inflight")?.extract()?,
-            field("max_rd_atomic")?.extract()?,
-            field("max_msg")?.extract()?,
-        )?
-        .0)
+        Ok(config.cast::<RcConfig>()?.get().0)
     }
 
     /// Field `index` of [`CONFIG_FIELDS`].

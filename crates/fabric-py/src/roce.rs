@@ -1,9 +1,8 @@
 //! `emulator._core.roce`: RoCEv2 frames.
 //!
 //! Frames come in as bytes (borrowed), bytearray or memoryview (copied once); frames go out as bytes. Packets
-//! go in as the compiled `Packet` (read in place) or any object with the dataclass's attributes (a test's
-//! stand-in); packets come out as the compiled
-//! `Packet`, its payload a copy of the frame's (the compiled `Packet` holds its payload as bytes).
+//! go in and come out as the compiled `Packet` (read in place going in); a decoded packet's payload is a copy
+//! of the frame's (the compiled `Packet` holds its payload as bytes).
 use std::net::Ipv4Addr;
 
 use fabric_core::wire::mac::{mac_bytes, mac_text, Mac};
@@ -26,49 +25,30 @@ pub(crate) fn with_bytes<R>(obj: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) 
     Ok(f(&copy))
 }
 
-/// Calls `f` on the headers of `obj` (a packet whose `payload` is empty) and its payload, without copying the
-/// payload of a compiled `Packet` or a bytes payload.
+/// Calls `f` on the headers of `obj`, a compiled `Packet` (a TypeError for anything else), with its `payload`
+/// empty, and on its payload, without copying it.
 pub(crate) fn with_packet<R>(
     obj: &Bound<'_, PyAny>,
     f: impl FnOnce(&CorePacket, &[u8]) -> R,
 ) -> PyResult<R> {
-    if let Ok(packet) = obj.cast::<Packet>() {
-        let packet = packet.borrow();
-        let headers = CorePacket {
-            opcode: packet.opcode,
-            dest_qp: packet.dest_qp,
-            psn: packet.psn,
-            ack_req: packet.ack_req,
-            solicited: packet.solicited,
-            pkey: packet.pkey,
-            va: packet.va,
-            rkey: packet.rkey,
-            dma_len: packet.dma_len,
-            imm: packet.imm,
-            syndrome: packet.syndrome,
-            msn: packet.msn,
-            payload: Vec::new(),
-            ecn_ce: packet.ecn_ce,
-        };
-        return Ok(f(&headers, &packet.payload));
-    }
+    let packet = obj.cast::<Packet>()?.borrow();
     let headers = CorePacket {
-        opcode: obj.getattr("opcode")?.extract()?,
-        dest_qp: obj.getattr("dest_qp")?.extract()?,
-        psn: obj.getattr("psn")?.extract()?,
-        ack_req: obj.getattr("ack_req")?.is_truthy()?,
-        solicited: obj.getattr("solicited")?.is_truthy()?,
-        pkey: obj.getattr("pkey")?.extract()?,
-        va: obj.getattr("va")?.extract()?,
-        rkey: obj.getattr("rkey")?.extract()?,
-        dma_len: obj.getattr("dma_len")?.extract()?,
-        imm: obj.getattr("imm")?.extract()?,
-        syndrome: obj.getattr("syndrome")?.extract()?,
-        msn: obj.getattr("msn")?.extract()?,
+        opcode: packet.opcode,
+        dest_qp: packet.dest_qp,
+        psn: packet.psn,
+        ack_req: packet.ack_req,
+        solicited: packet.solicited,
+        pkey: packet.pkey,
+        va: packet.va,
+        rkey: packet.rkey,
+        dma_len: packet.dma_len,
+        imm: packet.imm,
+        syndrome: packet.syndrome,
+        msn: packet.msn,
         payload: Vec::new(),
-        ecn_ce: obj.getattr("ecn_ce")?.is_truthy()?,
+        ecn_ce: packet.ecn_ce,
     };
-    with_bytes(&obj.getattr("payload")?, |payload| f(&headers, payload))
+    Ok(f(&headers, &packet.payload))
 }
 
 /// A compiled `Packet` from decoded headers and the payload's bytes.

@@ -444,7 +444,7 @@ impl SimFabric {
     }
 
     /// The goodput watch: `sample(now_ns, frames_received) -> bool` now and every `interval_ns` of simulated
-    /// time (an event in the engine, where `_watch_goodput` schedules its own: set it, as `run_sim_variant`
+    /// time (an event in the engine: set it, as `run_sim_variant`
     /// does, before the collective begins); True (stuck) stops the run, and `advance` then says it is over,
     /// `stuck` says why. An exception it raises ends the run and is raised by `advance`. One per fabric.
     fn watch(&mut self, py: Python<'_>, interval_ns: u64, sample: Py<PyAny>) -> PyResult<()> {
@@ -484,7 +484,7 @@ impl SimFabric {
         self.fabric.paused_ns_by_host()
     }
 
-    /// The PFC watchdogs' figures (`sim_fabric.pfcwd`'s keys), the stormed ports as (switch, port) indices.
+    /// The PFC watchdogs' figures (`rust_pfcwd`'s keys), the stormed ports as (switch, port) indices.
     fn pfcwd<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let figures = self.fabric.pfcwd();
         let dict = PyDict::new(py);
@@ -519,7 +519,7 @@ impl SimFabric {
     }
 
     /// Runs up to `max_events` events (all if None) with the GIL released; whether the run is over (every
-    /// iteration finished, or the goodput watch stopped it). RuntimeError with the Python backend's message
+    /// iteration finished, or the goodput watch stopped it). RuntimeError with the message
     /// when the run cannot finish; the watch's own exception if its sampler raised one.
     #[pyo3(signature = (max_events=None))]
     fn advance(&mut self, py: Python<'_>, max_events: Option<u64>) -> PyResult<bool> {
@@ -542,7 +542,7 @@ impl SimFabric {
         self.fabric.progress()
     }
 
-    /// The fabric-wide counters now (`sim_fabric.totals`'s keys).
+    /// The fabric-wide counters now (the keys of results.json's totals).
     fn totals<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         totals_dict(py, &self.fabric.totals())
     }

@@ -1,5 +1,4 @@
-//! InfiniBand link-level credit flow control (IBTA vol. 1, 7.9), per data VL: port of
-//! `emulator/model/credits.py`.
+//! InfiniBand link-level credit flow control (IBTA vol. 1, 7.9), per data VL.
 //!
 //! Sans-I/O: the caller at one end of a link tells a [`CreditLink`] what went onto and came off the wire, sends
 //! the flow-control packets [`CreditLink::fc_due`] gives, and wakes at [`CreditLink::next_deadline`]; times are
@@ -53,7 +52,7 @@ pub const FC_COALESCE_FRAMES: u64 = 2;
 
 /// How long the emulated fabric lets a grown grant wait for more: [`FC_COALESCE_FRAMES`] times of the link's
 /// longest frame, at least `floor_ns` (the switch's `fc_floor`) and at most the refresh. `None` for a rate of 0
-/// (the Python twin's division by zero).
+/// (no frame time at no rate).
 pub fn fabric_min_interval_ns(rate_bps: u64, frame_bytes: u64, floor_ns: u64) -> Option<u64> {
     let bits_ns = u128::from(FC_COALESCE_FRAMES) * u128::from(frame_bytes) * 8_000_000_000;
     let frames_ns = bits_ns.checked_div(u128::from(rate_bps))?;
@@ -61,7 +60,7 @@ pub fn fabric_min_interval_ns(rate_bps: u64, frame_bytes: u64, floor_ns: u64) ->
     Some(FABRIC_REFRESH_NS.min(floor_ns.max(frames_ns)))
 }
 
-/// Why a credit operation was refused: the Python twin's `CreditViolation` (the first two) or `ValueError`.
+/// Why a credit operation was refused: a `CreditViolation` in Python (the first two) or a `ValueError`.
 ///
 /// Values the caller gave are kept as `i64` so a binding can report a negative one in the same words.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -182,7 +181,7 @@ fn fits(fccl: u16, fctbs: u16, nblocks: u64) -> bool {
     ahead(fccl, add(fctbs, nblocks)) <= WINDOW
 }
 
-/// One VL's counts, as the Python twin's `counters[vl]`.
+/// One VL's counts, as callers read `counters[vl]`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VlCounters {
     /// Data packets sent.
@@ -294,7 +293,7 @@ pub struct CreditLink {
 }
 
 impl CreditLink {
-    /// The checks made before the buffers are looked at, in the Python twin's order: at least one data VL and
+    /// The checks made before the buffers are looked at, in this order: at least one data VL and
     /// at most 16 (a flow-control packet's VL is 4 bits), then `0 <= min_interval_ns <= refresh_ns`,
     /// `refresh_ns > 0`. Integers of any sign, as a caller may give them.
     pub fn check_shape(vls: i64, refresh_ns: i64, min_interval_ns: i64) -> Result<(), CreditError> {

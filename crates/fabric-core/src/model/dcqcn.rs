@@ -1,4 +1,4 @@
-//! DCQCN congestion control (Zhu et al., SIGCOMM 2015), sans-I/O: port of `emulator/model/dcqcn.py`.
+//! DCQCN congestion control (Zhu et al., SIGCOMM 2015), sans-I/O.
 //!
 //! Of DCQCN's three parts the switch's is the MMU's ECN marking; this module has the two an RNIC plays:
 //!

@@ -1,5 +1,4 @@
-//! Whether an agent kept up with the time it models: the fidelity monitor's bookkeeping (port of
-//! emulator/model/fidelity.py).
+//! Whether an agent kept up with the time it models: the fidelity monitor's bookkeeping.
 //!
 //! An emulator's figures hold only while its agents keep up. Mininet-HiFi (Handigol et al., CoNEXT 2012)
 //! checks invariants during the run: on a busy link, consecutive departures are one transmission time apart;

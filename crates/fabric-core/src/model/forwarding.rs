@@ -1,4 +1,4 @@
-//! The switch's L3 forwarding decisions, as pure functions on frame bytes (port of emulator/model/forwarding.py).
+//! The switch's L3 forwarding decisions, as pure functions on frame bytes.
 //!
 //! Frames come from the wire and are hostile until checked: the switch calls [`ipv4_ok`] before the other
 //! functions here see an IPv4 frame; each of them still checks the bytes it reads and answers `None` for a

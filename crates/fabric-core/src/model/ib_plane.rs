@@ -1,5 +1,5 @@
-//! The InfiniBand plane of a switch: forwarding by DLID under link credits. Port of
-//! `emulator/model/ib_plane.py`.
+//! The InfiniBand plane of a switch: forwarding by DLID under link credits. One state machine
+//! per switch, no I/O.
 //!
 //! The switch looks up a packet's DLID in its linear forwarding table (from the subnet manager), maps its SL
 //! to the egress VL, and queues it per (egress port, VL). Nothing is dropped for lack of space: a packet leaves
@@ -33,7 +33,7 @@ pub enum IbDrop {
     TooLong = 3,
 }
 
-/// The drop causes' names, in counter order (the Python twin's `IB_DROPS`).
+/// The drop causes' names, in counter order (`IB_DROPS` in Python).
 pub const IB_DROPS: [&str; 4] = ["malformed", "credit_violation", "no_route", "too_long"];
 
 /// One port of the switch as the plane sees it.
@@ -65,7 +65,7 @@ pub struct IbPlaneConfig {
     pub fc_floor: u64,
 }
 
-/// Why a plane could not be built or driven (the Python twin's `ValueError`, `ZeroDivisionError` and
+/// Why a plane could not be built or driven (in Python a `ValueError`, `ZeroDivisionError` or
 /// `IndexError`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IbPlaneError {
@@ -157,7 +157,7 @@ pub struct IbPlane {
 }
 
 impl IbPlane {
-    /// The plane of a switch with `ports`, built as the Python twin builds it.
+    /// The plane of a switch with `ports`, with every port's credits and queues empty.
     pub fn new(ports: Vec<PortSetup>, config: IbPlaneConfig) -> Result<Self, IbPlaneError> {
         let capacity = blocks(config.vl_buffer)?;
         let mut built = Vec::with_capacity(ports.len());
@@ -223,7 +223,7 @@ impl IbPlane {
         self.ports.get(port).map(|p| &p.link)
     }
 
-    /// A port's link credits, for a caller that drives them directly (the Python twin's `links[i]`).
+    /// A port's link credits, for a caller that drives them directly (`links[i]` in Python).
     pub fn link_mut(&mut self, port: usize) -> Option<&mut CreditLink> {
         self.ports.get_mut(port).map(|p| &mut p.link)
     }
@@ -427,7 +427,7 @@ impl IbPlane {
         self.done(port, false).map(drop)
     }
 
-    /// Take the head off `port`'s queues, in the Python twin's order: the credits are charged (if sent), the
+    /// Take the head off `port`'s queues, in this order: the credits are charged (if sent), the
     /// ingress buffer freed, and only then the turn passes to the next VL. Gives back the frame taken.
     fn done(&mut self, port: usize, sent: bool) -> Result<Vec<u8>, IbPlaneError> {
         let nothing = IbPlaneError::NothingToSend { port };

@@ -1,5 +1,5 @@
-//! A host's port on an InfiniBand subnet, sans-I/O: native IB framing and link credits both ways. Port of
-//! `emulator/model/ib_port.py`.
+//! A host's port on an InfiniBand subnet, sans-I/O: native IB framing and link credits both ways. No I/O:
+//! frames and deadlines go to the caller.
 //!
 //! With `--fabric ib` every QP's packets are native IB (LRH with the LIDs the subnet manager gave, VCRC;
 //! `wire::ib`), and a packet leaves the host only when the switch port has advertised credit for it
@@ -42,7 +42,7 @@ pub struct IbPortConfig {
     pub fc_floor_ns: u64,
 }
 
-/// Why a port, a framer or an admission was refused (the Python twin's `ValueError`s; `Short` its
+/// Why a port, a framer or an admission was refused (in Python `ValueError`s; `Short` an
 /// `IndexError`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IbPortError {
@@ -130,7 +130,7 @@ impl IbPort {
         let mut ips = vec![None; largest];
         for (ip, lid) in &config.lids {
             if let Some(entry) = ips.get_mut(usize::from(*lid)) {
-                *entry = Some(ip.clone()); // the last GID of a LID, as the twin's dict
+                *entry = Some(ip.clone()); // the last GID of a LID wins
             }
         }
         Ok(IbPort {
@@ -187,7 +187,7 @@ impl IbPort {
         &self.credits
     }
 
-    /// The link's credits, for a caller that drives them directly (the Python twin's `port.credits`).
+    /// The link's credits, for a caller that drives them directly (`port.credits` in Python).
     pub fn credits_mut(&mut self) -> &mut CreditLink {
         &mut self.credits
     }

@@ -1,5 +1,5 @@
 //! A switch port's side of a link: receive delay line, seeded loss and drop lists, the virtual wire at the
-//! port rate (port of emulator/model/link.py).
+//! port rate.
 //!
 //! The kernel links the namespaces with veth pairs, which have no delay and lose nothing, so the switch models
 //! both on its ports. A frame arriving on a port whose link has delay d is processed d later. A host-facing

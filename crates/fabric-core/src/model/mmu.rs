@@ -1,4 +1,4 @@
-//! The switch's memory management unit: a shared buffer with PFC and ECN (port of emulator/model/mmu.py).
+//! The switch's memory management unit: a shared buffer with PFC and ECN.
 //!
 //! Sans-I/O: no sockets, no clock. The caller passes `now` in nanoseconds into every call, sends the PFC
 //! frames it collects from [`Mmu::take_pfc`], and wakes at [`Mmu::next_deadline`].

@@ -1,4 +1,4 @@
-//! The receiver's pause state of 802.1Qbb PFC, sans-I/O (port of emulator/model/pause.py).
+//! The receiver's pause state of 802.1Qbb PFC, sans-I/O.
 //!
 //! Shared by the switch (a paused egress port) and the host (closing the host NIC's pause gates). A new frame
 //! for a priority replaces its running timer, as the standard says; 0 quanta (XON) resumes at once.

@@ -1,4 +1,4 @@
-//! A PFC watchdog with SONiC pfcwd's semantics, sans-I/O (port of emulator/model/pfcwd.py).
+//! A PFC watchdog with SONiC pfcwd's semantics, sans-I/O.
 //!
 //! A lossless egress queue is *stormed* when it has been paused without a break for the detection time while
 //! it held frames and sent none (a NIC that stopped receiving and pauses its switch port without end, or a

@@ -1,5 +1,4 @@
-//! The RC (reliable connected) transport of one queue pair, without I/O (the Python twin:
-//! emulator/model/rc.py).
+//! The RC (reliable connected) transport of one queue pair, without I/O.
 //!
 //! A state machine in the manner of smoltcp and quinn-proto: the caller hands it inbound packets
 //! ([`RcQueuePair::receive`]), pulls outbound ones while its link can take them
@@ -299,7 +298,7 @@ pub struct RcConfig {
     pub max_msg: u64,
 }
 
-/// Why an [`RcConfig`] was refused (the message is the Python twin's `ValueError`).
+/// Why an [`RcConfig`] was refused (the message of the `ValueError` Python sees).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConfigError {
     /// Not one of [`PATHS_MTU`].
@@ -423,7 +422,7 @@ impl QpState {
     }
 }
 
-/// Why a verb was refused outright (the Python twin's `ValueError`).
+/// Why a verb was refused outright (a `ValueError` in Python).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VerbError {
     /// `connect` on a QP that is not in INIT.
@@ -464,7 +463,7 @@ pub struct RcCounters {
 }
 
 impl RcCounters {
-    /// The counters' names, in the order [`RcCounters::values`] gives them (the Python twin's `COUNTERS`).
+    /// The counters' names, in the order [`RcCounters::values`] gives them (`COUNTERS` in Python).
     pub const NAMES: [&'static str; 15] = [
         "packets_sent",
         "packets_received",

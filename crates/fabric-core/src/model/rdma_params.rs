@@ -1,4 +1,4 @@
-//! What the RNIC offers and what its packets cost on a link (the Python twin: emulator/model/rdma_params.py).
+//! What the RNIC offers and what its packets cost on a link.
 //!
 //! The header lengths are the wire layer's; the RC model takes its MTUs and its largest region from here.
 use crate::wire::ib::{LRH_LEN, VCRC_LEN};

@@ -1,5 +1,4 @@
-//! A NIC receive pipeline slower than its link, with PFC on its buffer, sans-I/O (port of
-//! emulator/model/rx_pipeline.py).
+//! A NIC receive pipeline slower than its link, with PFC on its buffer, sans-I/O.
 //!
 //! The slow-receiver fault (Guo et al., SIGCOMM 2016: a NIC whose receive path falls behind, e.g. on cache
 //! misses, pauses its switch port): frames enter a buffer of `buffer_bytes` and leave it at `rate_bps` (a

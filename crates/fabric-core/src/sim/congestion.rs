@@ -1,4 +1,4 @@
-//! DCQCN on a simulated host's RNIC (the `cc` part of `emulator/sim/host.py`): the notification point that
+//! DCQCN on a simulated host's RNIC: the notification point that
 //! answers CE-marked packets with a CNP per QP per interval, and a reaction point per QP whose rate CNPs cut and
 //! its timers raise, pacing the QP's requests and READ responses (never its ACKs).
 //!

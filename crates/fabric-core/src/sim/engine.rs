@@ -1,4 +1,4 @@
-//! The discrete-event engine (port of `emulator/sim/engine.py`): simulated time in integer nanoseconds, events
+//! The discrete-event engine: simulated time in integer nanoseconds, events
 //! run in time order and, at equal times, in the order they were scheduled.
 //!
 //! The simulation backend drives the same sans-I/O models the emulator's agents drive, so the engine needs

@@ -1,5 +1,5 @@
-//! A whole fabric (Ethernet, or IB with `sim::ib`) in simulated time and the collective's ranks on it (port of
-//! `emulator/study/sim_fabric.py` and `emulator/collectives/sim_ranks.py`'s run loop).
+//! A whole fabric (Ethernet, or IB with `sim::ib`) in simulated time and the collective's ranks on it (what
+//! `--backend sim` runs: `emulator/study/sim_fabric.py` builds it, `emulator/collectives/sim_ranks.py` drives it).
 //!
 //! The fabric owns the engine, the wires, the switches, the hosts and the ranks, and dispatches each event to
 //! the one it concerns. Every callback of the Python backend is an [`Event`] here, scheduled at the same point
@@ -102,7 +102,7 @@ pub struct RawIteration {
     pub paused: Vec<u64>,
 }
 
-/// The fabric-wide counters the runner keeps (`sim_fabric.totals`'s).
+/// The fabric-wide counters the runner keeps (results.json's totals).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
     /// MMU drops (threshold, headroom, watchdog), the switches' own and injected loss.
@@ -507,7 +507,7 @@ impl Fabric {
         }
     }
 
-    // --- the ranks (sim_ranks.py's SimRank) ----------------------------------------------------------------
+    // --- the ranks ------------------------------------------------------------------------------------------
 
     /// Iteration `i` begins: every rank's receives posted, its first step at the start instant.
     fn start(&mut self, i: u32) {

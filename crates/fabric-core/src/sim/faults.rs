@@ -1,4 +1,4 @@
-//! Faults in simulated time: the `stall` fault of a host's NIC (`emulator/sim/host.py`'s `stall`/`resume`) and
+//! Faults in simulated time: the `stall` fault of a host's NIC (`stall`/`resume`) and
 //! the schedule that injects the variant's faults into every measured iteration (`run_sim_variant`'s
 //! `started`).
 //!

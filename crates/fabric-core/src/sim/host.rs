@@ -1,4 +1,4 @@
-//! A host's RNIC in simulated time (port of `emulator/sim/host.py`): the RC transport model on RoCEv2 frames, a
+//! A host's RNIC in simulated time: the RC transport model on RoCEv2 frames, a
 //! NIC queue that obeys the link's PFC, DCQCN when the fabric runs it (`sim::congestion`) and the stall fault
 //! (`sim::faults`); on an IB fabric native IB packets sent against the switch's credits, with flow-control
 //! packets back (its IB port, `sim::ib`).
@@ -661,7 +661,7 @@ impl SimHost {
         }
     }
 
-    /// The NIC queue's look (`link.py`'s `PortQueue._send`): the highest unpaused priority's head goes on the
+    /// The NIC queue's look (a transmit queue's): the highest unpaused priority's head goes on the
     /// wire, and the RNIC pulls the next packet at once.
     pub fn queue_send(&mut self, index: u32, engine: &mut Engine<Event>, wires: &mut [Wire]) {
         self.queue.wake = None;

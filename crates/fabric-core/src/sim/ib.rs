@@ -1,5 +1,5 @@
 //! The `ib` fabric in simulated time: what the plan's IB subnet gives the switches and hosts, and the host's
-//! framing of either fabric (the Python backend's `build_sim_fabric` with `fabric="ib"`).
+//! framing of either fabric (`build_rust_fabric` with `fabric="ib"`).
 //!
 //! A switch gets its IB plane (`model::ib_plane`: DLID forwarding, VL queues, credits both ways), which goes
 //! before the MMU (`sim::switch`); a host gets its IB port (`model::ib_port`: native IB framing, credits, the
@@ -102,7 +102,7 @@ pub fn gid_octets(text: &str) -> Option<[u8; 4]> {
     parts.next().is_none().then_some(octets)
 }
 
-/// Gives every switch its IB plane and every host its IB port, as `build_sim_fabric` does: the hosts' ports
+/// Gives every switch its IB plane and every host its IB port, as the emulator's subnet manager gives the agents theirs: the hosts' ports
 /// first, each arming its flow-control timer (its first packets, init, are due at once), before the switches
 /// start. An `Err` names what the subnet lacks or the models refused.
 pub fn attach(
@@ -181,7 +181,7 @@ pub fn stalls(link: &CreditLink) -> u64 {
         .sum()
 }
 
-/// The IB counters of a fabric as `sim_fabric.totals` sums them: packets the switches' planes forwarded, and
+/// The IB counters of a fabric as the runner reports them: packets the switches' planes forwarded, and
 /// credit stalls at switches and RNICs.
 pub fn totals(switches: &[SimSwitch], hosts: &[SimHost]) -> (u64, u64) {
     let planes = switches.iter().filter_map(|sw| sw.ib.as_ref());

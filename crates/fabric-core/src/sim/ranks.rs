@@ -1,4 +1,4 @@
-//! A collective's ranks in simulated time: the state of `emulator/collectives/sim_ranks.py`'s `SimRank`,
+//! A collective's ranks in simulated time: the state of each rank executing its plan,
 //! kept small enough for thousands of ranks.
 //!
 //! A rank executes its steps of [`Plans`] (computed when needed, never stored). What it remembers of an

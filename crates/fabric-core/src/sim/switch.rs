@@ -1,4 +1,4 @@
-//! A switch in simulated time (port of `emulator/sim/switch.py`): the forwarding decisions and the
+//! A switch in simulated time: the forwarding decisions and the
 //! MMU on real frame bytes, cables instead of sockets.
 //!
 //! A port sends on its wire whenever the wire is free: PFC frames first (the agent sends them in the highest

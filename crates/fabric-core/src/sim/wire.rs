@@ -1,4 +1,4 @@
-//! Cables and transmit queues in simulated time (port of `emulator/sim/link.py`).
+//! Cables and transmit queues in simulated time.
 //!
 //! A [`Wire`] is one direction of a cable: a frame takes its bytes x 8 / rate to serialize (rounded up to the
 //! ns, as the models' pause times are), one after another, and arrives `delay_ns` after its last bit left. A
@@ -116,7 +116,7 @@ impl PortQueue {
     }
 
     /// Looks at the queues now (after the other events of this instant) unless that is already due, or at
-    /// `free_at` if the wire is busy until then (`link.py`'s `_kick`).
+    /// `free_at` if the wire is busy until then (the queue's kick).
     pub fn kick(&mut self, engine: &mut Engine<Event>, free_at: u64, event: Event) {
         if let Some(wake) = self.wake.filter(|&wake| engine.pending(wake)) {
             if self.wake_at <= engine.now() || self.wake_at == free_at {

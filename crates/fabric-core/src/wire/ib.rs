@@ -1,5 +1,4 @@
-//! Native InfiniBand packets carried over the emulator's Ethernet veths, on the hot path (the Python twin:
-//! emulator/wire/ib.py).
+//! Native InfiniBand packets carried over the emulator's Ethernet veths, on the hot path.
 //!
 //! Encapsulation (`--fabric ib`): an Ethernet II frame with EtherType 0x88B6 (IEEE 802 local experimental
 //! EtherType 2; 0x88B5 carries the hosts' pause gate frames), then one delimiter byte, as IB's physical layer
@@ -110,7 +109,7 @@ const fn crc16_tables() -> [[u16; 256]; 16] {
 
 /// IB's VCRC and LPCRC: CRC-16 0x100B reflected, init and final xor 0xFFFF, continuing from `crc`.
 ///
-/// The Python twin's crcmod function: `crc16(data, crc)` with 0 to start, and chaining works
+/// crcmod's function of the same definition: `crc16(data, crc)` with 0 to start, and chaining works
 /// (`crc16(crc16(0, a), b) == crc16(0, a ++ b)`). Sixteen bytes a step through sixteen tables: the VCRC is
 /// recomputed over every packet at every hop, and byte by byte a 4 KiB packet took six times as long (27 us
 /// against 4.5 us, on this 2-core machine under load; slicing by 8 took 6 us).
@@ -169,7 +168,7 @@ impl fmt::Display for LrhError {
     }
 }
 
-/// Why a data packet cannot be framed; the messages are the Python twin's.
+/// Why a data packet cannot be framed; the messages are what Python callers see.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IbEncodeError {
     /// An LRH field does not fit its bits.
@@ -178,7 +177,7 @@ pub enum IbEncodeError {
     Transport(EncodeError),
     /// LRH through ICRC would take more than [`MAX_WORDS`] words.
     TooLong {
-        /// LRH through ICRC, rounded down to words, as the Python twin reports it.
+        /// LRH through ICRC, rounded down to words, as the error reports it.
         bytes: usize,
     },
 }
@@ -466,7 +465,7 @@ pub struct FcPacket {
 }
 
 impl FcPacket {
-    /// A flow-control packet from integers of any range, checked in the Python twin's order: op, then the
+    /// A flow-control packet from integers of any range, checked in this order: op, then the
     /// counts, then the VL.
     pub fn new(op: i64, fctbs: i64, vl: i64, fccl: i64) -> Result<Self, FcError> {
         if op != i64::from(OP_NORMAL) && op != i64::from(OP_INIT) {

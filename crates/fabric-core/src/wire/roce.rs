@@ -1,5 +1,4 @@
-//! RoCEv2 over IPv4: a [`Packet`] to an Ethernet frame and back, on the hot path (the Python twin:
-//! emulator/wire/roce.py).
+//! RoCEv2 over IPv4: a [`Packet`] to an Ethernet frame and back, on the hot path.
 //!
 //! Frames are complete Ethernet II frames without FCS and without padding to the 60-byte minimum (the decoder
 //! ignores any trailer after the IP datagram). The IPv4 header checksum is real; the UDP checksum is zero
@@ -67,7 +66,7 @@ const PADS: [u8; 3] = [0; 3];
 /// The longest IPv4 header (IHL 15).
 const MAX_IP_LEN: usize = 60;
 
-/// Why a packet cannot be framed; the messages are the Python twin's.
+/// Why a packet cannot be framed; the messages are what Python callers see.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EncodeError {
     /// Not an opcode we speak, or payload on an opcode that carries none.
@@ -419,7 +418,7 @@ impl Framer {
     /// Appends the Ethernet frame of `packet` to `out`, with its IP checksum and ICRC (UDP checksum zero).
     ///
     /// A packet that cannot be framed leaves `out` as it was. The IP identification advances once the
-    /// transport headers are good, before the length is checked, as the Python twin does: a datagram too long
+    /// transport headers are good, before the length is checked: a datagram too long
     /// for IPv4 still uses up an identification.
     pub fn encode(&mut self, packet: &Packet, out: &mut Vec<u8>) -> Result<(), EncodeError> {
         self.encode_with_payload(packet, &packet.payload, out)
@@ -473,7 +472,7 @@ impl Framer {
         Ok(())
     }
 
-    /// The IP header checksum with this total length and identification: the Python twin's
+    /// The IP header checksum with this total length and identification:
     /// `-(sum) % 0xFFFF`, so a sum of 0 gives 0, never 0xFFFF.
     fn ip_check(&self, total_len: u16, ident: u16) -> u16 {
         let sum = (self.ip_sum + u32::from(total_len) + u32::from(ident)) % 0xFFFF;
@@ -695,7 +694,7 @@ mod tests {
 
     #[test]
     fn known_frame_bytes() {
-        // The Python twin's frame for this packet (the first of its framer: identification 1).
+        // The frame the Python framer (deleted since) made for this packet (the first of its framer: identification 1).
         let packet = Packet {
             solicited: true,
             ..sample(opcode::WRITE_ONLY, b"abc")
