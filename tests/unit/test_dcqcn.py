@@ -5,22 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-import emulator._core.dcqcn as compiled
-import emulator.model.dcqcn as config
 from emulator._core.dcqcn import NotificationPoint, ReactionPoint
 from emulator.errors import FabricError
 from emulator.model.dcqcn import DcqcnParams, at_link, check_link, parse_cc
 
 LINE = 40_000_000_000
 US = 1000
-
-
-@pytest.fixture(params=[config, compiled], ids=["config", "compiled"])
-def impl(request, monkeypatch):
-    """The compiled state machines take either settings class: the dataclass the agents' config carries (and
-    the RNIC agent passes), or the compiled one; the module's ``DcqcnParams`` names the one under test."""
-    monkeypatch.setitem(globals(), "DcqcnParams", request.param.DcqcnParams)
-    return request.param
 
 
 def test_cnp_at_most_once_per_interval_per_qp():
@@ -35,7 +25,6 @@ def test_cnp_at_most_once_per_interval_per_qp():
     assert np_.on_ce(61 * US, qpn=0x11)
 
 
-@pytest.mark.usefixtures("impl")
 def test_first_cnp_halves_the_rate_and_keeps_alpha_at_one():
     rp = ReactionPoint(DcqcnParams(), LINE)
     assert not rp.limited and rp.next_deadline() is None and rp.may_send(0)
@@ -45,7 +34,6 @@ def test_first_cnp_halves_the_rate_and_keeps_alpha_at_one():
     assert rp.limited and rp.next_deadline() == 1000 + 55 * US
 
 
-@pytest.mark.usefixtures("impl")
 def test_second_cnp_cuts_by_half_of_alpha():
     p = DcqcnParams(g=1 / 16)
     rp = ReactionPoint(p, LINE)
@@ -61,7 +49,6 @@ def test_second_cnp_cuts_by_half_of_alpha():
     assert rp.alpha == pytest.approx((1 - p.g) * alpha + p.g)
 
 
-@pytest.mark.usefixtures("impl")
 def test_alpha_decays_by_one_minus_g_each_period_without_cnp():
     p = DcqcnParams(g=1 / 256, increase_period_ns=10**12)  # keep the rate limited throughout
     rp = ReactionPoint(p, LINE)
@@ -71,7 +58,6 @@ def test_alpha_decays_by_one_minus_g_each_period_without_cnp():
     assert rp.alpha_deadline == 11 * 55 * US
 
 
-@pytest.mark.usefixtures("impl")
 def test_fast_recovery_halves_the_gap_to_the_target_f_times():
     p = DcqcnParams(fast_recovery=5, byte_counter=1 << 40)
     rp = ReactionPoint(p, LINE)
@@ -84,7 +70,6 @@ def test_fast_recovery_halves_the_gap_to_the_target_f_times():
     assert rp.counters["increases"] == 5
 
 
-@pytest.mark.usefixtures("impl")
 def test_additive_then_hyper_increase():
     p = DcqcnParams(fast_recovery=2, rai_bps=10_000_000, rhai_bps=100_000_000, byte_counter=1000,
                     alpha_period_ns=10**12)
@@ -110,7 +95,6 @@ def test_additive_then_hyper_increase():
     assert rp.target_bps == target + 3 * p.rai_bps + p.rhai_bps
 
 
-@pytest.mark.usefixtures("impl")
 def test_pacing_follows_the_current_rate():
     rp = ReactionPoint(DcqcnParams(), 1_000_000_000)
     rp.on_sent(0, 1000)
@@ -124,7 +108,6 @@ def test_pacing_follows_the_current_rate():
     assert rp.ready_at == 20_000 + 8_000
 
 
-@pytest.mark.usefixtures("impl")
 def test_the_limiter_lets_go_at_the_line_rate_and_alpha_keeps_decaying():
     p = DcqcnParams(g=1 / 16, fast_recovery=1000)
     rp = ReactionPoint(p, 1_000_000)
@@ -142,7 +125,6 @@ def test_the_limiter_lets_go_at_the_line_rate_and_alpha_keeps_decaying():
     assert rp.alpha == pytest.approx(alpha_then * (1 - 1 / 16) ** 7 * (1 - 1 / 16) + 1 / 16)
 
 
-@pytest.mark.usefixtures("impl")
 def test_the_rate_never_falls_below_the_minimum():
     rp = ReactionPoint(DcqcnParams(min_rate_bps=300_000_000, increase_period_ns=10**12), 1_000_000_000)
     for k in range(5):
@@ -150,7 +132,6 @@ def test_the_rate_never_falls_below_the_minimum():
     assert rp.rate_bps == 300_000_000
 
 
-@pytest.mark.usefixtures("impl")
 def test_emulated_scales_times_up_and_rates_down():
     p = DcqcnParams().emulated(2000)
     assert (p.cnp_interval_ns, p.alpha_period_ns, p.increase_period_ns) == (100_000_000, 110_000_000, 110_000_000)

@@ -107,8 +107,6 @@ pub enum FieldValue {
     Int(i128),
     /// g's value.
     Float(f64),
-    /// An integer too large for any integer type, in the `f64` that holds it exactly (a rate over a tiny D).
-    Integral(f64),
 }
 
 impl FieldValue {
@@ -116,7 +114,7 @@ impl FieldValue {
     fn within(self, range: &Range) -> bool {
         match self {
             FieldValue::Int(v) => range.low as i128 <= v && v <= range.high as i128,
-            FieldValue::Float(v) | FieldValue::Integral(v) => range.low <= v && v <= range.high,
+            FieldValue::Float(v) => range.low <= v && v <= range.high,
         }
     }
 }
@@ -127,16 +125,6 @@ impl fmt::Display for FieldValue {
         match self {
             FieldValue::Int(v) => write!(f, "{v}"),
             FieldValue::Float(v) => write!(f, "{v:?}"),
-            FieldValue::Integral(v) => {
-                // `emulator.errors.shown`: an integer past 128 bits by its first 12 digits and its length
-                let digits = format!("{v:.0}");
-                match digits.get(..12) {
-                    Some(lead) if *v >= 2f64.powi(128) => {
-                        write!(f, "{lead}... ({} digits)", digits.len())
-                    }
-                    _ => f.write_str(&digits),
-                }
-            }
         }
     }
 }
@@ -150,21 +138,6 @@ pub enum DcqcnError {
         value: FieldValue,
         expected: &'static str,
     },
-    /// A time within its range as written but over [`MAX_PERIOD_NS`] once dilated (the Python `FabricError`):
-    /// the field, its value as written and once multiplied (rounded to an integer, kept as the `f64` that holds
-    /// it exactly, since it may be past any integer type), and the factor.
-    Dilated {
-        field: &'static str,
-        written: u64,
-        scaled: f64,
-        factor: f64,
-    },
-    /// A dilation factor that is not a number (Python's `round` raises `ValueError`).
-    FactorNan,
-    /// An infinite dilation factor (Python's `round` raises `OverflowError`).
-    FactorInfinite,
-    /// A dilation factor of zero (Python's rate division raises `ZeroDivisionError`).
-    FactorZero,
 }
 
 impl fmt::Display for DcqcnError {
@@ -175,20 +148,6 @@ impl fmt::Display for DcqcnError {
                 value,
                 expected,
             } => write!(f, "{field} {value}: expected {expected}"),
-            DcqcnError::Dilated {
-                field,
-                written,
-                scaled,
-                factor,
-            } => {
-                write!(
-                    f,
-                    "dcqcn {field} {written} ns is {scaled} ns at time dilation D = {factor}"
-                )
-            }
-            DcqcnError::FactorNan => write!(f, "cannot convert float NaN to integer"),
-            DcqcnError::FactorInfinite => write!(f, "cannot convert float infinity to integer"),
-            DcqcnError::FactorZero => write!(f, "float division by zero"),
         }
     }
 }
@@ -312,73 +271,6 @@ impl DcqcnParams {
             rhai_bps: checked_int(fields.rhai_bps),
             min_rate_bps: checked_int(fields.min_rate_bps),
             reference_bps: checked_int(fields.reference_bps),
-        })
-    }
-
-    /// The same constants at time dilation D = `factor`: times x D, rates / D, sizes and counts as they are
-    /// (`emulator.model.dilation`), each rounded half to even and at least 1, as Python's `max(1, round(x))`.
-    ///
-    /// A time within its range as written may leave it once multiplied (60 s at D = 2000 is 33 hours): that
-    /// is [`DcqcnError::Dilated`], checked for the times in order before anything else.
-    pub fn emulated(&self, factor: f64) -> Result<Self, DcqcnError> {
-        if factor.is_nan() {
-            return Err(DcqcnError::FactorNan);
-        }
-        if factor.is_infinite() {
-            return Err(DcqcnError::FactorInfinite);
-        }
-        let times = [
-            ("cnp_interval", self.cnp_interval_ns),
-            ("alpha_period", self.alpha_period_ns),
-            ("increase_period", self.increase_period_ns),
-        ];
-        for (field, written) in times {
-            let scaled = (written as f64 * factor).round_ties_even();
-            if scaled.is_infinite() {
-                return Err(DcqcnError::FactorInfinite);
-            }
-            if scaled > MAX_PERIOD_NS as f64 {
-                return Err(DcqcnError::Dilated {
-                    field,
-                    written,
-                    scaled,
-                    factor,
-                });
-            }
-        }
-        if factor == 0.0 {
-            return Err(DcqcnError::FactorZero);
-        }
-        let times_d = |ns: u64| checked_int(round_half_even(ns as f64 * factor).max(1));
-        // Rates / D, in the constructor's order of checks: infinite is Python's `round` failing first; past
-        // MAX_RATE_BPS (a tiny D) is the constructor's range error, shown as the integer Python computed.
-        let rates = [
-            ("rai_bps", self.rai_bps),
-            ("rhai_bps", self.rhai_bps),
-            ("min_rate_bps", self.min_rate_bps),
-            ("reference_bps", self.reference_bps),
-        ]
-        .map(|(field, bps)| (field, (bps as f64 / factor).round_ties_even()));
-        if rates.iter().any(|(_, bps)| bps.is_infinite()) {
-            return Err(DcqcnError::FactorInfinite);
-        }
-        if let Some(&(field, bps)) = rates.iter().find(|(_, bps)| *bps > MAX_RATE_BPS as f64) {
-            return Err(DcqcnError::OutOfRange {
-                field,
-                value: FieldValue::Integral(bps),
-                expected: "1 to 1e+13",
-            });
-        }
-        let [rai, rhai, min_rate, reference] = rates.map(|(_, bps)| bps.max(1.0) as u64);
-        Ok(DcqcnParams {
-            cnp_interval_ns: times_d(self.cnp_interval_ns),
-            alpha_period_ns: times_d(self.alpha_period_ns),
-            increase_period_ns: times_d(self.increase_period_ns),
-            rai_bps: rai,
-            rhai_bps: rhai,
-            min_rate_bps: min_rate,
-            reference_bps: reference,
-            ..*self
         })
     }
 }
@@ -745,39 +637,6 @@ mod tests {
     }
 
     #[test]
-    fn emulated_scales_times_up_and_rates_down() {
-        let p = DcqcnParams::default().emulated(2000.0).unwrap();
-        assert_eq!(
-            (
-                p.cnp_interval_ns,
-                p.alpha_period_ns,
-                p.rai_bps,
-                p.min_rate_bps
-            ),
-            (100_000_000, 110_000_000, 20_000, 500)
-        );
-        let long = DcqcnParams {
-            cnp_interval_ns: 60_000_000_000,
-            ..DcqcnParams::default()
-        };
-        assert!(matches!(
-            long.emulated(2000.0),
-            Err(DcqcnError::Dilated {
-                field: "cnp_interval",
-                ..
-            })
-        ));
-        assert_eq!(
-            DcqcnParams::default().emulated(f64::NAN),
-            Err(DcqcnError::FactorNan)
-        );
-        assert!(matches!(
-            DcqcnParams::default().emulated(1e-9),
-            Err(DcqcnError::OutOfRange { .. })
-        ));
-    }
-
-    #[test]
     fn ranges_refuse_in_the_python_order() {
         let fields = DcqcnFields {
             g: 2.0,
@@ -801,14 +660,6 @@ mod tests {
                     _ => rp.on_timer(now.min(1 << 44)),
                 }
                 prop_assert!(rp.rate_bps() <= line.max(p.min_rate_bps));
-            }
-        }
-
-        /// Any dilation factor gives constants within their ranges or an error, never a panic.
-        #[test]
-        fn emulated_never_panics(factor in any::<f64>()) {
-            if let Ok(p) = DcqcnParams::default().emulated(factor) {
-                prop_assert!(DcqcnParams::new(p.into()).is_ok());
             }
         }
     }
