@@ -66,6 +66,17 @@ class _ControlClient:
         self.request = b""
         self.reply: memoryview | None = None
 
+    def silent(self) -> bool:
+        """Whether dropping the client loses no request: none read and no byte waiting (or the client has gone)."""
+        if self.request or self.reply is not None:
+            return False
+        try:
+            return self.conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""  # b"": it has gone
+        except BlockingIOError:
+            return True
+        except OSError:
+            return True
+
 
 class AgentBase:
     """One node's agent: its control socket, its deadline, its counters; subclasses add sockets.
@@ -136,12 +147,26 @@ class AgentBase:
             if not trusted_peer(conn):
                 conn.close()
                 continue
-            if len(self.control_clients) >= CONTROL_CLIENTS_MAX:  # the oldest has had the longest to finish
-                self._close_control(min(self.control_clients, key=lambda fd: self.control_clients[fd].deadline))
+            if len(self.control_clients) >= CONTROL_CLIENTS_MAX:
+                self._close_control(self._control_to_drop())
             conn.setblocking(False)
             client = _ControlClient(conn, now + CONTROL_TIMEOUT_NS)
             self.control_clients[conn.fileno()] = client
             self.watch(conn.fileno(), select.EPOLLIN, self._on_control_client)
+
+    def _control_to_drop(self) -> int:
+        """The client that makes room for a new one: the oldest of those that have said nothing and have nothing
+        waiting to be read, else the oldest.
+
+        Silent clients that reconnect as soon as they are dropped (a hung or hostile script) would otherwise
+        take turns dropping the oldest, and under load a request accepted with them (its bytes still unread)
+        became the oldest before its turn came: `stats` saw a broken pipe from a healthy switch.
+        """
+        by_age = sorted(self.control_clients, key=lambda fd: self.control_clients[fd].deadline)
+        for fd in by_age:
+            if self.control_clients[fd].silent():
+                return fd
+        return by_age[0]
 
     def _on_control_client(self, fd: int, mask: int, _now: int) -> None:
         """Read a request up to its newline (or the client's end of sending), then answer it."""

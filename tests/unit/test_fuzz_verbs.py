@@ -332,6 +332,33 @@ def test_idle_control_clients_cannot_lock_a_stats_request_out(fake_wire, tmp_pat
         close_agent(agent)
 
 
+def test_a_request_accepted_among_reconnecting_silent_clients_is_answered(fake_wire, tmp_path):
+    """Issue 24 (CI): silent clients that reconnect as soon as they are dropped, accepted in one batch with a
+    stats request whose bytes the agent had not read yet, dropped the oldest in turn until the request was the
+    oldest: stats saw a broken pipe.  A client with a request waiting is dropped after every silent one."""
+    agent = make_switch(str(tmp_path))
+    path = str(tmp_path / "s1.sock")
+    count = agentlib.CONTROL_CLIENTS_MAX
+    first = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(count)]
+    again = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(count)]
+    stats = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        for client in first:
+            client.connect(path)
+        agent._on_control(0, select.EPOLLIN, time.monotonic_ns())
+        stats.connect(path)
+        stats.sendall(b"stats\n")
+        for client in again:  # the dropped ones back at once, all waiting in the backlog with the request
+            client.connect(path)
+        agent._on_control(0, select.EPOLLIN, time.monotonic_ns())
+        assert len(agent.control_clients) == count
+        assert _ask(agent, stats, b"")["switch"] == "s1"
+    finally:
+        for client in [*first, *again, stats]:
+            client.close()
+        close_agent(agent)
+
+
 def test_slow_again_changes_the_rate_and_the_range_is_the_command_lines(fake_wire, tmp_path):
     """Issue 23: `fault h1 slow 0.5` then `slow 0.1` reported 0.1 while the NIC kept 0.5; and the control socket
     took `slow 1e-300`, below the command line's floor."""
