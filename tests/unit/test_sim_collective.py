@@ -10,7 +10,7 @@ import pytest
 from emulator._core.rdma_params import message_wire_bytes
 from emulator.collectives.sim_ranks import run_rust_collective
 from emulator.errors import FabricError
-from emulator.fabric.plan import make_plan
+from emulator.fabric.plan import FabricPlan, make_plan
 from emulator.fabric.topospec import build_topo
 from emulator.model.dcqcn import DcqcnParams
 from emulator.study.sim_fabric import build_rust_fabric
@@ -22,17 +22,18 @@ KIB = 1024
 
 
 class Built(NamedTuple):
-    """A compiled fabric and its hosts' names in rank order."""
+    """A compiled fabric, its hosts' names in rank order and its plan (which numbers the switches' ports)."""
 
     fabric: Any
     names: list[str]
+    plan: FabricPlan
 
 
 def fabric_of(hosts: int, fabric: str, buffer: str = "1MiB", link: dict[str, Any] | None = None,
               cc: Any = None) -> Built:
     plan = make_plan(StarTopo(n=hosts), "sim", {"bw": "100mbit", "mtu": "4200"} | (link or {}))
     return Built(build_rust_fabric(plan, fabric, {"buffer": buffer, "headroom": "72KiB"}, cc=cc),
-                 [node.name for node in plan.hosts()])
+                 [node.name for node in plan.hosts()], plan)
 
 
 def run(built: Built, collective: str, size: int, iterations: int = 2, warmup: int = 1, senders=None):
@@ -52,6 +53,12 @@ def drops(built: Built) -> int:
     return totals(built)["drops"]
 
 
+def ports(built: Built) -> list[dict[str, Any]]:
+    """Every switch port's figures, switch by switch."""
+    return [built.fabric.port_figures(s, p) for s, node in enumerate(built.plan.switches())
+            for p in range(len(node.ports))]
+
+
 def pfc(built: Built) -> int:
     """PFC frames the switches sent, XOFF and XON."""
     return totals(built)["pfc_sent"]
@@ -68,8 +75,9 @@ def test_an_incast_on_lossless_takes_n_link_times_and_drops_nothing(fabric_name)
         assert it.verified and it.retransmissions == 0 and it.last_dst == "h1"
         assert sorted(f.src for f in it.flows) == ["h2", "h3", "h4"] and all(f.bytes == 256 * KIB for f in it.flows)
     if fabric_name == "ib":  # held back by credits: no pause frame, the switch's VL buffers stalled the senders
-        # (the IB plane's own drops are not in the totals: crates/fabric-core/tests/sim_parts.rs pins them at 0)
         assert drops(fabric) == 0 and pfc(fabric) == 0 and totals(fabric)["ib_credit_stalls"] > 0
+        # Every port has its IB plane's link (credits paced), and the planes dropped nothing (not in the totals).
+        assert all(p["credit_interval_ns"] is not None and p["ib_drops"] == 0 for p in ports(fabric))
     else:
         assert drops(fabric) == 0 and pfc(fabric) > 0
 
@@ -146,10 +154,12 @@ def test_dcqcn_in_the_simulated_rnics_cuts_the_senders_and_takes_pfc_out_of_an_i
     result = run(fabric, "incast", 256 * KIB)
     counters = totals(fabric)
     assert totals(plain)["pfc_sent"] > 0 and totals(plain)["cnps_received"] == 0
-    assert counters["cnps_received"] > 0 and counters["paced_waits"] > 0  # h1 marked and sent CNPs, h2-h8 took them
+    assert counters["cnps_received"] > 0 and counters["paced_waits"] > 0
     assert counters["pfc_sent"] < totals(plain)["pfc_sent"] and counters["drops"] == 0
     assert all(it.verified for it in result.iterations)
     assert given["cc"] == [at_link(cc, RATE)[0]] * 8  # every RNIC: the emulator's constants at this link's rate
+    sender, receiver = fabric.fabric.host_figures(1), fabric.fabric.host_figures(0)  # h2, h1
+    assert sender["cnps_received"] > 0 and receiver["cnps_sent"] > 0
 
 
 def test_injected_loss_takes_the_frames_the_emulators_link_model_would_and_the_transport_recovers():
@@ -157,9 +167,9 @@ def test_injected_loss_takes_the_frames_the_emulators_link_model_would_and_the_t
     each way on every link; go-back-N resends, and the data still adds up."""
     fabric = fabric_of(4, "lossless", link={"drop": "5"})
     result = run(fabric, "allreduce", 1 << 20, iterations=1)
-    # The 5th frame from each of 4 hosts, and the 5th to each of them, once per run; the buffer drops nothing
-    # (crates/fabric-core's an_injected_drop_is_counted_and_the_write_resent tells injected from MMU drops).
-    assert totals(fabric)["drops"] == 8
+    injected = sum(p["injected_drops"] for p in ports(fabric))
+    assert injected == 8  # the 5th frame from each of 4 hosts, and the 5th to each of them, once per run
+    assert totals(fabric)["drops"] == injected
     assert result.warmup[0].retransmissions > 0 and result.warmup[0].verified and result.iterations[0].verified
 
 
@@ -209,7 +219,7 @@ def test_each_fabric_shows_what_it_is_for(topo, fabric, collective, size, switch
     cc = DcqcnParams(cnp_interval_ns=4000, alpha_period_ns=1000, increase_period_ns=3000, byte_counter=32767,
                      fast_recovery=1, reference_bps=10_000_000_000) if dcqcn else None
     plan = make_plan(build_topo(topo), "sim", link)
-    built = Built(build_rust_fabric(plan, fabric, switch, cc=cc, seed=7), [node.name for node in plan.hosts()])
+    built = Built(build_rust_fabric(plan, fabric, switch, cc=cc, seed=7), [node.name for node in plan.hosts()], plan)
     result = run_rust_collective(built.fabric, built.names, collective, size, 2, 1, None, 1024)
     counters = totals(built)
     assert all(r.verified for r in result.iterations) and len(result.warmup) == 1

@@ -18,6 +18,23 @@ MIB = 1 << 20
 MTU = 4096
 
 
+def switch_index(plan: FabricPlan, switch: str) -> int:
+    """``switch``'s index in the compiled fabric: the plan's order (its ports' too)."""
+    return next(i for i, node in enumerate(plan.switches()) if node.name == switch)
+
+
+def port(plan: FabricPlan, switch: str, peer: str) -> tuple[int, int]:
+    """(switch, port) of ``switch``'s port to ``peer``, for ``port_figures``."""
+    s = switch_index(plan, switch)
+    return s, next(i for i, p in enumerate(plan.switches()[s].ports) if p.peer_node == peer)
+
+
+def tx_frames(plan: FabricPlan, fabric: Any, switch: str) -> int:
+    """Frames ``switch`` sent, every port."""
+    s = switch_index(plan, switch)
+    return sum(fabric.port_figures(s, p)["tx_frames"] for p in range(len(plan.switches()[s].ports)))
+
+
 def incast(plan: FabricPlan, fabric: Any, size: int) -> Any:
     """Every host but the first WRITEs ``size`` bytes into the first, once; that iteration."""
     names = [node.name for node in plan.hosts()]
@@ -51,6 +68,9 @@ def test_a_write_across_a_leaf_spine_goes_by_the_planned_routes():
     # 256 data frames (1 MiB at 4096) and 16 ACKs (one per 16 packets), each through a leaf, a spine and a leaf:
     # every frame took a planned route of three switches, none dropped on the way.
     assert fabric.totals()["tx_frames"] == 3 * (256 + 16) and fabric.totals()["drops"] == 0
+    spines = [tx_frames(plan, fabric, s) for s in ("s3", "s4")]
+    # Each direction (the 256 data frames, the 16 ACKs) hashes to one spine.
+    assert sum(spines) == 256 + 16 and max(spines) >= 256
 
 
 @pytest.mark.parametrize("switch, within", [
@@ -62,6 +82,10 @@ def test_one_ib_flow_at_400_gbit_is_paced_by_the_switch_credit_settings(switch, 
     host's port), and decide whether one flow fills a 400 Gbit/s link: what the scale experiment sets."""
     plan = make_plan(StarTopo(n=2), "sim", {"bw": "400gbit", "delay": "1us", "mtu": 4200})
     fabric = build_rust_fabric(plan, "ib", switch=switch)
+    floor = 0 if switch else 500_000
+    pacing = max(floor, 2 * 4214 * 8 // 400)  # credits.fabric_min_interval_ns: two frame times at least
+    assert {fabric.port_figures(0, p)["credit_interval_ns"] for p in range(2)} == {pacing}
+    assert {fabric.host_figures(h)["credit_interval_ns"] for h in range(2)} == {pacing}
     it = incast(plan, fabric, 4 * MIB)
     link_ns = message_wire_bytes(4 * MIB, MTU, native_ib=True) * 8 / 400
     assert within[0] * link_ns < it.cct_us * 1e3 < within[1] * link_ns, it.cct_us * 1e3 / link_ns
@@ -88,5 +112,14 @@ def test_a_stalled_host_pauses_its_switch_port_and_takes_what_waited_when_it_res
     assert 50_000_000 + link_ns * 0.98 < it.cct_us * 1e3 < 50_000_000 + link_ns * 1.05
     totals = fabric.totals()
     assert totals["drops"] == 0 and fabric.faults_injected == 1
+    figures = fabric.port_figures(*port(plan, "s1", "h1"))  # s1's port to h1
+    assert figures["mmu_drops"] == 0
+    paused = figures["paused_ns"][3]  # h1's XOFF held the lossless queue
+    assert 49_000_000 < paused <= 50_000_000, paused
     # One XOFF of 65535 quanta (335 ms at 100 Mbit/s, refreshed at half of it: not within 50 ms) and the XON.
-    assert totals["host_pfc_sent"] == 2
+    h1 = fabric.host_figures(0)
+    assert (h1["stall_pfc_sent"], h1["stall_drops"]) == (2, 0) and totals["host_pfc_sent"] == 2
+    with pytest.raises(IndexError, match="no port 2 on switch 0"):
+        fabric.port_figures(0, 2)
+    with pytest.raises(IndexError, match="no host 2"):
+        fabric.host_figures(2)

@@ -20,7 +20,7 @@ use fabric_core::sim::switch::PortLoss;
 use fabric_core::sim::wire::Endpoint;
 use fabric_core::wire::mac::Mac;
 use fabric_core::wire::pfc::PRIORITIES;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -492,6 +492,48 @@ impl SimFabric {
         dict.set_item("pfcwd_restorations", figures.restorations)?;
         dict.set_item("pfcwd_drops", figures.drops)?;
         dict.set_item("stormed_ports", figures.stormed_ports)?;
+        Ok(dict)
+    }
+
+    /// Port `port` of switch `switch` (the plan's switch and port order) now: "paused_ns" (per priority, the
+    /// peer's PFC), "mmu_drops", "injected_drops", "ib_drops", "tx_frames", "credit_interval_ns" (IB's least
+    /// time between grown grants on its link, None on Ethernet): what the totals sum, one port at a time.
+    /// IndexError for a port the fabric does not have.
+    fn port_figures<'py>(
+        &self,
+        py: Python<'py>,
+        switch: usize,
+        port: usize,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let figures = self
+            .fabric
+            .port_figures(switch, port)
+            .ok_or_else(|| PyIndexError::new_err(format!("no port {port} on switch {switch}")))?;
+        let dict = PyDict::new(py);
+        dict.set_item("paused_ns", figures.paused_ns.to_vec())?;
+        dict.set_item("mmu_drops", figures.mmu_drops)?;
+        dict.set_item("injected_drops", figures.injected_drops)?;
+        dict.set_item("ib_drops", figures.ib_drops)?;
+        dict.set_item("tx_frames", figures.tx_frames)?;
+        dict.set_item("credit_interval_ns", figures.credit_interval_ns)?;
+        Ok(dict)
+    }
+
+    /// Host `host` (the plan's host order) now: DCQCN's "cnps_sent", "cnps_received", "paced_waits" (0 without
+    /// DCQCN), the stall fault's "stall_pfc_sent" and "stall_drops", and "credit_interval_ns" (its IB port's,
+    /// None on Ethernet). IndexError for a host it does not have.
+    fn host_figures<'py>(&self, py: Python<'py>, host: usize) -> PyResult<Bound<'py, PyDict>> {
+        let figures = self
+            .fabric
+            .host_figures(host)
+            .ok_or_else(|| PyIndexError::new_err(format!("no host {host}")))?;
+        let dict = PyDict::new(py);
+        dict.set_item("cnps_sent", figures.cc.cnps_sent)?;
+        dict.set_item("cnps_received", figures.cc.cnps_received)?;
+        dict.set_item("paced_waits", figures.cc.paced_waits)?;
+        dict.set_item("stall_pfc_sent", figures.stall_pfc_sent)?;
+        dict.set_item("stall_drops", figures.stall_drops)?;
+        dict.set_item("credit_interval_ns", figures.credit_interval_ns)?;
         Ok(dict)
     }
 

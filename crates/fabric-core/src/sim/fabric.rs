@@ -11,6 +11,7 @@ use crate::model::dcqcn::DcqcnParams;
 use crate::model::mmu::{Mmu, MmuConfig};
 use crate::model::rc::{Completion, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode};
 use crate::model::rng::CpythonRandom;
+use crate::sim::congestion::CcCounters;
 use crate::sim::engine::Engine;
 use crate::sim::faults::{Fault, FaultSchedule};
 use crate::sim::host::{FlatMemory, SimHost, MEMORY_KEY};
@@ -22,7 +23,7 @@ use crate::sim::switch::{PortLoss, SimSwitch, SwitchPort};
 use crate::sim::watch::{Sampler, Watch};
 use crate::sim::wire::{Endpoint, Wire};
 use crate::wire::mac::Mac;
-use crate::wire::pfc::MAX_QUANTA;
+use crate::wire::pfc::{MAX_QUANTA, PRIORITIES};
 
 /// Time between an iteration's set-up and its start instant (the coordinator's margin).
 pub const START_MARGIN_NS: u64 = 10_000_000;
@@ -127,6 +128,38 @@ pub struct PfcwdFigures {
     pub drops: u64,
     /// (switch, port) of every port with a storm on some priority, in switch then port order.
     pub stormed_ports: Vec<(u32, u32)>,
+}
+
+/// One switch port's figures, read on demand: what a test of one port asks where the totals sum every port.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortFigures {
+    /// Time each priority's egress was held by the peer's PFC so far (ns): who paused whom, and how long.
+    pub paused_ns: [u64; PRIORITIES],
+    /// The MMU's drops (threshold, headroom, watchdog), all priorities.
+    pub mmu_drops: u64,
+    /// Frames injected loss took on the port's link, both directions (the totals lump them with the MMU's).
+    pub injected_drops: u64,
+    /// IB: packets the plane dropped on the port, every cause (0 on Ethernet; not in the totals).
+    pub ib_drops: u64,
+    /// Frames sent, through the MMU or the IB plane: which way ECMP took a flow.
+    pub tx_frames: u64,
+    /// IB: the least time between two grown credit grants on the port's link, as the switch's `fc_floor` and
+    /// the link's rate set it; `None` on Ethernet.
+    pub credit_interval_ns: Option<u64>,
+}
+
+/// One host's figures, read on demand: DCQCN's per host (the totals keep only the CNPs received), the stall
+/// fault's (the totals keep only its pause frames) and its IB port's credit pacing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostFigures {
+    /// DCQCN's counters; all 0 when the RNIC runs none.
+    pub cc: CcCounters,
+    /// The stall fault's pause frames (XOFFs, refreshes, the XON) and the frames it lost once the held ones
+    /// filled its buffer.
+    pub stall_pfc_sent: u64,
+    pub stall_drops: u64,
+    /// IB: the least time between two grown credit grants of the host's port; `None` on Ethernet.
+    pub credit_interval_ns: Option<u64>,
 }
 
 /// Where a collective run is.
@@ -905,6 +938,43 @@ impl Fabric {
         }
         figures
     }
+
+    /// Port `port` of switch `switch` now (`None` if there is no such port): counters the switch keeps anyway,
+    /// read here and not on the frames' path.
+    pub fn port_figures(&self, switch: usize, port: usize) -> Option<PortFigures> {
+        let sw = self.switches.get(switch)?;
+        let counters = sw.mmu.counters().get(port)?;
+        let pause = sw.mmu.pause().get(port)?;
+        let now = self.engine.now();
+        let plane = sw.ib.as_ref();
+        Some(PortFigures {
+            paused_ns: std::array::from_fn(|priority| pause.paused_time(priority, now)),
+            mmu_drops: counters
+                .iter()
+                .map(|c| c.drops_threshold + c.drops_headroom + c.pfcwd_drops)
+                .sum(),
+            injected_drops: sw.injected_drops_at(port),
+            ib_drops: plane
+                .and_then(|p| p.drops(port))
+                .map_or(0, |d| d.iter().sum()),
+            tx_frames: counters.iter().map(|c| c.tx_frames).sum::<u64>()
+                + plane.and_then(|p| p.forwarded(port)).unwrap_or(0),
+            credit_interval_ns: plane
+                .and_then(|p| p.link(port))
+                .map(|link| link.min_interval_ns()),
+        })
+    }
+
+    /// Host `host` now (`None` if there is no such host).
+    pub fn host_figures(&self, host: usize) -> Option<HostFigures> {
+        let h = self.hosts.get(host)?;
+        Some(HostFigures {
+            cc: h.cc.as_ref().map(|cc| cc.counters).unwrap_or_default(),
+            stall_pfc_sent: h.stall.storm_pfc_sent,
+            stall_drops: h.stall.stall_drops,
+            credit_interval_ns: h.ib.as_ref().map(|ib| ib.port.credits().min_interval_ns()),
+        })
+    }
 }
 
 /// The verbs name of `value` in a table of (name, value).
@@ -1082,6 +1152,27 @@ pub(crate) mod tests {
         assert_eq!(fabric.hosts[0].stall.stall_drops, 0);
         let port = fabric.switches[0].mmu.counters()[0];
         assert!(port.iter().all(|c| c.pfcwd_storms == 0));
+        // The XOFF and the XON both crossed the same wire: the port to host 0 held priority 3 (lossless) for
+        // the stall's 1 ms exactly, nothing else and no other port.
+        let figures = fabric.port_figures(0, 0).unwrap();
+        let mut paused = [0; PRIORITIES];
+        paused[3] = 1_000_000;
+        assert_eq!(figures.paused_ns, paused);
+        assert_eq!(
+            fabric.port_figures(0, 1).unwrap().paused_ns,
+            [0; PRIORITIES]
+        );
+        assert_eq!((figures.mmu_drops, figures.injected_drops), (0, 0));
+        assert_eq!(figures.credit_interval_ns, None); // Ethernet
+        assert!(fabric.port_figures(0, 2).is_none() && fabric.port_figures(1, 0).is_none());
+        let host = fabric.host_figures(0).unwrap();
+        assert_eq!((host.stall_pfc_sent, host.stall_drops), (2, 0));
+        // No DCQCN, no IB port.
+        assert_eq!(
+            (host.cc, host.credit_interval_ns),
+            (CcCounters::default(), None)
+        );
+        assert!(fabric.host_figures(2).is_none());
     }
 
     #[test]
@@ -1121,6 +1212,12 @@ pub(crate) mod tests {
         // Frame 1 of each direction of the sender's link: its WRITE, then the ACK of the WRITE resent.
         assert_eq!(fabric.totals().drops, 2);
         assert_eq!(fabric.switches[0].injected_drops(), 2);
+        let figures = |port| fabric.port_figures(0, port).unwrap();
+        assert_eq!(
+            (figures(0).injected_drops, figures(1).injected_drops),
+            (0, 2)
+        );
+        assert_eq!(figures(1).mmu_drops, 0);
         assert_eq!(records[0].1.reports[1].counters, vec![(0, 2, 2)]); // resent after each timeout
         let mut lossless = star_spec();
         lossless.switches[0].losses = vec![PortLoss::default(), PortLoss::default()];

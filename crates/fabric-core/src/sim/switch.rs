@@ -150,6 +150,15 @@ impl SimSwitch {
             .sum()
     }
 
+    /// Frames injected loss took on `port`'s link, both directions, all priorities: the figure a test of one
+    /// port tells from the MMU's drops, which the totals add to it.
+    pub fn injected_drops_at(&self, port: usize) -> u64 {
+        self.links
+            .as_ref()
+            .and_then(|links| links.get(port))
+            .map_or(0, |link| link.injected_drops().iter().sum())
+    }
+
     /// Whether injected loss takes this frame of priority `prio` arriving on `port` (from a host).
     fn lost_from_host(&mut self, port: usize, prio: usize) -> bool {
         match self.links.as_mut().and_then(|links| links.get_mut(port)) {
