@@ -158,6 +158,16 @@ def test_the_core_crate_has_no_pyo3_and_no_unsafe():
     assert "fabric-core" in (ROOT / "crates" / "fabric-py" / "Cargo.toml").read_text()
 
 
+@pytest.mark.parametrize("crate", ["fabric-core", "fabric-py"])
+def test_neither_crate_may_unwrap_expect_or_panic(crate):
+    """No panic crosses into Python: clippy (-D warnings in the test script) refuses unwrap, expect, panic and
+    unreachable in the models and the bindings; tests may use them (clippy.toml)."""
+    manifest = (ROOT / "crates" / crate / "Cargo.toml").read_text()
+    lints = manifest.split("[lints.clippy]", 1)[-1] if "[lints.clippy]" in manifest else ""
+    for lint in ("unwrap_used", "expect_used", "panic", "unreachable"):
+        assert re.search(rf'^{lint} = "deny"$', lints, re.MULTILINE), f"{crate}: {lint} not denied"
+
+
 @pytest.mark.parametrize("path", _rust_files(), ids=lambda p: str(p.relative_to(CORE / "src")))
 def test_rust_no_upward_use_and_no_io(path):
     rel = path.relative_to(CORE / "src").parts

@@ -4,6 +4,8 @@
 //! (tests/unit/test_sim_link.py, test_sim_switch.py, test_sim_host.py, test_sim_fabric.py,
 //! test_sim_collective.py) before the compiled simulator became the only one; what the bindings expose is
 //! still tested from Python.
+// The helpers here are test code outside #[test] functions, where clippy.toml's allowances do not reach.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use fabric_core::model::credits::BLOCK;
 use fabric_core::model::ib_plane::IbPlaneConfig;
 use fabric_core::model::mmu::{Mmu, MmuConfig};
