@@ -72,9 +72,7 @@ class _ControlClient:
             return False
         try:
             return self.conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""  # b"": it has gone
-        except BlockingIOError:
-            return True
-        except OSError:
+        except OSError:  # BlockingIOError: nothing waiting; any other: the connection is broken
             return True
 
 

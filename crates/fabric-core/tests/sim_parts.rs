@@ -20,9 +20,12 @@ use fabric_core::sim::plans::Plans;
 use fabric_core::sim::switch::{SimSwitch, SwitchPort};
 use fabric_core::sim::wire::{serialization_ns, Endpoint, Wire};
 use fabric_core::wire::mac::Mac;
-use fabric_core::wire::pfc::{encode_pfc, pause_ns, PfcQuanta, ETHERTYPE_MAC_CONTROL, PRIORITIES};
+use fabric_core::wire::pfc::{
+    decode_pfc, encode_pfc, pause_ns, PfcQuanta, ETHERTYPE_MAC_CONTROL, PRIORITIES,
+};
 use fabric_core::wire::roce::{Framer, DATA_DSCP};
 use fabric_core::wire::transport::{opcode, Packet};
+use proptest::prelude::*;
 
 const GBIT: u64 = 1_000_000_000;
 const MIB: u64 = 1 << 20;
@@ -644,4 +647,55 @@ fn an_ib_incast_is_held_back_by_credits_and_the_plane_drops_nothing() {
     assert!(totals.ib_credit_stalls > 0); // the switch's VL buffers stalled the senders
     let plane = fabric.switches[0].ib.as_ref().unwrap();
     assert!((0..hosts).all(|port| plane.drops(port) == Some([0; 4])));
+}
+
+// --- hostile frames: a switch and an RNIC drop and count what they cannot use, and never panic ---
+
+/// A frame a switch port may receive: any bytes; a host's good RoCE frame with up to eight bytes changed
+/// (past the parsers' first checks: bad IPv4 headers, TTLs, addresses, lengths, opcodes) or cut short; a PFC
+/// frame of any classes and quanta.
+fn hostile_frame() -> impl Strategy<Value = Vec<u8>> {
+    let good = frames_from(1, 0, 1).remove(0);
+    let len = good.len();
+    prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..120),
+        proptest::collection::vec((0..len, any::<u8>()), 1..8).prop_map(move |edits| {
+            let mut frame = good.clone();
+            for (at, byte) in edits {
+                frame[at] = byte;
+            }
+            frame
+        }),
+        (0..len).prop_map({
+            let good = frames_from(1, 0, 1).remove(0);
+            move |cut| good[..cut].to_vec()
+        }),
+        proptest::array::uniform8(proptest::option::of(any::<u16>()))
+            .prop_map(|quanta| encode_pfc(&host_mac(1), &quanta).to_vec()),
+    ]
+}
+
+proptest! {
+    /// Every frame a switch port receives is forwarded, counted as dropped (by the switch or its MMU), or is a
+    /// PFC frame it obeys; a host given the same frames counts what it cannot decode. Nothing panics.
+    #[test]
+    fn hostile_frames_are_forwarded_or_counted_never_a_panic(
+        frames in proptest::collection::vec((0usize..3, hostile_frame()), 1..40),
+    ) {
+        let mut rig = Rig::star(3, GBIT, mmu_config(200 * 1024, 20 * 1024, true));
+        let mut obeyed = 0;
+        for (port, frame) in &frames {
+            let pfc = frame.get(12..14) == Some(&ETHERTYPE_MAC_CONTROL.to_be_bytes()[..])
+                && decode_pfc(frame).is_some_and(|quanta| quanta.iter().any(Option::is_some));
+            obeyed += u64::from(pfc);
+            let Rig { engine, wires, switch, hosts, .. } = &mut rig;
+            switch.as_mut().unwrap().receive(0, engine, wires, *port, frame.clone());
+            hosts[*port].receive(*port as u32, engine, wires, frame);
+        }
+        rig.run(Some(1_000_000_000));
+        let sw = rig.switch.as_ref().unwrap();
+        let mmu_drops = mmu_sum(&rig, |c| c.drops_threshold + c.drops_headroom + c.pfcwd_drops);
+        let forwarded: usize = rig.arrivals.iter().map(Vec::len).sum();
+        prop_assert_eq!(forwarded as u64 + sw.dropped.total() + mmu_drops + obeyed, frames.len() as u64);
+    }
 }
