@@ -152,7 +152,7 @@ impl Rig {
     /// `frame` into host `host`'s queue at `priority`, the queue told (the RNIC's enqueue).
     fn enqueue(&mut self, host: usize, frame: Vec<u8>, priority: usize) {
         let h = &mut self.hosts[host];
-        h.queue.queues[priority].push_back(frame);
+        h.queue.queues[priority].push_back(frame.into());
         let free_at = self.wires[h.queue.wire as usize].free_at;
         h.queue
             .kick(&mut self.engine, free_at, Event::QueueSend(host as u32));
@@ -175,17 +175,26 @@ impl Rig {
             pauses,
         } = self;
         engine.run(until, None, |engine, event| match event {
-            Event::Deliver { wire, frame } => match wires[wire as usize].to {
-                Endpoint::Switch { port, .. } => {
-                    let sw = switch.as_mut().expect("a switch");
-                    sw.receive(0, engine, wires, port as usize, frame);
+            Event::Deliver(wire) => {
+                let frame = wires[wire as usize].arrive().expect("a frame on the wire");
+                match wires[wire as usize].to {
+                    Endpoint::Switch { port, .. } => {
+                        let sw = switch.as_mut().expect("a switch");
+                        sw.receive(0, engine, wires, port as usize, frame);
+                    }
+                    Endpoint::Host(h) => {
+                        // The whole frame, its payload read from its sender's memory if it stayed there.
+                        let sender = frame.payload_host().map(|s| &hosts[s as usize].memory);
+                        let whole = frame.whole(sender, &mut Vec::new()).to_vec();
+                        if is_pfc(&whole) {
+                            pauses[h as usize] += 1;
+                            hosts[h as usize].receive(h, engine, wires, &whole);
+                        } else {
+                            arrivals[h as usize].push((engine.now(), whole));
+                        }
+                    }
                 }
-                Endpoint::Host(h) if is_pfc(&frame) => {
-                    pauses[h as usize] += 1;
-                    hosts[h as usize].receive(h, engine, wires, &frame);
-                }
-                Endpoint::Host(h) => arrivals[h as usize].push((engine.now(), frame)),
-            },
+            }
             Event::QueueSend(h) => hosts[h as usize].queue_send(h, engine, wires),
             Event::SwitchTimer(_) => switch
                 .as_mut()
@@ -689,7 +698,7 @@ proptest! {
                 && decode_pfc(frame).is_some_and(|quanta| quanta.iter().any(Option::is_some));
             obeyed += u64::from(pfc);
             let Rig { engine, wires, switch, hosts, .. } = &mut rig;
-            switch.as_mut().unwrap().receive(0, engine, wires, *port, frame.clone());
+            switch.as_mut().unwrap().receive(0, engine, wires, *port, frame.clone().into());
             hosts[*port].receive(*port as u32, engine, wires, frame);
         }
         rig.run(Some(1_000_000_000));

@@ -32,13 +32,19 @@ const FABRIC_FIRST_OCTET: u8 = 10;
 /// a frame with a bad one harms nothing on its way (the TTL update keeps it wrong) before the receiving host's
 /// kernel drops it.
 pub fn ipv4_ok(frame: &[u8]) -> bool {
-    if frame.len() < IPV4_MIN {
+    ipv4_ok_len(frame, frame.len())
+}
+
+/// [`ipv4_ok`] for a frame of `len` bytes on the wire of which `frame` holds the first (at least the headers):
+/// the simulator's frames leave their payload in the sender's memory (`sim::frame`).
+pub fn ipv4_ok_len(frame: &[u8], len: usize) -> bool {
+    if frame.len() < IPV4_MIN || len < frame.len() {
         return false;
     }
     let version_ihl = frame[ETH_LEN];
     let total = usize::from(u16::from_be_bytes([frame[16], frame[17]]));
     let header = usize::from(version_ihl & 0x0F) * 4;
-    version_ihl >> 4 == 4 && 20 <= header && header <= total && total <= frame.len() - ETH_LEN
+    version_ihl >> 4 == 4 && 20 <= header && header <= total && total <= len - ETH_LEN
 }
 
 /// Which of `choices` equal-cost ports this IPv4 frame's flow takes (after [`ipv4_ok`]); `None` if the frame

@@ -14,8 +14,10 @@ use crate::model::rng::CpythonRandom;
 use crate::sim::congestion::CcCounters;
 use crate::sim::engine::Engine;
 use crate::sim::faults::{Fault, FaultSchedule};
-use crate::sim::host::{FlatMemory, SimHost, MEMORY_KEY};
+use crate::sim::frame::SimFrame;
+use crate::sim::host::SimHost;
 use crate::sim::ib::IbSpec;
+use crate::sim::memory::{FlatMemory, MEMORY_KEY};
 use crate::sim::plans::Plans;
 use crate::sim::ranks::{add_f32, reduce_input, reduce_result, Arrival, RankReport, SimRank};
 use crate::sim::summary::{summarize, IterationSummary};
@@ -31,8 +33,8 @@ pub const START_MARGIN_NS: u64 = 10_000_000;
 /// Everything that happens in the simulated fabric: one variant per callback of the Python backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// A frame's last bit arrives at the end of a wire.
-    Deliver { wire: u32, frame: Vec<u8> },
+    /// A frame's last bit arrives at the end of a wire: the oldest frame on it.
+    Deliver(u32),
     /// A switch's MMU timer (pause expiries, XOFF refreshes).
     SwitchTimer(u32),
     /// A switch port's wire is free: send its next frame.
@@ -196,6 +198,8 @@ pub struct Fabric {
     pub baseline: Option<Totals>,
     run: RunState,
     completions: Vec<Completion>,
+    /// The buffer a frame whose payload stayed in its sender's memory is put together in for its receiver.
+    assembly: Vec<u8>,
     /// The faults injected into every measured iteration.
     pub faults: FaultSchedule,
     /// The goodput watch, if set.
@@ -205,11 +209,14 @@ pub struct Fabric {
 /// Reads the first bytes of every frame about to arrive: the frames in flight at a fattree's peak (100s of MB)
 /// are far out of every cache, and the first read of each, one after the other, was a fifth of the time. Read
 /// here together, their misses overlap.
-fn touch_frames<'a>(events: impl Iterator<Item = &'a Event>) {
+fn touch_frames<'a>(events: impl Iterator<Item = &'a Event>, wires: &[Wire]) {
     let mut seen = 0u8;
     for event in events {
-        if let Event::Deliver { frame, .. } = event {
-            seen ^= frame.get(12).copied().unwrap_or(0) ^ frame.get(40).copied().unwrap_or(0);
+        if let Event::Deliver(wire) = event {
+            if let Some(frame) = wires.get(*wire as usize).and_then(Wire::next_arrival) {
+                let bytes = frame.bytes();
+                seen ^= bytes.get(12).copied().unwrap_or(0) ^ bytes.get(40).copied().unwrap_or(0);
+            }
         }
     }
     std::hint::black_box(seen);
@@ -279,6 +286,7 @@ impl Fabric {
             baseline: None,
             run: RunState::default(),
             completions: Vec::new(),
+            assembly: Vec::new(),
             faults: FaultSchedule::default(),
             watch: None,
         })
@@ -393,7 +401,7 @@ impl Fabric {
         }
         let mut run = self.engine.start_run(None, max_events);
         while let Some(event) = self.engine.next_event(&mut run) {
-            touch_frames(self.engine.fresh_front());
+            touch_frames(self.engine.fresh_front(), &self.wires);
             self.dispatch(event);
         }
         let ran = self.engine.end_run(run);
@@ -439,7 +447,11 @@ impl Fabric {
 
     fn dispatch(&mut self, event: Event) {
         match event {
-            Event::Deliver { wire, frame } => self.deliver(wire, frame),
+            Event::Deliver(wire) => {
+                if let Some(frame) = self.wires.get_mut(wire as usize).and_then(Wire::arrive) {
+                    self.deliver(wire, frame);
+                }
+            }
             Event::SwitchTimer(sw) => {
                 if let Some(s) = self.switches.get_mut(sw as usize) {
                     s.on_timer(sw, &mut self.engine, &mut self.wires);
@@ -482,7 +494,7 @@ impl Fabric {
         }
     }
 
-    fn deliver(&mut self, wire: u32, frame: Vec<u8>) {
+    pub(crate) fn deliver(&mut self, wire: u32, frame: SimFrame) {
         let Some(to) = self.wires.get(wire as usize).map(|w| w.to) else {
             return;
         };
@@ -510,13 +522,24 @@ impl Fabric {
         }
     }
 
-    /// `host` takes a frame: its QP's completions to the rank, then the host goes on.
-    fn host_frame(&mut self, host: u32, frame: Vec<u8>) {
-        let Some(h) = self.hosts.get_mut(host as usize) else {
-            return;
+    /// `host` takes a frame (put together from its sender's memory if its payload stayed there): its QP's
+    /// completions to the rank, then the host goes on.
+    fn host_frame(&mut self, host: u32, frame: SimFrame) {
+        let mut assembly = std::mem::take(&mut self.assembly);
+        let sender = frame
+            .payload_host()
+            .and_then(|sender| self.hosts.get(sender as usize))
+            .map(|sender| &sender.memory);
+        let whole = frame.whole(sender, &mut assembly);
+        let qpn = match self.hosts.get_mut(host as usize) {
+            Some(h) => {
+                let qpn = h.receive(host, &mut self.engine, &mut self.wires, whole);
+                h.recycle(frame.into_buffer());
+                qpn
+            }
+            None => None,
         };
-        let qpn = h.receive(host, &mut self.engine, &mut self.wires, &frame);
-        h.recycle(frame);
+        self.assembly = assembly;
         if let Some(qpn) = qpn {
             self.after_qp(host, qpn);
         }
@@ -1322,7 +1345,7 @@ pub(crate) mod tests {
                     frame[12..12 + prefix.len()].copy_from_slice(&prefix);
                 }
                 let wire = (i % 4) as u32;
-                fabric.deliver(wire, frame);
+                fabric.deliver(wire, frame.into());
             }
             let mut run = fabric.engine.start_run(None, Some(10_000));
             while let Some(event) = fabric.engine.next_event(&mut run) {

@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 
 use crate::sim::engine::EventId;
 use crate::sim::fabric::Event;
+use crate::sim::frame::SimFrame;
 use crate::wire::mac::Mac;
 use crate::wire::pfc::{encode_pfc, is_mac_control, MIN_FRAME, PRIORITIES};
 
@@ -26,7 +27,7 @@ pub const STORM_PRIORITY: usize = PRIORITIES - 1;
 /// endless pause, and what it counted over the run.
 #[derive(Debug, Default)]
 pub struct Stall {
-    held: Option<VecDeque<Vec<u8>>>,
+    held: Option<VecDeque<SimFrame>>,
     held_bytes: usize,
     /// The pending refresh of the storm's XOFF.
     pub refresh: Option<EventId>,
@@ -53,11 +54,11 @@ impl Stall {
 
     /// A frame arrived: held (or lost to a full buffer) while stalled, unless it is a MAC control frame; handed
     /// back otherwise, for the NIC to take now.
-    pub fn hold(&mut self, frame: Vec<u8>) -> Option<Vec<u8>> {
+    pub fn hold(&mut self, frame: SimFrame) -> Option<SimFrame> {
         let Some(held) = self.held.as_mut() else {
             return Some(frame);
         };
-        if is_mac_control(&frame) {
+        if is_mac_control(frame.bytes()) {
             return Some(frame);
         }
         if self.held_bytes.saturating_add(frame.len()) > STALL_BUFFER {
@@ -70,7 +71,7 @@ impl Stall {
     }
 
     /// The stall ends: the frames it held, oldest first (`None` if it was not stalled).
-    pub fn end(&mut self) -> Option<VecDeque<Vec<u8>>> {
+    pub fn end(&mut self) -> Option<VecDeque<SimFrame>> {
         self.held_bytes = 0;
         self.held.take()
     }
@@ -135,18 +136,19 @@ mod tests {
     #[test]
     fn a_stall_holds_rdma_frames_up_to_its_buffer_and_lets_pfc_through() {
         let mut stall = Stall::default();
-        assert_eq!(stall.hold(vec![1; 100]), Some(vec![1; 100])); // not stalled: taken now
+        let frame = |bytes: Vec<u8>| SimFrame::from(bytes);
+        assert_eq!(stall.hold(frame(vec![1; 100])), Some(frame(vec![1; 100]))); // not stalled: taken now
         assert!(stall.begin() && !stall.begin());
         let pfc = stall.storm_frame(&[2, 0, 0, 0, 1, 0], 0xFFFF).to_vec();
         assert_eq!(decode_pfc(&pfc).unwrap()[3], Some(0xFFFF));
-        assert_eq!(stall.hold(pfc.clone()), Some(pfc));
-        assert_eq!(stall.hold(vec![0; STALL_BUFFER - 10]), None);
-        assert_eq!(stall.hold(vec![7; 11]), None); // over the buffer: lost
-        assert_eq!(stall.hold(vec![8; 10]), None); // exactly fills it
+        assert_eq!(stall.hold(frame(pfc.clone())), Some(frame(pfc)));
+        assert_eq!(stall.hold(frame(vec![0; STALL_BUFFER - 10])), None);
+        assert_eq!(stall.hold(frame(vec![7; 11])), None); // over the buffer: lost
+        assert_eq!(stall.hold(frame(vec![8; 10])), None); // exactly fills it
         assert_eq!((stall.stall_drops, stall.storm_pfc_sent), (1, 1));
         let held = stall.end().unwrap();
         assert_eq!(held.len(), 2);
-        assert_eq!(held[1], vec![8; 10]);
+        assert_eq!(held[1], frame(vec![8; 10]));
         assert!(stall.end().is_none() && !stall.stalled());
     }
 

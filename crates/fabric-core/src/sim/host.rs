@@ -18,180 +18,27 @@ use std::collections::VecDeque;
 use crate::model::dcqcn::DcqcnParams;
 use crate::model::ib_port::IbPort;
 use crate::model::pause::PrioritySet;
-use crate::model::rc::{
-    default_timeout_ns, AccessError, Completion, Memory, RcConfig, RcQueuePair,
-};
+use crate::model::rc::{default_timeout_ns, Completion, RcConfig, RcQueuePair};
 use crate::sim::congestion::{Arrival, HostCc, CNP_PRIORITY};
 use crate::sim::engine::{Engine, TimerId};
 use crate::sim::fabric::Event;
 use crate::sim::faults::{Stall, STORM_PRIORITY};
+use crate::sim::frame::SimFrame;
 use crate::sim::ib::{gid_octets, gid_text, HostIb, QpFramer};
+use crate::sim::memory::{FlatMemory, Window};
 use crate::sim::wire::{PortQueue, Wire};
 use crate::wire::ib::Lrh;
 use crate::wire::mac::{Mac, ETH_LEN};
 use crate::wire::pfc::{decode_pfc, pause_ns, ETHERTYPE_MAC_CONTROL, MAX_QUANTA, PRIORITIES};
-use crate::wire::roce::{decode, Framer, DATA_DSCP, ICRC_LEN, IP_LEN, MAX_TRANSPORT_LEN, UDP_LEN};
+use crate::wire::roce::{
+    decode, pad_len, Framer, DATA_DSCP, ICRC_LEN, IP_LEN, MAX_TRANSPORT_LEN, UDP_LEN,
+};
 use crate::wire::transport::Packet;
 
 /// Frames the NIC queue holds before the RNIC stops pulling.
 pub const NIC_FRAMES: usize = 4;
 /// The data priority (DSCP 26).
 pub const ROCE_PRIORITY: usize = 3;
-/// The one memory key of a [`FlatMemory`].
-pub const MEMORY_KEY: u32 = 1;
-
-/// A checked range of a [`FlatMemory`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Window {
-    start: usize,
-    len: usize,
-}
-
-/// Bytes of a page of a [`FlatMemory`]: the kernel's, whose first touch is a page fault.
-const PAGE: usize = 4096;
-
-/// One region of memory at address 0, key 1, every access allowed.
-///
-/// A page never written reads as zeros without being touched. Reading it would cost a page fault (the kernel
-/// maps its zero page), and an all-to-all reads its whole send region, which nobody wrote: 32,768 faults at
-/// fattree,8, a tenth of the run. `written` has a bit per page that may hold a non-zero byte; the bytes
-/// change only through the transport's `write` and [`FlatMemory::data_mut`], which set it.
-#[derive(Clone, Debug, Default)]
-pub struct FlatMemory {
-    data: Vec<u8>,
-    written: Vec<u64>,
-}
-
-impl FlatMemory {
-    /// `size` bytes of zeros.
-    pub fn new(size: usize) -> FlatMemory {
-        FlatMemory {
-            data: vec![0; size],
-            written: vec![0; size.div_ceil(PAGE).div_ceil(64)],
-        }
-    }
-
-    /// The bytes.
-    pub fn data(&self) -> &[u8] {
-        &self.data
-    }
-
-    /// The bytes, to change: every page counts as written from now on.
-    pub fn data_mut(&mut self) -> &mut [u8] {
-        self.written.fill(u64::MAX);
-        &mut self.data
-    }
-
-    fn is_written(&self, page: usize) -> bool {
-        self.written
-            .get(page / 64)
-            .is_some_and(|word| word & (1 << (page % 64)) != 0)
-    }
-
-    /// Marks the pages of `len` bytes from `start` written.
-    fn mark(&mut self, start: usize, len: usize) {
-        if len == 0 {
-            return;
-        }
-        for page in start / PAGE..=(start + len - 1) / PAGE {
-            if let Some(word) = self.written.get_mut(page / 64) {
-                *word |= 1 << (page % 64);
-            }
-        }
-    }
-
-    fn window(&self, key: u32, addr: u64, length: u64) -> Result<Window, AccessError> {
-        let start = usize::try_from(addr).map_err(|_| AccessError)?;
-        let len = usize::try_from(length).map_err(|_| AccessError)?;
-        match start.checked_add(len) {
-            Some(end) if key == MEMORY_KEY && end <= self.data.len() => Ok(Window { start, len }),
-            _ => Err(AccessError),
-        }
-    }
-}
-
-impl Memory for FlatMemory {
-    type Window = Window;
-
-    fn local(
-        &mut self,
-        lkey: u32,
-        addr: u64,
-        length: u64,
-        _write: bool,
-    ) -> Result<Window, AccessError> {
-        self.window(lkey, addr, length)
-    }
-
-    fn remote(
-        &mut self,
-        rkey: u32,
-        addr: u64,
-        length: u64,
-        _write: bool,
-    ) -> Result<Window, AccessError> {
-        self.window(rkey, addr, length)
-    }
-
-    fn read(&mut self, window: &Window, offset: u64, len: usize, out: &mut Vec<u8>) {
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .saturating_add(window.start);
-        let end = start.saturating_add(len);
-        if end > self.data.len() {
-            out.resize(out.len() + len, 0); // never: the window was checked
-            return;
-        }
-        let mut at = start;
-        while at < end {
-            let page_end = (at / PAGE + 1).saturating_mul(PAGE).min(end);
-            match self.data.get(at..page_end) {
-                Some(bytes) if self.is_written(at / PAGE) => out.extend_from_slice(bytes),
-                _ => out.resize(out.len() + (page_end - at), 0),
-            }
-            at = page_end;
-        }
-    }
-
-    fn write(&mut self, window: &Window, offset: u64, data: &[u8]) {
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .saturating_add(window.start);
-        let Some(end) = start
-            .checked_add(data.len())
-            .filter(|&end| end <= self.data.len())
-        else {
-            return; // never: the window was checked
-        };
-        // Page by page: zeros written to a page never written leave it as it reads (zeros) and untouched, so
-        // an all-to-all's receive regions, which get the zeros of send regions nobody wrote, cost no memory
-        // (1 GiB at fattree,16) and no page faults.
-        let mut at = start;
-        while at < end {
-            let page_end = (at / PAGE + 1).saturating_mul(PAGE).min(end);
-            let chunk = data.get(at - start..page_end - start).unwrap_or_default();
-            if self.is_written(at / PAGE) || !all_zero(chunk) {
-                if let Some(bytes) = self.data.get_mut(at..page_end) {
-                    bytes.copy_from_slice(chunk);
-                    self.mark(at, page_end - at);
-                }
-            }
-            at = page_end;
-        }
-    }
-}
-
-/// Whether every byte of `bytes` is zero. A block of 64 at a time, each block's bytes OR-ed together without a
-/// branch (the compiler makes that vector instructions); a byte-at-a-time `any` with its early exit cost 3
-/// instructions a byte, 40% of a fattree,8 all-to-all's instructions (every data frame's 4 KB of zeros).
-fn all_zero(bytes: &[u8]) -> bool {
-    let blocks = bytes.chunks_exact(64);
-    let rest = blocks.remainder();
-    blocks
-        .into_iter()
-        .all(|block| block.iter().fold(0, |acc, &b| acc | b) == 0)
-        && rest.iter().all(|&b| b == 0)
-}
 
 /// One QP of the host: the transport, its framer, its peer's address, its timer.
 #[derive(Debug)]
@@ -242,8 +89,12 @@ pub struct SimHost {
 
 /// Frame buffers a host keeps for reuse (a NIC queue's worth and then some).
 const SPARE_FRAMES: usize = 64;
-/// The longest frame sent in a buffer of its own size rather than a [`FRAME_BUFFER`]: an ACK or NAK, a READ
-/// request, and a data frame of less than half a buffer. A switch's buffer is counted in frame bytes, so a
+/// The shortest payload a RoCE frame leaves in its sender's memory rather than carries (`sim::frame`): below
+/// it, a copy costs less than the share (a count on each page, and the frame put together at the receiver).
+const SHARED_PAYLOAD: usize = 256;
+/// The longest frame sent as a copy (held in place by the frame, or in a buffer of its own size:
+/// `SimFrame::copied`) rather than in a [`FRAME_BUFFER`]: an ACK or NAK, a READ request, and a data frame of
+/// less than half a buffer. A switch's buffer is counted in frame bytes, so a
 /// switch full of small frames holds many more of them than of full ones; each in a 4 KB buffer, the ACKs and
 /// the 1 KiB messages of an all-to-all on fattree,16 took GBs. A copy of a frame this short costs less than
 /// the memory it frees.
@@ -501,7 +352,9 @@ impl SimHost {
                 true
             }
             Arrival::Pass(true) => {
-                self.enqueue(index, engine, wires, cnp, CNP_PRIORITY);
+                let frame = SimFrame::copied(&cnp);
+                self.recycle(cnp);
+                self.enqueue(index, engine, wires, frame, CNP_PRIORITY);
                 false
             }
             Arrival::Pass(false) => {
@@ -546,7 +399,7 @@ impl SimHost {
                         ib.held = Some(held); // still no credit: the next flow-control packet pulls again
                         return;
                     }
-                    self.enqueue(index, engine, wires, held, ROCE_PRIORITY);
+                    self.enqueue(index, engine, wires, held.into(), ROCE_PRIORITY);
                     continue;
                 }
             }
@@ -560,6 +413,7 @@ impl SimHost {
                 continue;
             };
             let data = self.cc.as_ref().is_none_or(|cc| cc.may_send(qpn, now));
+            self.memory.take_last_read(); // forgotten: only this packet's read says where its payload lies
             if !entry
                 .qp
                 .next_packet(now, data, &mut self.memory, &mut self.scratch)
@@ -577,11 +431,7 @@ impl SimHost {
                 .unwrap_or_else(|| Vec::with_capacity(FRAME_BUFFER));
             frame.clear();
             let framed = entry.framer.encode(&self.scratch, &mut frame);
-            if frame.len() <= SMALL_FRAME {
-                // A short frame: a buffer of its own size, the large one kept for full frames.
-                let small = frame.as_slice().to_vec();
-                self.recycle(std::mem::replace(&mut frame, small));
-            }
+            let leaving = self.leave_payload(index, &frame);
             self.mark_ready(qpn); // to the back of the turn
             self.arm(engine, qpn); // its first packet in flight starts the retransmission timer
             if let Some(cc) = self.cc.as_mut().filter(|_| framed) {
@@ -593,10 +443,37 @@ impl SimHost {
                     return;
                 }
             }
+            // The buffer kept to frame the next packet unless the frame needs all of it.
+            let frame = match leaving {
+                Some(leaving) => {
+                    self.recycle(frame);
+                    leaving
+                }
+                None if frame.len() <= SMALL_FRAME => {
+                    let short = SimFrame::copied(&frame);
+                    self.recycle(frame);
+                    short
+                }
+                None => frame.into(),
+            };
             if framed {
                 self.enqueue(index, engine, wires, frame, ROCE_PRIORITY);
             }
         }
+    }
+
+    /// The RoCE frame just made from `self.scratch`, its payload left in this host's memory where the transport
+    /// read it: `None` on an IB fabric, for a payload too short to be worth it, or one not read from memory.
+    fn leave_payload(&mut self, index: u32, frame: &[u8]) -> Option<SimFrame> {
+        let (start, len) = self.memory.take_last_read()?;
+        if self.ib.is_some() || len < SHARED_PAYLOAD || len != self.scratch.payload.len() {
+            return None;
+        }
+        // The payload, its pad and the ICRC end the frame.
+        let at = frame.len().checked_sub(ICRC_LEN + pad_len(len) + len)?;
+        debug_assert_eq!(frame.get(at..at + len), Some(&self.scratch.payload[..]));
+        let shared = self.memory.share(start, len)?;
+        SimFrame::sharing(frame, at, index, shared)
     }
 
     fn enqueue(
@@ -604,7 +481,7 @@ impl SimHost {
         index: u32,
         engine: &mut Engine<Event>,
         wires: &[Wire],
-        frame: Vec<u8>,
+        frame: SimFrame,
         priority: usize,
     ) {
         if let Some(queue) = self.queue.queues.get_mut(priority) {
@@ -641,7 +518,7 @@ impl SimHost {
         index: u32,
         engine: &mut Engine<Event>,
         wires: &[Wire],
-    ) -> Option<VecDeque<Vec<u8>>> {
+    ) -> Option<VecDeque<SimFrame>> {
         let held = self.stall.end()?;
         if let Some(refresh) = self.stall.refresh.take() {
             engine.cancel(refresh);
@@ -653,7 +530,7 @@ impl SimHost {
     /// The storm's PFC frame of `quanta` (0: XON) into priority 7's queue; an XOFF is refreshed at half its
     /// pause time.
     pub fn storm(&mut self, index: u32, engine: &mut Engine<Event>, wires: &[Wire], quanta: u16) {
-        let frame = self.stall.storm_frame(&self.mac, quanta).to_vec();
+        let frame = SimFrame::copied(&self.stall.storm_frame(&self.mac, quanta));
         self.enqueue(index, engine, wires, frame, STORM_PRIORITY);
         if quanta > 0 {
             let refresh = pause_ns(u64::from(MAX_QUANTA), self.queue.pause.rate_bps) / 2;
@@ -765,7 +642,13 @@ impl SimHost {
         let mut control = std::mem::take(&mut ib.control);
         ib.port.control_frames(now, &mut control);
         for frame in control.drain(..) {
-            self.enqueue(index, engine, wires, frame.to_vec(), ROCE_PRIORITY);
+            self.enqueue(
+                index,
+                engine,
+                wires,
+                SimFrame::copied(&frame),
+                ROCE_PRIORITY,
+            );
         }
         if let Some(ib) = self.ib.as_mut() {
             ib.control = control;
@@ -778,77 +661,5 @@ impl SimHost {
         (0..PRIORITIES)
             .map(|p| self.queue.pause.paused_time(p, now))
             .sum()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// A write through the transport, or one through `data_mut`, of `bytes` at `at`.
-    #[derive(Clone, Debug)]
-    enum Write {
-        Transport(usize, Vec<u8>),
-        Direct(usize, Vec<u8>),
-    }
-
-    #[test]
-    fn zeros_written_to_pages_never_written_touch_nothing() {
-        let mut memory = FlatMemory::new(4 * PAGE);
-        let all = memory.local(MEMORY_KEY, 0, 4 * PAGE as u64, true).unwrap();
-        memory.write(&all, 100, &vec![0; 3 * PAGE]);
-        assert!((0..4).all(|page| !memory.is_written(page)));
-        memory.write(&all, PAGE as u64 + 5, &[0, 9, 0]);
-        assert_eq!(
-            (0..4)
-                .map(|page| memory.is_written(page))
-                .collect::<Vec<_>>(),
-            [false, true, false, false]
-        );
-        memory.write(&all, PAGE as u64, &vec![0; PAGE]); // zeros over a written page are written
-        assert!(memory.data().iter().all(|&b| b == 0));
-    }
-
-    proptest! {
-        /// Pages never written read as zeros without being touched: every read gives the bytes a plain
-        /// vector given the same writes holds.
-        #[test]
-        fn reads_give_what_was_written_and_zeros_elsewhere(
-            size in 1usize..5 * PAGE,
-            writes in proptest::collection::vec(
-                prop_oneof![
-                    (0usize..5 * PAGE, proptest::collection::vec(1u8.., 0..300)).prop_map(|(a, b)| Write::Transport(a, b)),
-                    // zeros, over pages written or not (a page never written is left untouched)
-                    (0usize..5 * PAGE, 0..2 * PAGE).prop_map(|(a, n)| Write::Transport(a, vec![0; n])),
-                    (0usize..5 * PAGE, proptest::collection::vec(1u8.., 0..30)).prop_map(|(a, b)| Write::Direct(a, b)),
-                ],
-                0..6,
-            ),
-            reads in proptest::collection::vec((0usize..5 * PAGE, 0usize..2 * PAGE), 1..8),
-        ) {
-            let mut memory = FlatMemory::new(size);
-            let mut plain = vec![0u8; size];
-            let all = memory.local(MEMORY_KEY, 0, size as u64, true).unwrap();
-            for write in writes {
-                let (Write::Transport(at, bytes) | Write::Direct(at, bytes)) = &write;
-                let Some(target) = plain.get_mut(*at..at + bytes.len()) else { continue };
-                target.copy_from_slice(bytes);
-                match write {
-                    Write::Transport(at, bytes) => memory.write(&all, at as u64, &bytes),
-                    Write::Direct(at, bytes) => memory.data_mut()[at..at + bytes.len()].copy_from_slice(&bytes),
-                }
-            }
-            prop_assert_eq!(memory.data(), plain.as_slice());
-            for (at, len) in reads {
-                let Ok(window) = memory.local(MEMORY_KEY, at as u64, len as u64, false) else {
-                    prop_assert!(at + len > size);
-                    continue;
-                };
-                let mut out = vec![7];
-                memory.read(&window, 0, len, &mut out);
-                prop_assert_eq!(&out[1..], &plain[at..at + len]);
-            }
-        }
     }
 }

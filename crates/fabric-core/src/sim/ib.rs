@@ -363,7 +363,7 @@ mod tests {
                     frame[14] = delimiter;
                 }
                 let wire = (i % 4) as u32;
-                fabric.engine.after(0, Event::Deliver { wire, frame });
+                fabric.deliver(wire, frame.into());
             }
             let _ = fabric.advance(Some(20_000)); // the write may finish or not: only no panic is asked
         }

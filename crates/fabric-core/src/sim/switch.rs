@@ -8,12 +8,13 @@
 //! the native IB frames and goes before the MMU, its flow-control packets in line with the data they count.
 use std::collections::VecDeque;
 
-use crate::model::forwarding::{ecmp_index, ipv4_ok, priority, route_in_place, ETH_IPV4};
+use crate::model::forwarding::{ecmp_index, ipv4_ok_len, priority, route_in_place, ETH_IPV4};
 use crate::model::ib_plane::IbPlane;
 use crate::model::link::{Link, SameFrame};
 use crate::model::mmu::{Mmu, PfcRequest};
 use crate::sim::engine::{Engine, EventId, TimerId};
 use crate::sim::fabric::Event;
+use crate::sim::frame::SimFrame;
 use crate::sim::ib::port_waiting;
 use crate::sim::routes::Routes;
 use crate::sim::wire::Wire;
@@ -75,7 +76,7 @@ pub struct SimSwitch {
     /// IPv4 destination -> the egress ports that lead there (ECMP among several).
     routes: Routes,
     pub seed: u32,
-    pub mmu: Mmu<Vec<u8>>,
+    pub mmu: Mmu<SimFrame>,
     pub dropped: Dropped,
     pfc_out: Vec<VecDeque<[u8; MIN_FRAME]>>,
     /// Injected loss per port (`model::link`'s draws; its delay is the wire's business here); `None` when no
@@ -98,7 +99,7 @@ impl SimSwitch {
         engine: &mut Engine<Event>,
         ports: Vec<SwitchPort>,
         routes: Vec<([u8; 4], Vec<u32>)>,
-        mmu: Mmu<Vec<u8>>,
+        mmu: Mmu<SimFrame>,
         seed: u32,
     ) -> SimSwitch {
         let count = ports.len();
@@ -187,13 +188,18 @@ impl SimSwitch {
         engine: &mut Engine<Event>,
         wires: &mut [Wire],
         port: usize,
-        mut frame: Vec<u8>,
+        mut frame: SimFrame,
     ) {
         let now = engine.now();
-        let ethertype = frame.get(12..14);
-        if ethertype == Some(&ETH_IPV4[..]) && frame.len() >= ETH_LEN && ipv4_ok(&frame) {
-            let destination: Option<[u8; 4]> = frame.get(30..34).and_then(|ip| ip.try_into().ok());
-            if self.lost_from_host(port, priority(&frame).unwrap_or(0)) {
+        let wire_len = frame.len();
+        let bytes = frame.bytes();
+        let ethertype = bytes.get(12..14);
+        if ethertype == Some(&ETH_IPV4[..])
+            && bytes.len() >= ETH_LEN
+            && ipv4_ok_len(bytes, wire_len)
+        {
+            let destination: Option<[u8; 4]> = bytes.get(30..34).and_then(|ip| ip.try_into().ok());
+            if self.lost_from_host(port, priority(bytes).unwrap_or(0)) {
                 self.after(index, engine, wires); // injected loss on the host's link, counted by the model
                 return;
             }
@@ -203,15 +209,17 @@ impl SimSwitch {
                     let out = if choices.len() == 1 {
                         choices.first().copied()
                     } else {
-                        ecmp_index(&frame, self.seed, choices.len())
+                        ecmp_index(bytes, self.seed, choices.len())
                             .and_then(|i| choices.get(i).copied())
                     };
                     let out = out.map_or(usize::MAX, |out| out as usize);
-                    let prio = priority(&frame).unwrap_or(0);
+                    let prio = priority(bytes).unwrap_or(0);
                     match self.ports.get(out) {
                         None => self.dropped.no_route += 1,
                         Some(egress) => {
-                            if route_in_place(&mut frame, &egress.mac, &egress.peer_mac).is_err() {
+                            if route_in_place(frame.bytes_mut(), &egress.mac, &egress.peer_mac)
+                                .is_err()
+                            {
                                 self.dropped.ttl += 1;
                             } else if self
                                 .mmu
@@ -225,17 +233,14 @@ impl SimSwitch {
                 }
             }
         } else if ethertype == Some(&ETH_IB[..]) && self.ib.is_some() {
-            let out = self
-                .ib
-                .as_mut()
-                .and_then(|ib| ib.receive(now, port, &frame));
+            let out = self.ib.as_mut().and_then(|ib| ib.receive(now, port, bytes));
             if let Some(out) = out {
                 self.drain(index, engine, wires, out);
             }
         } else if ethertype == Some(&ETHERTYPE_MAC_CONTROL.to_be_bytes()[..])
-            && decode_pfc(&frame).is_some_and(|quanta| quanta.iter().any(Option::is_some))
+            && decode_pfc(bytes).is_some_and(|quanta| quanta.iter().any(Option::is_some))
         {
-            if let Some(quanta) = decode_pfc(&frame) {
+            if let Some(quanta) = decode_pfc(bytes) {
                 let resumed = self.mmu.pfc_received(now, port, &quanta);
                 if resumed.is_ok_and(|set| !set.is_empty()) {
                     self.drain(index, engine, wires, port);
@@ -341,11 +346,11 @@ impl SimSwitch {
             return;
         }
         if let Some(frame) = self.pfc_out[port].pop_front() {
-            wire.send(wire_id, engine, frame.to_vec());
+            wire.send(wire_id, engine, SimFrame::copied(&frame));
         } else if self.ib.as_mut().is_some_and(|ib| ib.head(port).is_some()) {
             // the head just found: it has credit, so sending it cannot fail
             if let Some(Ok(frame)) = self.ib.as_mut().map(|ib| ib.take_sent(port)) {
-                wire.send(wire_id, engine, frame);
+                wire.send(wire_id, engine, frame.into());
             }
         } else {
             let prio = loop {
