@@ -138,6 +138,10 @@ struct Queue<E> {
     front: VecDeque<Entry<E>>,
     /// Level l's bucket of digit d at `l * DIGITS + d`.
     buckets: Vec<Vec<Entry<E>>>,
+    /// The buffers of buckets emptied, for the next bucket to fill. Each bucket keeping its own would hold
+    /// a peak's worth in each of a level's 256 buckets as time moves through them (17 MB at a fattree,8
+    /// all-to-all, where the entries live at once take 1 MB); the buffer reused is also one recently touched.
+    spare: Vec<Vec<Entry<E>>>,
     /// Per level, a bit per occupied bucket.
     occupied: [[u64; WORDS]; LEVELS],
     /// A bit per level with an occupied bucket.
@@ -156,6 +160,7 @@ impl<E> Default for Queue<E> {
             last: 0,
             front: VecDeque::new(),
             buckets: (0..LEVELS * DIGITS).map(|_| Vec::new()).collect(),
+            spare: Vec::new(),
             occupied: [[0; WORDS]; LEVELS],
             levels: 0,
             early: BinaryHeap::new(),
@@ -195,7 +200,13 @@ impl<E> Queue<E> {
         let level = (63 - differing.leading_zeros()) / DIGIT_BITS;
         let digit = (entry.time >> (level * DIGIT_BITS)) as usize % DIGITS;
         let level = level as usize;
-        self.buckets[level * DIGITS + digit].push(entry);
+        let bucket = &mut self.buckets[level * DIGITS + digit];
+        if bucket.capacity() == 0 {
+            if let Some(spare) = self.spare.pop() {
+                *bucket = spare;
+            }
+        }
+        bucket.push(entry);
         self.occupied[level][digit / 64] |= 1 << (digit % 64);
         self.levels |= 1 << level;
     }
@@ -229,7 +240,7 @@ impl<E> Queue<E> {
     ///
     /// A bucket of the lowest level holds one time only (its entries differ from `last` in the low digit
     /// alone, which is the bucket's), in sequence order: it becomes `front` whole, its vector turned into the
-    /// deque and the empty deque's back into the bucket, without moving an entry.
+    /// deque and the empty deque's buffer kept for a bucket to come, without moving an entry.
     fn refill(&mut self) {
         let Some(index) = self.take_lowest_bucket() else {
             return;
@@ -241,7 +252,7 @@ impl<E> Queue<E> {
                 self.last = first.time;
             }
             let empty = std::mem::replace(&mut self.front, VecDeque::from(entries));
-            self.buckets[index] = Vec::from(empty);
+            self.spare.push(Vec::from(empty));
             return;
         }
         let mut entries = std::mem::take(&mut self.buckets[index]);
@@ -251,7 +262,7 @@ impl<E> Queue<E> {
         for entry in entries.drain(..) {
             self.place(entry);
         }
-        self.buckets[index] = entries; // empty, its capacity kept for the next time
+        self.spare.push(entries); // empty, its capacity kept for the next bucket
     }
 
     /// The index of the lowest occupied bucket, marked empty, or `None` if all are.

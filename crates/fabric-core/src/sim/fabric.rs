@@ -534,7 +534,7 @@ impl Fabric {
         let qpn = match self.hosts.get_mut(host as usize) {
             Some(h) => {
                 let qpn = h.receive(host, &mut self.engine, &mut self.wires, whole);
-                h.recycle(frame.into_buffer());
+                h.take_back(frame);
                 qpn
             }
             None => None,

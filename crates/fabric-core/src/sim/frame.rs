@@ -5,17 +5,90 @@
 //! frame by its length on the wire, so it takes either kind alike. The receiving host puts the whole frame
 //! together ([`SimFrame::whole`]) and decodes it as the emulator's RNIC decodes what a socket gave it, ICRC
 //! checked.
+//!
+//! A frame stays where it was made while it crosses the fabric: queues and wires move a 16-byte handle (its
+//! length and a box), and only a switch's receive and the receiving host read the box. A frame's bytes up to
+//! [`INLINE`] (every frame but a data frame that carries its payload) are in the box, not in a buffer of
+//! their own. At the peak of a fattree,8 all-to-all 20,000 frames are in buffers: moved whole at each hop, or
+//! read for their length as the MMU dequeued them, each was a cache miss more per hop (docs/performance.md).
 use crate::model::forwarding;
 use crate::model::mmu::MmuFrame;
 use crate::sim::memory::{FlatMemory, SharedPayload};
+use crate::wire::mac::ETH_LEN;
+use crate::wire::roce::{ICRC_LEN, IP_LEN, MAX_TRANSPORT_LEN, UDP_LEN};
 
-/// A frame on a wire, in a queue or in a switch's buffer.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// A frame on a wire, in a queue or in a switch's buffer: its length on the wire, and the frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimFrame {
+    len: u32,
+    inner: Box<Inner>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Inner {
     /// The frame's bytes; with a `payload`, the bytes before it (the headers) followed by those after it (pad
     /// and ICRC).
-    bytes: Vec<u8>,
+    bytes: Bytes,
     payload: Option<Payload>,
+}
+
+/// Bytes a frame holds in place rather than in a buffer: the headers and trailer of any RoCE frame whose
+/// payload stays in memory (81 bytes at most), an ACK, a CNP, a PFC frame. 86 makes [`Bytes`] 88 bytes.
+const INLINE: usize = 86;
+const _: () = assert!(ETH_LEN + IP_LEN + UDP_LEN + MAX_TRANSPORT_LEN + 3 + ICRC_LEN <= INLINE);
+
+/// A frame's bytes: in place up to [`INLINE`], else in a buffer.
+#[derive(Clone, Debug)]
+enum Bytes {
+    Inline(u8, [u8; INLINE]),
+    Heap(Vec<u8>),
+}
+
+impl Bytes {
+    /// `before` then `after`, in place if they fit.
+    fn joined(before: &[u8], after: &[u8]) -> Bytes {
+        let len = before.len() + after.len();
+        let mut inline = [0; INLINE];
+        match inline
+            .get_mut(..len)
+            .map(|to| to.split_at_mut(before.len()))
+        {
+            Some((to_before, to_after)) => {
+                to_before.copy_from_slice(before);
+                to_after.copy_from_slice(after);
+                Bytes::Inline(len as u8, inline)
+            }
+            None => Bytes::Heap([before, after].concat()),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Inline(len, bytes) => bytes.get(..usize::from(*len)).unwrap_or_default(),
+            Bytes::Heap(bytes) => bytes,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            Bytes::Inline(len, bytes) => bytes.get_mut(..usize::from(*len)).unwrap_or_default(),
+            Bytes::Heap(bytes) => bytes,
+        }
+    }
+}
+
+impl PartialEq for Bytes {
+    fn eq(&self, other: &Bytes) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Bytes {}
+
+impl Default for Bytes {
+    fn default() -> Bytes {
+        Bytes::Inline(0, [0; INLINE])
+    }
 }
 
 /// Where a frame's payload lies: in host `host`'s memory, to go at `at` in the frame's bytes.
@@ -26,71 +99,66 @@ struct Payload {
     shared: SharedPayload,
 }
 
+impl Inner {
+    fn len(&self) -> usize {
+        self.bytes.as_slice().len() + self.payload.as_ref().map_or(0, |p| p.shared.len())
+    }
+}
+
 /// A frame in the buffer it came in, whatever its length.
 impl From<Vec<u8>> for SimFrame {
     fn from(bytes: Vec<u8>) -> SimFrame {
-        SimFrame {
-            bytes,
+        SimFrame::boxed(Box::new(Inner {
+            bytes: Bytes::Heap(bytes),
             payload: None,
-        }
+        }))
     }
 }
 
 impl SimFrame {
-    /// A copy of `frame`, in a buffer of its own size.
-    pub fn copied(frame: &[u8]) -> SimFrame {
-        SimFrame::from(frame.to_vec())
+    fn boxed(inner: Box<Inner>) -> SimFrame {
+        SimFrame {
+            len: u32::try_from(inner.len()).unwrap_or(u32::MAX),
+            inner,
+        }
     }
 
-    /// `frame`, whose bytes from `at` are `shared`'s (shared from host `host`'s memory), without them: `None` if
-    /// they do not fit in it.
-    pub fn sharing(frame: &[u8], at: usize, host: u32, shared: SharedPayload) -> Option<SimFrame> {
-        let end = at.checked_add(shared.len())?;
-        let (before, after) = (frame.get(..at)?, frame.get(end..)?);
-        let mut bytes = Vec::with_capacity(before.len() + after.len());
-        bytes.extend_from_slice(before);
-        bytes.extend_from_slice(after);
-        Some(SimFrame {
-            bytes,
-            payload: Some(Payload {
-                host,
-                at: u32::try_from(at).ok()?,
-                shared,
-            }),
-        })
+    /// A copy of `frame` (see [`FramePool::copied`] to make many).
+    pub fn copied(frame: &[u8]) -> SimFrame {
+        FramePool::default().copied(frame)
     }
 
     /// Its length on the wire.
     pub fn len(&self) -> usize {
-        self.bytes.len() + self.payload.as_ref().map_or(0, |p| p.shared.len())
+        self.len as usize
     }
 
     /// Whether it has no bytes at all.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len == 0
     }
 
     /// Its bytes, the payload left out if it stays in memory: the headers are there either way.
     pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+        self.inner.bytes.as_slice()
     }
 
-    /// Its bytes to change in place (headers: a switch's routing and ECN marking).
+    /// Its bytes to change in place (headers: a switch's routing and ECN marking, which keep the length).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes
+        self.inner.bytes.as_mut_slice()
     }
 
     /// The host whose memory holds its payload, if it is left there.
     pub fn payload_host(&self) -> Option<u32> {
-        self.payload.as_ref().map(|p| p.host)
+        self.inner.payload.as_ref().map(|p| p.host)
     }
 
     /// The whole frame: its bytes if it carries them all, else put together in `out` with the payload read from
     /// `memory` (the memory of [`SimFrame::payload_host`]; `None`, a host that is gone: zeros, which its ICRC
     /// refuses).
     pub fn whole<'a>(&'a self, memory: Option<&FlatMemory>, out: &'a mut Vec<u8>) -> &'a [u8] {
-        let bytes = self.bytes.as_slice();
-        let Some(payload) = &self.payload else {
+        let bytes = self.inner.bytes.as_slice();
+        let Some(payload) = &self.inner.payload else {
             return bytes;
         };
         let at = (payload.at as usize).min(bytes.len());
@@ -103,11 +171,6 @@ impl SimFrame {
         }
         out.extend_from_slice(after);
         out
-    }
-
-    /// Its buffer, for a frame to send (with a payload left in memory, only the bytes around it).
-    pub fn into_buffer(self) -> Vec<u8> {
-        self.bytes
     }
 }
 
@@ -125,6 +188,66 @@ impl MmuFrame for SimFrame {
     }
 }
 
+/// The frames a host is done with, their boxes kept to make the frames it sends: a frame then costs no
+/// allocation, and its box is one recently touched.
+#[derive(Debug, Default)]
+pub struct FramePool {
+    #[allow(clippy::vec_box)]
+    // the boxes are what is kept: each becomes a frame's without an allocation
+    spare: Vec<Box<Inner>>,
+}
+
+/// Boxes a pool keeps at most (3 KB per host when full; a host receives about as many frames as it sends).
+const POOL_FRAMES: usize = 24;
+
+impl FramePool {
+    fn frame(&mut self, bytes: Bytes, payload: Option<Payload>) -> SimFrame {
+        let inner = match self.spare.pop() {
+            Some(mut spare) => {
+                *spare = Inner { bytes, payload };
+                spare
+            }
+            None => Box::new(Inner { bytes, payload }),
+        };
+        SimFrame::boxed(inner)
+    }
+
+    /// A copy of `frame`: in place if it is short enough, else in a buffer of its own size.
+    pub fn copied(&mut self, frame: &[u8]) -> SimFrame {
+        self.frame(Bytes::joined(frame, &[]), None)
+    }
+
+    /// `frame`, whose bytes from `at` are `shared`'s (shared from host `host`'s memory), without them: `None` if
+    /// they do not fit in it.
+    pub fn sharing(
+        &mut self,
+        frame: &[u8],
+        at: usize,
+        host: u32,
+        shared: SharedPayload,
+    ) -> Option<SimFrame> {
+        let end = at.checked_add(shared.len())?;
+        let (before, after) = (frame.get(..at)?, frame.get(end..)?);
+        let at = u32::try_from(at).ok()?;
+        let payload = Payload { host, at, shared };
+        Some(self.frame(Bytes::joined(before, after), Some(payload)))
+    }
+
+    /// Takes a frame back (its share of a payload let go): its box kept, its buffer if it had one returned.
+    pub fn recycle(&mut self, frame: SimFrame) -> Option<Vec<u8>> {
+        let mut inner = frame.inner;
+        let bytes = std::mem::take(&mut inner.bytes);
+        inner.payload = None;
+        if self.spare.len() < POOL_FRAMES {
+            self.spare.push(inner);
+        }
+        match bytes {
+            Bytes::Heap(buffer) => Some(buffer),
+            Bytes::Inline(..) => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,8 +261,9 @@ mod tests {
         let payload: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
         memory.write(&all, 4000, &payload);
         let frame = [vec![0xAA; 58], payload.clone(), vec![0xBB; 4]].concat();
+        let mut pool = FramePool::default();
         let shared = memory.share(4000, 1000).unwrap();
-        let sim = SimFrame::sharing(&frame, 58, 3, shared).unwrap();
+        let sim = pool.sharing(&frame, 58, 3, shared).unwrap();
         assert_eq!(
             (sim.len(), sim.bytes().len(), sim.payload_host()),
             (1062, 62, Some(3))
@@ -150,12 +274,18 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(sim.whole(None, &mut out).len(), frame.len());
         let shared = memory.share(0, 10).unwrap();
-        assert!(SimFrame::sharing(&frame[..60], 55, 0, shared).is_none()); // the payload past the frame's end
+        assert!(pool.sharing(&frame[..60], 55, 0, shared).is_none()); // the payload past the frame's end
         let plain = SimFrame::from(frame.clone());
         assert_eq!(
             (plain.len(), plain.whole(None, &mut out)),
             (1062, &frame[..])
         );
-        assert_eq!(SimFrame::copied(&frame), plain);
+        assert_eq!(SimFrame::copied(&frame), plain); // too long for the box: in a buffer
+                                                     // Taken back: a buffer returned, the box reused for the next frame, in place.
+        assert_eq!(pool.recycle(plain).as_deref(), Some(&frame[..]));
+        assert_eq!(pool.recycle(sim), None);
+        let short = pool.copied(&frame[..60]);
+        assert_eq!((short.len(), short.bytes()), (60, &frame[..60]));
+        assert!(pool.spare.len() == 1 && matches!(short.inner.bytes, Bytes::Inline(60, _)));
     }
 }

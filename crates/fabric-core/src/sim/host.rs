@@ -23,7 +23,7 @@ use crate::sim::congestion::{Arrival, HostCc, CNP_PRIORITY};
 use crate::sim::engine::{Engine, TimerId};
 use crate::sim::fabric::Event;
 use crate::sim::faults::{Stall, STORM_PRIORITY};
-use crate::sim::frame::SimFrame;
+use crate::sim::frame::{FramePool, SimFrame};
 use crate::sim::ib::{gid_octets, gid_text, HostIb, QpFramer};
 use crate::sim::memory::{FlatMemory, Window};
 use crate::sim::wire::{PortQueue, Wire};
@@ -83,6 +83,8 @@ pub struct SimHost {
     scratch: Packet,
     /// Frame buffers that arrived here, reused for the frames it sends (no allocation per frame).
     spare: Vec<Vec<u8>>,
+    /// The frames that arrived here, reused likewise.
+    frames: FramePool,
     /// The IB port on an IB fabric (`sim::ib::attach` gives it), else none.
     pub ib: Option<HostIb>,
 }
@@ -93,11 +95,10 @@ const SPARE_FRAMES: usize = 64;
 /// it, a copy costs less than the share (a count on each page, and the frame put together at the receiver).
 const SHARED_PAYLOAD: usize = 256;
 /// The longest frame sent as a copy (held in place by the frame, or in a buffer of its own size:
-/// `SimFrame::copied`) rather than in a [`FRAME_BUFFER`]: an ACK or NAK, a READ request, and a data frame of
-/// less than half a buffer. A switch's buffer is counted in frame bytes, so a
-/// switch full of small frames holds many more of them than of full ones; each in a 4 KB buffer, the ACKs and
-/// the 1 KiB messages of an all-to-all on fattree,16 took GBs. A copy of a frame this short costs less than
-/// the memory it frees.
+/// `FramePool::copied`) rather than in a [`FRAME_BUFFER`]: an ACK or NAK, a READ request, and a data frame of
+/// less than half a buffer. A switch's buffer is counted in frame bytes, so a switch full of small frames
+/// holds many more of them than of full ones; each in a 4 KB buffer, the ACKs and the 1 KiB messages of an
+/// all-to-all on fattree,16 took GBs. A copy of a frame this short costs less than the memory it frees.
 const SMALL_FRAME: usize = FRAME_BUFFER / 2;
 /// A frame buffer's size: the longest RoCEv2 frame of the largest path MTU (4096 bytes of payload after every
 /// transport header, 4,174 bytes; an IB fabric's frames are shorter, having no IP and UDP headers), so a
@@ -130,6 +131,7 @@ impl SimHost {
             in_ready: Vec::new(),
             scratch: Packet::default(),
             spare: Vec::new(),
+            frames: FramePool::default(),
             ib: None,
         }
     }
@@ -352,7 +354,7 @@ impl SimHost {
                 true
             }
             Arrival::Pass(true) => {
-                let frame = SimFrame::copied(&cnp);
+                let frame = self.frames.copied(&cnp);
                 self.recycle(cnp);
                 self.enqueue(index, engine, wires, frame, CNP_PRIORITY);
                 false
@@ -364,9 +366,16 @@ impl SimHost {
         }
     }
 
-    /// A frame this host is done with: its buffer kept for a frame to send (a small one, a PFC frame's, is
-    /// not worth keeping).
-    pub fn recycle(&mut self, frame: Vec<u8>) {
+    /// A frame this host took: kept to make a frame to send.
+    pub fn take_back(&mut self, frame: SimFrame) {
+        if let Some(buffer) = self.frames.recycle(frame) {
+            self.recycle(buffer);
+        }
+    }
+
+    /// A buffer this host is done with: kept for a frame to send (a small one, a PFC frame's, is not worth
+    /// keeping).
+    fn recycle(&mut self, frame: Vec<u8>) {
         if self.spare.len() < SPARE_FRAMES && frame.capacity() >= FRAME_BUFFER {
             self.spare.push(frame);
         }
@@ -450,7 +459,7 @@ impl SimHost {
                     leaving
                 }
                 None if frame.len() <= SMALL_FRAME => {
-                    let short = SimFrame::copied(&frame);
+                    let short = self.frames.copied(&frame);
                     self.recycle(frame);
                     short
                 }
@@ -473,7 +482,7 @@ impl SimHost {
         let at = frame.len().checked_sub(ICRC_LEN + pad_len(len) + len)?;
         debug_assert_eq!(frame.get(at..at + len), Some(&self.scratch.payload[..]));
         let shared = self.memory.share(start, len)?;
-        SimFrame::sharing(frame, at, index, shared)
+        self.frames.sharing(frame, at, index, shared)
     }
 
     fn enqueue(
@@ -530,7 +539,9 @@ impl SimHost {
     /// The storm's PFC frame of `quanta` (0: XON) into priority 7's queue; an XOFF is refreshed at half its
     /// pause time.
     pub fn storm(&mut self, index: u32, engine: &mut Engine<Event>, wires: &[Wire], quanta: u16) {
-        let frame = SimFrame::copied(&self.stall.storm_frame(&self.mac, quanta));
+        let frame = self
+            .frames
+            .copied(&self.stall.storm_frame(&self.mac, quanta));
         self.enqueue(index, engine, wires, frame, STORM_PRIORITY);
         if quanta > 0 {
             let refresh = pause_ns(u64::from(MAX_QUANTA), self.queue.pause.rate_bps) / 2;
@@ -642,13 +653,8 @@ impl SimHost {
         let mut control = std::mem::take(&mut ib.control);
         ib.port.control_frames(now, &mut control);
         for frame in control.drain(..) {
-            self.enqueue(
-                index,
-                engine,
-                wires,
-                SimFrame::copied(&frame),
-                ROCE_PRIORITY,
-            );
+            let frame = self.frames.copied(&frame);
+            self.enqueue(index, engine, wires, frame, ROCE_PRIORITY);
         }
         if let Some(ib) = self.ib.as_mut() {
             ib.control = control;
