@@ -6,11 +6,12 @@
 //! together ([`SimFrame::whole`]) and decodes it as the emulator's RNIC decodes what a socket gave it, ICRC
 //! checked.
 //!
-//! A frame stays where it was made while it crosses the fabric: queues and wires move a 16-byte handle (its
-//! length and a box), and only a switch's receive and the receiving host read the box. A frame's bytes up to
-//! [`INLINE`] (every frame but a data frame that carries its payload) are in the box, not in a buffer of
-//! their own. At the peak of a fattree,8 all-to-all 20,000 frames are in buffers: moved whole at each hop, or
-//! read for their length as the MMU dequeued them, each was a cache miss more per hop (docs/performance.md).
+//! A frame stays where it was made while it crosses the fabric: queues and wires move a 32-byte handle (its
+//! length, and its buffer or a box), and only a switch's receive and the receiving host read what it points
+//! to. A frame of up to [`INLINE`] bytes, or whose payload stays in memory, is held in place in a box (with its
+//! payload's place); any other frame is its own buffer. At the peak of a fattree,8 all-to-all 20,000 frames are
+//! in buffers: moved whole at each hop (64 bytes), or read for their length as the MMU dequeued them, each was
+//! a cache miss more per hop (docs/performance.md).
 use crate::model::forwarding;
 use crate::model::mmu::MmuFrame;
 use crate::sim::memory::{FlatMemory, SharedPayload};
@@ -21,7 +22,16 @@ use crate::wire::roce::{ICRC_LEN, IP_LEN, MAX_TRANSPORT_LEN, UDP_LEN};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimFrame {
     len: u32,
-    inner: Box<Inner>,
+    repr: Repr,
+}
+
+/// A frame short enough to be held in place, or whose payload stays in memory: in a box; any other frame
+/// (an IB packet, a RoCE frame of half a buffer or less with its payload, a hostile one) in its buffer, one
+/// indirection and not two.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Repr {
+    Boxed(Box<Inner>),
+    Buffer(Vec<u8>),
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -108,10 +118,10 @@ impl Inner {
 /// A frame in the buffer it came in, whatever its length.
 impl From<Vec<u8>> for SimFrame {
     fn from(bytes: Vec<u8>) -> SimFrame {
-        SimFrame::boxed(Box::new(Inner {
-            bytes: Bytes::Heap(bytes),
-            payload: None,
-        }))
+        SimFrame {
+            len: u32::try_from(bytes.len()).unwrap_or(u32::MAX),
+            repr: Repr::Buffer(bytes),
+        }
     }
 }
 
@@ -119,7 +129,7 @@ impl SimFrame {
     fn boxed(inner: Box<Inner>) -> SimFrame {
         SimFrame {
             len: u32::try_from(inner.len()).unwrap_or(u32::MAX),
-            inner,
+            repr: Repr::Boxed(inner),
         }
     }
 
@@ -140,25 +150,38 @@ impl SimFrame {
 
     /// Its bytes, the payload left out if it stays in memory: the headers are there either way.
     pub fn bytes(&self) -> &[u8] {
-        self.inner.bytes.as_slice()
+        match &self.repr {
+            Repr::Boxed(inner) => inner.bytes.as_slice(),
+            Repr::Buffer(bytes) => bytes,
+        }
     }
 
     /// Its bytes to change in place (headers: a switch's routing and ECN marking, which keep the length).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        self.inner.bytes.as_mut_slice()
+        match &mut self.repr {
+            Repr::Boxed(inner) => inner.bytes.as_mut_slice(),
+            Repr::Buffer(bytes) => bytes,
+        }
+    }
+
+    fn payload(&self) -> Option<&Payload> {
+        match &self.repr {
+            Repr::Boxed(inner) => inner.payload.as_ref(),
+            Repr::Buffer(_) => None,
+        }
     }
 
     /// The host whose memory holds its payload, if it is left there.
     pub fn payload_host(&self) -> Option<u32> {
-        self.inner.payload.as_ref().map(|p| p.host)
+        self.payload().map(|p| p.host)
     }
 
     /// The whole frame: its bytes if it carries them all, else put together in `out` with the payload read from
     /// `memory` (the memory of [`SimFrame::payload_host`]; `None`, a host that is gone: zeros, which its ICRC
     /// refuses).
     pub fn whole<'a>(&'a self, memory: Option<&FlatMemory>, out: &'a mut Vec<u8>) -> &'a [u8] {
-        let bytes = self.inner.bytes.as_slice();
-        let Some(payload) = &self.inner.payload else {
+        let bytes = self.bytes();
+        let Some(payload) = self.payload() else {
             return bytes;
         };
         let at = (payload.at as usize).min(bytes.len());
@@ -188,8 +211,8 @@ impl MmuFrame for SimFrame {
     }
 }
 
-/// The frames a host is done with, their boxes kept to make the frames it sends: a frame then costs no
-/// allocation, and its box is one recently touched.
+/// The frames a host (or a switch: the IB packets and the PFC frames it takes) is done with, their boxes kept
+/// to make the frames it sends: a frame then costs no allocation, and its box is one recently touched.
 #[derive(Debug, Default)]
 pub struct FramePool {
     #[allow(clippy::vec_box)]
@@ -197,7 +220,8 @@ pub struct FramePool {
     spare: Vec<Box<Inner>>,
 }
 
-/// Boxes a pool keeps at most (3 KB per host when full; a host receives about as many frames as it sends).
+/// Boxes a pool keeps at most (3 KB when full; a host receives about as many frames as it sends, a switch on
+/// IB as many packets).
 const POOL_FRAMES: usize = 24;
 
 impl FramePool {
@@ -214,6 +238,9 @@ impl FramePool {
 
     /// A copy of `frame`: in place if it is short enough, else in a buffer of its own size.
     pub fn copied(&mut self, frame: &[u8]) -> SimFrame {
+        if frame.len() > INLINE {
+            return SimFrame::from(frame.to_vec());
+        }
         self.frame(Bytes::joined(frame, &[]), None)
     }
 
@@ -235,7 +262,10 @@ impl FramePool {
 
     /// Takes a frame back (its share of a payload let go): its box kept, its buffer if it had one returned.
     pub fn recycle(&mut self, frame: SimFrame) -> Option<Vec<u8>> {
-        let mut inner = frame.inner;
+        let mut inner = match frame.repr {
+            Repr::Boxed(inner) => inner,
+            Repr::Buffer(buffer) => return Some(buffer),
+        };
         let bytes = std::mem::take(&mut inner.bytes);
         inner.payload = None;
         if self.spare.len() < POOL_FRAMES {
@@ -280,12 +310,19 @@ mod tests {
             (plain.len(), plain.whole(None, &mut out)),
             (1062, &frame[..])
         );
-        assert_eq!(SimFrame::copied(&frame), plain); // too long for the box: in a buffer
-                                                     // Taken back: a buffer returned, the box reused for the next frame, in place.
+        // Too long to hold in place: a buffer of its own.
+        assert_eq!(SimFrame::copied(&frame), plain);
+        // Taken back: a buffer returned, a box kept and reused for the next frame, in place.
         assert_eq!(pool.recycle(plain).as_deref(), Some(&frame[..]));
         assert_eq!(pool.recycle(sim), None);
+        assert_eq!(pool.spare.len(), 1);
         let short = pool.copied(&frame[..60]);
-        assert_eq!((short.len(), short.bytes()), (60, &frame[..60]));
-        assert!(pool.spare.len() == 1 && matches!(short.inner.bytes, Bytes::Inline(60, _)));
+        assert_eq!(
+            (short.len(), short.bytes(), pool.spare.len()),
+            (60, &frame[..60], 0)
+        );
+        assert!(
+            matches!(&short.repr, Repr::Boxed(inner) if matches!(inner.bytes, Bytes::Inline(60, _)))
+        );
     }
 }
