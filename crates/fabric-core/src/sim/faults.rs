@@ -133,22 +133,30 @@ mod tests {
     use super::*;
     use crate::wire::pfc::decode_pfc;
 
+    fn stall_hold(stall: &mut Stall, bytes: Vec<u8>) -> Option<Vec<u8>> {
+        stall
+            .hold(SimFrame::from(bytes))
+            .map(|frame| frame.bytes().to_vec())
+    }
+
     #[test]
     fn a_stall_holds_rdma_frames_up_to_its_buffer_and_lets_pfc_through() {
         let mut stall = Stall::default();
-        let frame = |bytes: Vec<u8>| SimFrame::from(bytes);
-        assert_eq!(stall.hold(frame(vec![1; 100])), Some(frame(vec![1; 100]))); // not stalled: taken now
+        // What the NIC is handed back to take now, as bytes.
+        let mut hold = |bytes: Vec<u8>| stall_hold(&mut stall, bytes);
+        assert_eq!(hold(vec![1; 100]), Some(vec![1; 100])); // not stalled: taken now
         assert!(stall.begin() && !stall.begin());
         let pfc = stall.storm_frame(&[2, 0, 0, 0, 1, 0], 0xFFFF).to_vec();
         assert_eq!(decode_pfc(&pfc).unwrap()[3], Some(0xFFFF));
-        assert_eq!(stall.hold(frame(pfc.clone())), Some(frame(pfc)));
-        assert_eq!(stall.hold(frame(vec![0; STALL_BUFFER - 10])), None);
-        assert_eq!(stall.hold(frame(vec![7; 11])), None); // over the buffer: lost
-        assert_eq!(stall.hold(frame(vec![8; 10])), None); // exactly fills it
+        let mut hold = |bytes: Vec<u8>| stall_hold(&mut stall, bytes);
+        assert_eq!(hold(pfc.clone()), Some(pfc));
+        assert_eq!(hold(vec![0; STALL_BUFFER - 10]), None);
+        assert_eq!(hold(vec![7; 11]), None); // over the buffer: lost
+        assert_eq!(hold(vec![8; 10]), None); // exactly fills it
         assert_eq!((stall.stall_drops, stall.storm_pfc_sent), (1, 1));
         let held = stall.end().unwrap();
         assert_eq!(held.len(), 2);
-        assert_eq!(held[1], frame(vec![8; 10]));
+        assert_eq!(held[1].bytes(), &[8; 10]);
         assert!(stall.end().is_none() && !stall.stalled());
     }
 

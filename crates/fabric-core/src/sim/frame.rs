@@ -18,8 +18,9 @@ use crate::sim::memory::{FlatMemory, SharedPayload};
 use crate::wire::mac::ETH_LEN;
 use crate::wire::roce::{ICRC_LEN, IP_LEN, MAX_TRANSPORT_LEN, UDP_LEN};
 
-/// A frame on a wire, in a queue or in a switch's buffer: its length on the wire, and the frame.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A frame on a wire, in a queue or in a switch's buffer. Its length on the wire is kept here, so that queues
+/// and the MMU read it without touching the frame.
+#[derive(Clone, Debug)]
 pub struct SimFrame {
     len: u32,
     repr: Repr,
@@ -28,81 +29,68 @@ pub struct SimFrame {
 /// A frame short enough to be held in place, or whose payload stays in memory: in a box; any other frame
 /// (an IB packet, a RoCE frame of half a buffer or less with its payload, a hostile one) in its buffer, one
 /// indirection and not two.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 enum Repr {
     Boxed(Box<Inner>),
     Buffer(Vec<u8>),
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 struct Inner {
     /// The frame's bytes; with a `payload`, the bytes before it (the headers) followed by those after it (pad
     /// and ICRC).
-    bytes: Bytes,
+    bytes: Inline,
     payload: Option<Payload>,
 }
 
-/// Bytes a frame holds in place rather than in a buffer: the headers and trailer of any RoCE frame whose
-/// payload stays in memory (81 bytes at most), an ACK, a CNP, a PFC frame. 86 makes [`Bytes`] 88 bytes.
+/// Bytes a frame holds in place: the headers and trailer of any RoCE frame whose payload stays in memory (81
+/// bytes at most), an ACK, a CNP, a PFC frame. 86 makes a box of 128 bytes with the payload's place.
 const INLINE: usize = 86;
 const _: () = assert!(ETH_LEN + IP_LEN + UDP_LEN + MAX_TRANSPORT_LEN + 3 + ICRC_LEN <= INLINE);
 
-/// A frame's bytes: in place up to [`INLINE`], else in a buffer.
-#[derive(Clone, Debug)]
-enum Bytes {
-    Inline(u8, [u8; INLINE]),
-    Heap(Vec<u8>),
+/// Up to [`INLINE`] bytes held in place.
+#[derive(Clone, Copy, Debug)]
+struct Inline {
+    len: u8,
+    bytes: [u8; INLINE],
 }
 
-impl Bytes {
-    /// `before` then `after`, in place if they fit.
-    fn joined(before: &[u8], after: &[u8]) -> Bytes {
-        let len = before.len() + after.len();
-        let mut inline = [0; INLINE];
-        match inline
-            .get_mut(..len)
-            .map(|to| to.split_at_mut(before.len()))
-        {
-            Some((to_before, to_after)) => {
-                to_before.copy_from_slice(before);
-                to_after.copy_from_slice(after);
-                Bytes::Inline(len as u8, inline)
-            }
-            None => Bytes::Heap([before, after].concat()),
+impl Default for Inline {
+    fn default() -> Inline {
+        Inline {
+            len: 0,
+            bytes: [0; INLINE],
         }
+    }
+}
+
+impl Inline {
+    /// `before` then `after`; `None` if they do not fit.
+    fn joined(before: &[u8], after: &[u8]) -> Option<Inline> {
+        let len = before.len() + after.len();
+        let mut bytes = [0; INLINE];
+        let (to_before, to_after) = bytes.get_mut(..len)?.split_at_mut(before.len());
+        to_before.copy_from_slice(before);
+        to_after.copy_from_slice(after);
+        Some(Inline {
+            len: u8::try_from(len).ok()?,
+            bytes,
+        })
     }
 
     fn as_slice(&self) -> &[u8] {
-        match self {
-            Bytes::Inline(len, bytes) => bytes.get(..usize::from(*len)).unwrap_or_default(),
-            Bytes::Heap(bytes) => bytes,
-        }
+        self.bytes.get(..usize::from(self.len)).unwrap_or_default()
     }
 
     fn as_mut_slice(&mut self) -> &mut [u8] {
-        match self {
-            Bytes::Inline(len, bytes) => bytes.get_mut(..usize::from(*len)).unwrap_or_default(),
-            Bytes::Heap(bytes) => bytes,
-        }
-    }
-}
-
-impl PartialEq for Bytes {
-    fn eq(&self, other: &Bytes) -> bool {
-        self.as_slice() == other.as_slice()
-    }
-}
-
-impl Eq for Bytes {}
-
-impl Default for Bytes {
-    fn default() -> Bytes {
-        Bytes::Inline(0, [0; INLINE])
+        self.bytes
+            .get_mut(..usize::from(self.len))
+            .unwrap_or_default()
     }
 }
 
 /// Where a frame's payload lies: in host `host`'s memory, to go at `at` in the frame's bytes.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 struct Payload {
     host: u32,
     at: u32,
@@ -211,21 +199,22 @@ impl MmuFrame for SimFrame {
     }
 }
 
-/// The frames a host (or a switch: the IB packets and the PFC frames it takes) is done with, their boxes kept
-/// to make the frames it sends: a frame then costs no allocation, and its box is one recently touched.
+/// The frames a host is done with, their boxes kept to make the frames it sends: a frame then costs no
+/// allocation, and its box is one recently touched.
 #[derive(Debug, Default)]
 pub struct FramePool {
-    #[allow(clippy::vec_box)]
-    // the boxes are what is kept: each becomes a frame's without an allocation
+    #[allow(
+        clippy::vec_box,
+        reason = "the boxes are what is kept: each becomes a frame's without an allocation"
+    )]
     spare: Vec<Box<Inner>>,
 }
 
-/// Boxes a pool keeps at most (3 KB when full; a host receives about as many frames as it sends, a switch on
-/// IB as many packets).
+/// Boxes a pool keeps at most (3 KB when full; a host receives about as many frames as it sends).
 const POOL_FRAMES: usize = 24;
 
 impl FramePool {
-    fn frame(&mut self, bytes: Bytes, payload: Option<Payload>) -> SimFrame {
+    fn frame(&mut self, bytes: Inline, payload: Option<Payload>) -> SimFrame {
         let inner = match self.spare.pop() {
             Some(mut spare) => {
                 *spare = Inner { bytes, payload };
@@ -238,14 +227,14 @@ impl FramePool {
 
     /// A copy of `frame`: in place if it is short enough, else in a buffer of its own size.
     pub fn copied(&mut self, frame: &[u8]) -> SimFrame {
-        if frame.len() > INLINE {
-            return SimFrame::from(frame.to_vec());
+        match Inline::joined(frame, &[]) {
+            Some(bytes) => self.frame(bytes, None),
+            None => SimFrame::from(frame.to_vec()),
         }
-        self.frame(Bytes::joined(frame, &[]), None)
     }
 
     /// `frame`, whose bytes from `at` are `shared`'s (shared from host `host`'s memory), without them: `None` if
-    /// they do not fit in it.
+    /// they do not fit in it, or what is left does not fit in place.
     pub fn sharing(
         &mut self,
         frame: &[u8],
@@ -254,27 +243,22 @@ impl FramePool {
         shared: SharedPayload,
     ) -> Option<SimFrame> {
         let end = at.checked_add(shared.len())?;
-        let (before, after) = (frame.get(..at)?, frame.get(end..)?);
+        let bytes = Inline::joined(frame.get(..at)?, frame.get(end..)?)?;
         let at = u32::try_from(at).ok()?;
-        let payload = Payload { host, at, shared };
-        Some(self.frame(Bytes::joined(before, after), Some(payload)))
+        Some(self.frame(bytes, Some(Payload { host, at, shared })))
     }
 
-    /// Takes a frame back (its share of a payload let go): its box kept, its buffer if it had one returned.
+    /// Takes a frame back (its share of a payload let go): its box kept, or its buffer returned.
     pub fn recycle(&mut self, frame: SimFrame) -> Option<Vec<u8>> {
         let mut inner = match frame.repr {
             Repr::Boxed(inner) => inner,
             Repr::Buffer(buffer) => return Some(buffer),
         };
-        let bytes = std::mem::take(&mut inner.bytes);
         inner.payload = None;
         if self.spare.len() < POOL_FRAMES {
             self.spare.push(inner);
         }
-        match bytes {
-            Bytes::Heap(buffer) => Some(buffer),
-            Bytes::Inline(..) => None,
-        }
+        None
     }
 }
 
@@ -304,14 +288,17 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(sim.whole(None, &mut out).len(), frame.len());
         let shared = memory.share(0, 10).unwrap();
-        assert!(pool.sharing(&frame[..60], 55, 0, shared).is_none()); // the payload past the frame's end
+        assert!(pool.sharing(&frame[..60], 55, 0, shared.clone()).is_none()); // the payload past the frame's end
+        let long_head = [vec![0xAA; 90], vec![0; 10], vec![0xBB; 4]].concat();
+        assert!(pool.sharing(&long_head, 90, 0, shared).is_none()); // headers too long to hold in place
         let plain = SimFrame::from(frame.clone());
         assert_eq!(
             (plain.len(), plain.whole(None, &mut out)),
             (1062, &frame[..])
         );
         // Too long to hold in place: a buffer of its own.
-        assert_eq!(SimFrame::copied(&frame), plain);
+        let copied = SimFrame::copied(&frame);
+        assert!(matches!(&copied.repr, Repr::Buffer(bytes) if bytes == &frame));
         // Taken back: a buffer returned, a box kept and reused for the next frame, in place.
         assert_eq!(pool.recycle(plain).as_deref(), Some(&frame[..]));
         assert_eq!(pool.recycle(sim), None);
@@ -322,7 +309,7 @@ mod tests {
             (60, &frame[..60], 0)
         );
         assert!(
-            matches!(&short.repr, Repr::Boxed(inner) if matches!(inner.bytes, Bytes::Inline(60, _)))
+            matches!(&short.repr, Repr::Boxed(inner) if inner.bytes.len == 60 && inner.payload.is_none())
         );
     }
 }

@@ -7,7 +7,7 @@
 //! its old bytes to that frame (the page's share keeps them until the last frame holding it is gone), and so
 //! does a memory dropped or replaced. So no frame holds 4 KB of its own. At the peak of a fattree,8 all-to-all
 //! 20,000 frames are in the switches' buffers; each with its payload, that was 85 MB of heap first touched,
-//! 30,000 page faults and a third of the run's time (docs/performance.md).
+//! 30,000 page faults and a quarter of the run's time in the kernel (docs/performance.md).
 use std::sync::{Arc, OnceLock};
 
 use crate::model::rc::{AccessError, Memory};
@@ -35,7 +35,7 @@ const PAGE: usize = 4096;
 /// `shares` has, per page, the share the frames in flight hold (`None` where none was made since the page was
 /// last written over), and `shared` the pages whose share was made since the last [`FlatMemory::data_mut`]
 /// (`listed` a bit per page on that list), the only ones it must look at: a ring all-reduce changes its memory
-/// this way after every step, and looking at every page each time made it 40% slower at fattree,16.
+/// this way after every step, and would otherwise look at every page of it each time.
 /// `last_read` is where the transport's last read lay, the payload of the packet it is making.
 #[derive(Debug, Default)]
 pub struct FlatMemory {
@@ -68,22 +68,6 @@ pub struct SharedPayload {
     first: PageShare,
     second: Option<PageShare>,
 }
-
-/// The same bytes of the same memory, shared at the same moment (the same shares).
-impl PartialEq for SharedPayload {
-    fn eq(&self, other: &SharedPayload) -> bool {
-        let same = |a: &PageShare, b: &PageShare| Arc::ptr_eq(a, b);
-        self.start == other.start
-            && self.len == other.len
-            && same(&self.first, &other.first)
-            && match (&self.second, &other.second) {
-                (Some(a), Some(b)) => same(a, b),
-                (a, b) => a.is_none() && b.is_none(),
-            }
-    }
-}
-
-impl Eq for SharedPayload {}
 
 impl SharedPayload {
     /// Its bytes.
@@ -153,9 +137,8 @@ impl FlatMemory {
         }
         let mut share = |page: usize| -> Option<PageShare> {
             let slot = self.shares.get_mut(page)?;
-            let listed = self.listed.get_mut(page / 64)?;
-            if *listed & (1 << (page % 64)) == 0 {
-                *listed |= 1 << (page % 64);
+            if !page_bit(&self.listed, page) {
+                *self.listed.get_mut(page / 64)? |= 1 << (page % 64);
                 self.shared.push(page);
             }
             Some(Arc::clone(slot.get_or_insert_with(Arc::default)))
@@ -213,10 +196,7 @@ impl FlatMemory {
             let Some(share) = slot.take_if(|share| Arc::strong_count(share) > 1) else {
                 continue;
             };
-            let written = self
-                .written
-                .get(page / 64)
-                .is_some_and(|word| word & (1 << (page % 64)) != 0);
+            let written = page_bit(&self.written, page);
             let bytes = self
                 .data
                 .get(page * PAGE..((page + 1) * PAGE).min(self.data.len()));
@@ -233,9 +213,7 @@ impl FlatMemory {
     }
 
     fn is_written(&self, page: usize) -> bool {
-        self.written
-            .get(page / 64)
-            .is_some_and(|word| word & (1 << (page % 64)) != 0)
+        page_bit(&self.written, page)
     }
 
     /// Marks the pages of `len` bytes from `start` written.
@@ -258,6 +236,12 @@ impl FlatMemory {
             _ => Err(AccessError),
         }
     }
+}
+
+/// Page `page`'s bit in a bitmap of a word per 64 pages (false past its end).
+fn page_bit(bits: &[u64], page: usize) -> bool {
+    bits.get(page / 64)
+        .is_some_and(|word| word & (1 << (page % 64)) != 0)
 }
 
 /// A memory dropped or replaced (a run's end, the next collective's layout) first gives the frames still in

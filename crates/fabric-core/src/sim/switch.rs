@@ -14,7 +14,7 @@ use crate::model::link::{Link, SameFrame};
 use crate::model::mmu::{Mmu, PfcRequest};
 use crate::sim::engine::{Engine, EventId, TimerId};
 use crate::sim::fabric::Event;
-use crate::sim::frame::{FramePool, SimFrame};
+use crate::sim::frame::SimFrame;
 use crate::sim::ib::port_waiting;
 use crate::sim::routes::Routes;
 use crate::sim::wire::Wire;
@@ -90,8 +90,6 @@ pub struct SimSwitch {
     pub ib: Option<IbPlane>,
     /// The ports with flow-control packets due (kept to reuse its allocation).
     ib_ports: Vec<usize>,
-    /// The frames it took (IB packets, whose bytes the IB plane copied; PFC frames), kept for those it sends.
-    frames: FramePool,
 }
 
 impl SimSwitch {
@@ -118,7 +116,6 @@ impl SimSwitch {
             timer: engine.timer(Event::SwitchTimer(index)),
             ib: None,
             ib_ports: Vec::new(),
-            frames: FramePool::default(),
         }
     }
 
@@ -237,7 +234,6 @@ impl SimSwitch {
             }
         } else if ethertype == Some(&ETH_IB[..]) && self.ib.is_some() {
             let out = self.ib.as_mut().and_then(|ib| ib.receive(now, port, bytes));
-            let _ = self.frames.recycle(frame);
             if let Some(out) = out {
                 self.drain(index, engine, wires, out);
             }
@@ -245,7 +241,6 @@ impl SimSwitch {
             && decode_pfc(bytes).is_some_and(|quanta| quanta.iter().any(Option::is_some))
         {
             if let Some(quanta) = decode_pfc(bytes) {
-                let _ = self.frames.recycle(frame);
                 let resumed = self.mmu.pfc_received(now, port, &quanta);
                 if resumed.is_ok_and(|set| !set.is_empty()) {
                     self.drain(index, engine, wires, port);
@@ -351,7 +346,7 @@ impl SimSwitch {
             return;
         }
         if let Some(frame) = self.pfc_out[port].pop_front() {
-            wire.send(wire_id, engine, self.frames.copied(&frame));
+            wire.send(wire_id, engine, SimFrame::copied(&frame));
         } else if self.ib.as_mut().is_some_and(|ib| ib.head(port).is_some()) {
             // the head just found: it has credit, so sending it cannot fail
             if let Some(Ok(frame)) = self.ib.as_mut().map(|ib| ib.take_sent(port)) {

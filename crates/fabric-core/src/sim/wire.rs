@@ -42,7 +42,8 @@ pub enum Endpoint {
 ///
 /// The frames on it wait here, oldest first, and not in their arrival events: a wire delivers in the order it
 /// sends (each arrival after the last, ties in the engine's order of scheduling), and an event that names only
-/// its wire keeps the engine's entries at 24 bytes, whose moves are most of the engine's cost.
+/// its wire keeps the engine's entries at 32 bytes (48 with a frame in them), whose moves are most of the
+/// engine's cost.
 #[derive(Clone, Debug)]
 pub struct Wire {
     pub rate_bps: u64,
