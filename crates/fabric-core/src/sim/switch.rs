@@ -16,7 +16,7 @@ use crate::sim::engine::{Engine, EventId, TimerId};
 use crate::sim::fabric::Event;
 use crate::sim::frame::SimFrame;
 use crate::sim::ib::port_waiting;
-use crate::sim::routes::Routes;
+use crate::sim::routes::{Egress, Routes};
 use crate::sim::wire::Wire;
 use crate::wire::ib::ETH_IB;
 use crate::wire::mac::{Mac, ETH_LEN};
@@ -205,12 +205,11 @@ impl SimSwitch {
             }
             match destination.and_then(|ip| self.routes.get(ip)) {
                 None => self.dropped.no_route += 1,
-                Some(choices) => {
-                    let out = if choices.len() == 1 {
-                        choices.first().copied()
-                    } else {
-                        ecmp_index(bytes, self.seed, choices.len())
-                            .and_then(|i| choices.get(i).copied())
+                Some(egress) => {
+                    let out = match egress {
+                        Egress::One(port) => Some(port),
+                        Egress::Among(choices) => ecmp_index(bytes, self.seed, choices.len())
+                            .and_then(|i| choices.get(i).copied()),
                     };
                     let out = out.map_or(usize::MAX, |out| out as usize);
                     let prio = priority(bytes).unwrap_or(0);
