@@ -103,6 +103,25 @@ impl<E> Ord for Early<E> {
     }
 }
 
+/// A full bucket about to grow moves into the largest spare buffer if that one is larger, and leaves its own to
+/// the spares, instead of a new allocation: handed out last in, first out, small buffers went to buckets that
+/// then grew while large ones lay idle (135 buffers of 9.9 MB in all at the end of a fattree,8 all-to-all;
+/// handing out the largest first instead cost the hold model a third of its speed: cold buffers, and an
+/// ordered insert at every refill).
+fn grow_into_spare<T>(bucket: &mut Vec<T>, spare: &mut Vec<Vec<T>>) {
+    let largest = spare
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, buffer)| buffer.capacity())
+        .filter(|(_, buffer)| buffer.capacity() > bucket.capacity())
+        .map(|(at, _)| at);
+    if let Some(at) = largest {
+        let mut larger = spare.swap_remove(at);
+        larger.append(bucket);
+        spare.push(std::mem::replace(bucket, larger));
+    }
+}
+
 /// Bits of a time that one level of the queue's buckets sorts on (a digit): 8 levels of 256 buckets.
 const DIGIT_BITS: u32 = 8;
 /// Buckets per level.
@@ -138,11 +157,9 @@ struct Queue<E> {
     front: VecDeque<Entry<E>>,
     /// Level l's bucket of digit d at `l * DIGITS + d`.
     buckets: Vec<Vec<Entry<E>>>,
-    /// The buffers of buckets emptied, for the next bucket to fill, in order of capacity. Each bucket keeping
-    /// its own held a peak's worth in every bucket of a level as time moved through them (at a fattree,8
-    /// all-to-all, about 4,300 page faults, 17 MB, were the buckets growing). The largest goes first: handed
-    /// out last in first out, small buffers went to buckets that then grew while large ones lay idle (135
-    /// buffers of 9.9 MB in all at that all-to-all's end).
+    /// The buffers of buckets emptied, for the next bucket to fill (last in, first out: a buffer just used).
+    /// Each bucket keeping its own held a peak's worth in every bucket of a level as time moved through them
+    /// (at a fattree,8 all-to-all, about 4,300 page faults, 17 MB, were the buckets growing).
     spare: Vec<Vec<Entry<E>>>,
     /// Per level, a bit per occupied bucket.
     occupied: [[u64; WORDS]; LEVELS],
@@ -208,6 +225,9 @@ impl<E> Queue<E> {
                 *bucket = spare;
             }
         }
+        if bucket.len() == bucket.capacity() {
+            grow_into_spare(bucket, &mut self.spare);
+        }
         bucket.push(entry);
         self.occupied[level][digit / 64] |= 1 << (digit % 64);
         self.levels |= 1 << level;
@@ -254,7 +274,7 @@ impl<E> Queue<E> {
                 self.last = first.time;
             }
             let empty = std::mem::replace(&mut self.front, VecDeque::from(entries));
-            self.keep_spare(Vec::from(empty));
+            self.spare.push(Vec::from(empty));
             return;
         }
         let mut entries = std::mem::take(&mut self.buckets[index]);
@@ -264,15 +284,7 @@ impl<E> Queue<E> {
         for entry in entries.drain(..) {
             self.place(entry);
         }
-        self.keep_spare(entries); // empty, its capacity kept for the next bucket
-    }
-
-    /// Keeps an emptied buffer for a bucket to come, among the spares in order of capacity.
-    fn keep_spare(&mut self, buffer: Vec<Entry<E>>) {
-        let at = self
-            .spare
-            .partition_point(|spare| spare.capacity() <= buffer.capacity());
-        self.spare.insert(at, buffer);
+        self.spare.push(entries); // empty, its capacity kept for the next bucket
     }
 
     /// The index of the lowest occupied bucket, marked empty, or `None` if all are.
