@@ -158,8 +158,26 @@ def test_the_core_crate_has_no_pyo3_and_no_unsafe():
     assert "fabric-core" in (ROOT / "crates" / "fabric-py" / "Cargo.toml").read_text()
 
 
-@pytest.mark.parametrize("crate", ["fabric-core", "fabric-py"])
-def test_neither_crate_may_unwrap_expect_or_panic(crate):
+def test_unsafe_code_lives_in_the_io_crate_alone_each_block_documented():
+    """The I/O crate is the one place for system calls: the core forbids unsafe code (above), the bindings have
+    none, and the I/O crate denies an unsafe block without its SAFETY comment (clippy, -D warnings). Neither the
+    core nor the I/O crate depends on the other: models do no I/O, the I/O moves frames and knows no model."""
+    bindings = sorted((ROOT / "crates" / "fabric-py" / "src").rglob("*.rs"))
+    assert bindings and not [p for p in bindings if re.search(r"\bunsafe\b", p.read_text())]
+    io_manifest = (ROOT / "crates" / "fabric-io" / "Cargo.toml").read_text()
+    assert re.search(r'^undocumented_unsafe_blocks = "deny"$', io_manifest, re.MULTILINE)
+    assert "fabric-core" not in io_manifest and "fabric-io" not in (CORE / "Cargo.toml").read_text()
+    io_sources = sorted((ROOT / "crates" / "fabric-io" / "src").rglob("*.rs"))
+    for path in io_sources:
+        lines = path.read_text().splitlines()
+        for at, line in enumerate(lines):
+            if re.search(r"\bunsafe\s*(\{|impl\b)", line):
+                before = "\n".join(lines[max(0, at - 6):at])
+                assert "SAFETY:" in before, f"{path.relative_to(ROOT)}:{at + 1}: unsafe block without SAFETY"
+
+
+@pytest.mark.parametrize("crate", ["fabric-core", "fabric-io", "fabric-py"])
+def test_no_crate_may_unwrap_expect_or_panic(crate):
     """No panic crosses into Python: clippy (-D warnings in the test script) refuses unwrap, expect, panic and
     unreachable in the models and the bindings; tests may use them (clippy.toml)."""
     manifest = (ROOT / "crates" / crate / "Cargo.toml").read_text()

@@ -13,6 +13,7 @@ mod forwarding;
 mod ib;
 mod ib_plane;
 mod ib_port;
+mod io;
 mod link;
 mod mac;
 mod mmu;
@@ -49,6 +50,7 @@ const SUBMODULES: &[(&str, Register)] = &[
     ("fidelity", fidelity::register),
     ("engine", engine::register),
     ("sim", sim::register),
+    ("io", io::register),
 ];
 
 #[pymodule]

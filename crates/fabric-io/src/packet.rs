@@ -1,0 +1,379 @@
+//! Raw AF_PACKET sockets, a batch of frames per system call.
+//!
+//! The same socket the Python agents open (`emulator/kernel/packet_socket.py`): bound to one interface,
+//! non-blocking, its own sends not looped back to it (`PACKET_IGNORE_OUTGOING`), send and receive buffers as
+//! asked. Frames come in with `recvmmsg` and go out with `sendmmsg`, up to a batch per call: a system call costs
+//! about 0.3 us here, as much as a switch's whole work on a frame once that work is compiled.
+use std::ffi::CString;
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Every EtherType (`ETH_P_ALL`).
+pub const ETH_P_ALL: u16 = 0x0003;
+/// `linux/if_packet.h`: the socket does not receive the frames it sends.
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+/// `linux/if_packet.h`: frames received and dropped since the last read (the read resets them).
+const PACKET_STATISTICS: libc::c_int = 6;
+
+/// Frames received by one call: `count` frames, each in a slot of `slot` bytes of `data`.
+pub struct Batch {
+    data: Vec<u8>,
+    slot: usize,
+    lens: Vec<usize>,
+    count: usize,
+    /// Frames longer than a slot, cut by the kernel and left out of the batch.
+    pub truncated: u64,
+    iovecs: Vec<libc::iovec>,
+    headers: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: the raw pointers in `iovecs` and `headers` point into the batch's own `data` and vectors only during
+// a receive, which rebuilds them first; nothing reads them after, so moving the batch to another thread moves
+// plain memory.
+unsafe impl Send for Batch {}
+
+impl Batch {
+    /// Room for `frames` frames of up to `slot` bytes each (at least one of one byte).
+    pub fn new(frames: usize, slot: usize) -> Batch {
+        let (frames, slot) = (frames.max(1), slot.max(1));
+        Batch {
+            data: vec![0; frames.saturating_mul(slot)],
+            slot,
+            lens: vec![0; frames],
+            count: 0,
+            truncated: 0,
+            iovecs: Vec::with_capacity(frames),
+            headers: Vec::with_capacity(frames),
+        }
+    }
+
+    /// Frames in the batch.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Frame `index` of the batch, if there is one.
+    pub fn frame(&self, index: usize) -> Option<&[u8]> {
+        if index >= self.count {
+            return None;
+        }
+        let start = index.checked_mul(self.slot)?;
+        self.data
+            .get(start..start.checked_add(*self.lens.get(index)?)?)
+    }
+}
+
+/// One raw socket on one interface.
+pub struct PacketSocket {
+    fd: OwnedFd,
+    iovecs: Vec<libc::iovec>,
+    headers: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: a socket descriptor may be used from any thread; the raw pointers in `iovecs` and `headers` point
+// to the caller's frames only during a send, which rebuilds them first, and nothing reads them after.
+unsafe impl Send for PacketSocket {}
+
+impl AsRawFd for PacketSocket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// An all-zero `mmsghdr`: no name, no control data, no vector yet.
+fn empty_header() -> libc::mmsghdr {
+    // SAFETY: mmsghdr is plain C data (integers and pointers); all zeros is a valid value of it (null pointers,
+    // zero lengths), which the kernel reads as "no name, no control data".
+    unsafe { std::mem::zeroed() }
+}
+
+impl PacketSocket {
+    /// A non-blocking raw socket on `ifname` that receives frames of EtherType `protocol` ([`ETH_P_ALL`]: every
+    /// one; 0: none, a socket only sent on), with the kernel's send and receive buffers of the given sizes (it
+    /// doubles them).
+    ///
+    /// Opened for no EtherType and then bound, as the Python agents do: opened for its EtherType, a socket
+    /// hears every interface of the namespace until the bind, and the bind waits for an RCU grace period.
+    pub fn open(
+        ifname: &str,
+        protocol: u16,
+        send_buffer: usize,
+        recv_buffer: usize,
+    ) -> io::Result<PacketSocket> {
+        let index = interface_index(ifname)?;
+        let flags = libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+        // SAFETY: socket() takes no pointer; its result is checked before it is used as a descriptor.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, flags, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by socket() and nothing else owns it; OwnedFd closes it once.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let socket = PacketSocket {
+            fd,
+            iovecs: Vec::new(),
+            headers: Vec::new(),
+        };
+        socket.set_int(libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)?;
+        socket.set_int(libc::SOL_SOCKET, libc::SO_SNDBUF, clamp_int(send_buffer))?;
+        socket.set_int(libc::SOL_SOCKET, libc::SO_RCVBUF, clamp_int(recv_buffer))?;
+        socket.bind(index, protocol)?;
+        Ok(socket)
+    }
+
+    /// The socket's frames go to the tc class of `priority` (`SO_PRIORITY`).
+    pub fn set_priority(&self, priority: u32) -> io::Result<()> {
+        self.set_int(
+            libc::SOL_SOCKET,
+            libc::SO_PRIORITY,
+            clamp_int(priority as usize),
+        )
+    }
+
+    fn set_int(&self, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+        // SAFETY: the option's value points to a live c_int, and its size is the one passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                level,
+                name,
+                (&value as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        check(rc)
+    }
+
+    fn bind(&self, index: libc::c_int, protocol: u16) -> io::Result<()> {
+        // SAFETY: sockaddr_ll is plain C data; all zeros is a valid value, filled in below.
+        let mut address: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        address.sll_family = libc::AF_PACKET as libc::c_ushort;
+        address.sll_protocol = protocol.to_be();
+        address.sll_ifindex = index;
+        // SAFETY: the address points to a live sockaddr_ll, and its size is the one passed.
+        let rc = unsafe {
+            libc::bind(
+                self.fd.as_raw_fd(),
+                (&address as *const libc::sockaddr_ll).cast(),
+                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        check(rc)
+    }
+
+    /// Receives the frames waiting, up to the batch's room, without waiting for more: how many (0: none).
+    pub fn receive(&mut self, batch: &mut Batch) -> io::Result<usize> {
+        batch.count = 0;
+        batch.iovecs.clear();
+        batch.headers.clear();
+        let slot = batch.slot;
+        for chunk in batch.data.chunks_exact_mut(slot) {
+            batch.iovecs.push(libc::iovec {
+                iov_base: chunk.as_mut_ptr().cast(),
+                iov_len: slot,
+            });
+        }
+        for iovec in batch.iovecs.iter_mut() {
+            let mut header = empty_header();
+            header.msg_hdr.msg_iov = iovec;
+            header.msg_hdr.msg_iovlen = 1;
+            batch.headers.push(header);
+        }
+        let room = u32::try_from(batch.headers.len()).unwrap_or(u32::MAX);
+        // SAFETY: every header points to one iovec of `batch.iovecs`, each to its own slot of `batch.data`, of
+        // the length given; all of them live, unmoved and otherwise unborrowed until the call returns. The
+        // kernel writes at most `room` headers and each slot's bytes; no time-out pointer.
+        let rc = unsafe {
+            libc::recvmmsg(
+                self.fd.as_raw_fd(),
+                batch.headers.as_mut_ptr(),
+                room,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            let error = io::Error::last_os_error();
+            return match error.kind() {
+                io::ErrorKind::WouldBlock => Ok(0),
+                _ => Err(error),
+            };
+        }
+        let received = usize::try_from(rc).unwrap_or(0);
+        let mut kept = 0;
+        for at in 0..received.min(batch.headers.len()) {
+            let header = &batch.headers[at];
+            if header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                batch.truncated += 1;
+                continue;
+            }
+            let len = header.msg_len as usize;
+            if kept != at {
+                batch
+                    .data
+                    .copy_within(at * slot..at * slot + len, kept * slot);
+            }
+            batch.lens[kept] = len;
+            kept += 1;
+        }
+        batch.count = kept;
+        Ok(kept)
+    }
+
+    /// Sends the frames of `batch` from `from` on, in order, in one call: how many the socket took (0: its send
+    /// buffer is full, [`PacketSocket::wait`] for room). An error is the first frame's (a link down, a frame
+    /// too long for the interface): the caller counts it and goes on with the next.
+    pub fn send_from(&mut self, batch: &Batch, from: usize) -> io::Result<usize> {
+        self.iovecs.clear();
+        for frame in (from..batch.count).filter_map(|index| batch.frame(index)) {
+            self.iovecs.push(read_only(frame));
+        }
+        self.send_iovecs()
+    }
+
+    /// Sends `frames` in order in one call, as [`PacketSocket::send_from`] does.
+    pub fn send(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
+        self.iovecs.clear();
+        for frame in frames {
+            self.iovecs.push(read_only(frame));
+        }
+        self.send_iovecs()
+    }
+
+    /// `sendmmsg` over the frames `self.iovecs` points to, each borrowed by the caller for the call.
+    fn send_iovecs(&mut self) -> io::Result<usize> {
+        self.headers.clear();
+        for iovec in self.iovecs.iter_mut() {
+            let mut header = empty_header();
+            header.msg_hdr.msg_iov = iovec;
+            header.msg_hdr.msg_iovlen = 1;
+            self.headers.push(header);
+        }
+        if self.headers.is_empty() {
+            return Ok(0);
+        }
+        let count = u32::try_from(self.headers.len()).unwrap_or(u32::MAX);
+        // SAFETY: every header points to one iovec of `self.iovecs`, each to a frame the caller borrows for this
+        // call (so it lives and does not move); sendmmsg only reads the frames (the *mut is the C type's) and
+        // writes the headers' msg_len fields.
+        let rc = unsafe {
+            libc::sendmmsg(
+                self.fd.as_raw_fd(),
+                self.headers.as_mut_ptr(),
+                count,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if rc < 0 {
+            let error = io::Error::last_os_error();
+            return match error.kind() {
+                io::ErrorKind::WouldBlock => Ok(0),
+                _ => Err(error),
+            };
+        }
+        Ok(usize::try_from(rc).unwrap_or(0))
+    }
+
+    /// Waits until the socket can be read (`readable`) or written, or `timeout_ms` passes: whether it can.
+    pub fn wait(&self, readable: bool, timeout_ms: i32) -> io::Result<bool> {
+        let mut poll = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: if readable {
+                libc::POLLIN
+            } else {
+                libc::POLLOUT
+            },
+            revents: 0,
+        };
+        // SAFETY: one live, writable pollfd, and the count of 1 that says so.
+        let rc = unsafe { libc::poll(&mut poll, 1, timeout_ms) };
+        if rc < 0 {
+            let error = io::Error::last_os_error();
+            return match error.kind() {
+                io::ErrorKind::Interrupted => Ok(false),
+                _ => Err(error),
+            };
+        }
+        Ok(rc > 0)
+    }
+
+    /// Frames the kernel dropped since the last call because the receive buffer was full.
+    pub fn kernel_drops(&self) -> io::Result<u32> {
+        let mut stats = [0u32; 2]; // struct tpacket_stats: packets, drops
+        let mut len = size_of::<[u32; 2]>() as libc::socklen_t;
+        // SAFETY: the value points to 8 writable bytes and `len` says 8; the kernel writes at most `len`.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                PACKET_STATISTICS,
+                stats.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        check(rc)?;
+        Ok(stats[1])
+    }
+}
+
+/// An iovec over `frame` for sending: the kernel only reads it.
+fn read_only(frame: &[u8]) -> libc::iovec {
+    libc::iovec {
+        iov_base: frame.as_ptr() as *mut libc::c_void,
+        iov_len: frame.len(),
+    }
+}
+
+/// The index of interface `ifname` in the calling thread's namespace.
+pub fn interface_index(ifname: &str) -> io::Result<libc::c_int> {
+    let name = CString::new(ifname)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name with a NUL"))?;
+    // SAFETY: `name` is a live NUL-terminated string for the duration of the call.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if index == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    libc::c_int::try_from(index).map_err(|_| io::Error::other("interface index out of range"))
+}
+
+fn clamp_int(value: usize) -> libc::c_int {
+    libc::c_int::try_from(value).unwrap_or(libc::c_int::MAX)
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_gives_only_its_received_frames() {
+        let mut batch = Batch::new(4, 16);
+        assert!(batch.is_empty() && batch.frame(0).is_none());
+        batch.lens[0] = 3;
+        batch.lens[1] = 16;
+        batch.data[16..32].fill(7);
+        batch.count = 2;
+        assert_eq!(batch.frame(0), Some(&[0u8, 0, 0][..]));
+        assert_eq!(batch.frame(1), Some(&[7u8; 16][..]));
+        assert_eq!(batch.frame(2), None);
+    }
+
+    #[test]
+    fn an_unknown_interface_is_an_error_not_a_panic() {
+        assert!(interface_index("no-such-if-0").is_err());
+        assert!(interface_index("bad\0name").is_err());
+        assert!(PacketSocket::open("no-such-if-0", ETH_P_ALL, 4096, 4096).is_err());
+    }
+}
