@@ -13,9 +13,10 @@ and one ``send`` or ``recv`` system call per frame, as the agents do:
   * forwarding: a loop that only receives a frame on one veth and sends it
     on the other, pinned to CPU 0, fed by a sender pinned to CPU 1;
   * the same forwarding compiled (``emulator._core.io.forward_frames``:
-    ``recvmmsg`` and ``sendmmsg``, 64 frames a call, through the qdisc),
-    fed by a compiled sender (``send_frames``, 64 frames a call), so that
-    the sender offers more than the loop takes.
+    ``recvmmsg`` and ``sendmmsg``, 64 frames a call, through the qdisc;
+    then frames read in place from a TPACKET_V2 ring), fed by a compiled
+    sender (``send_frames``, 64 frames a call), so that the sender offers
+    more than the loop takes.
 
 The agents do this plus their work per frame (parsing, the MMU, the
 models, tc's HTB, epoll).  Figures: docs/performance.md ("Pinned
@@ -89,23 +90,27 @@ def measure(seconds: float) -> None:
 
 
 def measure_compiled(seconds: float) -> None:
-    """The same forwarding, compiled and batched, fed by a compiled sender on the other core."""
-    child = os.fork()
-    if child == 0:  # the sender
-        os.sched_setaffinity(0, {1 % (os.cpu_count() or 1)})
-        sent, wall_ns, end = 0, 0, time.monotonic() + seconds
-        while time.monotonic() < end:
-            done = send_frames("fla", FRAME, COMPILED_CHUNK)
-            sent, wall_ns = sent + done["frames"], wall_ns + done["wall_ns"]
-        print(f"compiled sender: {sent / (wall_ns / 1e9):,.0f} frames/s offered", flush=True)
-        os._exit(0)
-    os.sched_setaffinity(0, {0})
-    done = forward_frames("flb", "flc", ETH_P_LOCAL, idle_s=1.0)
-    os.waitpid(child, 0)
-    frames = done["frames"]
-    print(f"compiled receive and send (forwarding, 64 a call): {frames / max(done['busy_ns'] / 1e9, 1e-9):,.0f} "
-          f"frames/s, {done['cpu_ns'] / max(frames, 1) / 1e3:.2f} us of CPU per frame forwarded "
-          f"({frames:,} frames, {done['refused']} refused)")
+    """The same forwarding, compiled and batched, fed by a compiled sender on the other core: frames read with
+    ``recvmmsg``, then read in place from a TPACKET_V2 ring."""
+    for ring in (False, True):
+        child = os.fork()
+        if child == 0:  # the sender
+            os.sched_setaffinity(0, {1 % (os.cpu_count() or 1)})
+            sent, wall_ns, end = 0, 0, time.monotonic() + seconds
+            while time.monotonic() < end:
+                done = send_frames("fla", FRAME, COMPILED_CHUNK)
+                sent, wall_ns = sent + done["frames"], wall_ns + done["wall_ns"]
+            print(f"compiled sender: {sent / (wall_ns / 1e9):,.0f} frames/s offered", flush=True)
+            os._exit(0)
+        os.sched_setaffinity(0, {0})
+        done = forward_frames("flb", "flc", ETH_P_LOCAL, idle_s=1.0, ring=ring)
+        os.waitpid(child, 0)
+        frames = done["frames"]
+        how = "a TPACKET_V2 ring read in place, sendmmsg" if ring else "recvmmsg and sendmmsg"
+        print(f"compiled receive and send ({how}, 64 a call): "
+              f"{frames / max(done['busy_ns'] / 1e9, 1e-9):,.0f} frames/s, "
+              f"{done['cpu_ns'] / max(frames, 1) / 1e3:.2f} us of CPU per frame forwarded "
+              f"({frames:,} frames, {done['refused']} refused)", flush=True)
 
 
 def main() -> None:

@@ -1,8 +1,9 @@
 """The compiled data plane's socket I/O (crates/fabric-io through ``emulator._core.io``) on real veths.
 
 What the floor benchmark relies on: sockets opened inside a namespace from outside it (``setns`` on a
-thread of its own), batched receive and send through the qdisc, every frame moved byte for byte and in
-order, and a bad interface or namespace refused in one line.
+thread of its own), batched receive (``recvmmsg``, or a TPACKET_V2 ring read in place) and send through
+the qdisc, every frame moved byte for byte and in order, and a bad interface or namespace refused in one
+line.
 """
 
 from __future__ import annotations
@@ -47,12 +48,13 @@ def local_socket(ifname: str) -> socket.socket:
     return s
 
 
-def test_frames_cross_the_compiled_loop_byte_for_byte_and_in_order(namespace):
+@pytest.mark.parametrize("ring", [False, True], ids=["recvmmsg", "ring"])
+def test_frames_cross_the_compiled_loop_byte_for_byte_and_in_order(namespace, ring):
     with entered(namespace):  # the Python ends of the test live in the namespace; the loop opens its own
         source, sink = local_socket("ia"), local_socket("id")
     result: dict = {}
     loop = threading.Thread(target=lambda: result.update(
-        forward_frames("ib", "ic", ETH_P_LOCAL, idle_s=0.5, batch=16, netns=netns_path(namespace))))
+        forward_frames("ib", "ic", ETH_P_LOCAL, idle_s=0.5, batch=16, netns=netns_path(namespace), ring=ring)))
     loop.start()
     try:
         # The loop's sockets exist once a probe comes through; then the frames that count.

@@ -9,6 +9,8 @@ use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use crate::ring::RxRing;
+
 /// Every EtherType (`ETH_P_ALL`).
 pub const ETH_P_ALL: u16 = 0x0003;
 /// `linux/if_packet.h`: the socket does not receive the frames it sends.
@@ -106,6 +108,29 @@ impl PacketSocket {
         recv_buffer: usize,
     ) -> io::Result<PacketSocket> {
         let index = interface_index(ifname)?;
+        let socket = PacketSocket::unbound(send_buffer, recv_buffer)?;
+        socket.bind(index, protocol)?;
+        Ok(socket)
+    }
+
+    /// As [`PacketSocket::open`], receiving into a ring of `slots` slots of `slot` bytes ([`RxRing`]), made
+    /// before the bind so that no frame waits outside it.
+    pub fn open_with_ring(
+        ifname: &str,
+        protocol: u16,
+        send_buffer: usize,
+        slot: usize,
+        slots: usize,
+    ) -> io::Result<(PacketSocket, RxRing)> {
+        let index = interface_index(ifname)?;
+        let socket = PacketSocket::unbound(send_buffer, 0)?;
+        let ring = RxRing::attach(&socket, slot, slots)?;
+        socket.bind(index, protocol)?;
+        Ok((socket, ring))
+    }
+
+    /// The socket, its options set, bound to nothing yet.
+    fn unbound(send_buffer: usize, recv_buffer: usize) -> io::Result<PacketSocket> {
         let flags = libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
         // SAFETY: socket() takes no pointer; its result is checked before it is used as a descriptor.
         let fd = unsafe { libc::socket(libc::AF_PACKET, flags, 0) };
@@ -121,8 +146,9 @@ impl PacketSocket {
         };
         socket.set_int(libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)?;
         socket.set_int(libc::SOL_SOCKET, libc::SO_SNDBUF, clamp_int(send_buffer))?;
-        socket.set_int(libc::SOL_SOCKET, libc::SO_RCVBUF, clamp_int(recv_buffer))?;
-        socket.bind(index, protocol)?;
+        if recv_buffer > 0 {
+            socket.set_int(libc::SOL_SOCKET, libc::SO_RCVBUF, clamp_int(recv_buffer))?;
+        }
         Ok(socket)
     }
 
@@ -232,6 +258,19 @@ impl PacketSocket {
         self.iovecs.clear();
         for frame in (from..batch.count).filter_map(|index| batch.frame(index)) {
             self.iovecs.push(read_only(frame));
+        }
+        self.send_iovecs()
+    }
+
+    /// Sends the frames of `ring` from `from` slots ahead to `to`, in order, in one call, stopping before a slot
+    /// without a whole frame (the caller skips it): how many the socket took, as [`PacketSocket::send_from`].
+    pub fn send_ring(&mut self, ring: &RxRing, from: usize, to: usize) -> io::Result<usize> {
+        self.iovecs.clear();
+        for ahead in from..to {
+            match ring.frame(ahead) {
+                Some(frame) => self.iovecs.push(read_only(frame)),
+                None => break,
+            }
         }
         self.send_iovecs()
     }
