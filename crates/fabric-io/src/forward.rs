@@ -60,6 +60,73 @@ pub struct Forwarded {
     pub busy_ns: u64,
 }
 
+/// The clock of a forwarding run: the thread's CPU time, and when the first and last batches went.
+struct Run {
+    cpu_before: u64,
+    first: Option<Instant>,
+    last: Instant,
+}
+
+impl Run {
+    fn start() -> io::Result<Run> {
+        Ok(Run {
+            cpu_before: thread_cpu_ns()?,
+            first: None,
+            last: Instant::now(),
+        })
+    }
+
+    fn batch_came(&mut self) {
+        self.first.get_or_insert_with(Instant::now);
+    }
+
+    fn batch_went(&mut self) {
+        self.last = Instant::now();
+    }
+
+    fn finish(self, mut done: Forwarded) -> io::Result<Forwarded> {
+        done.cpu_ns = thread_cpu_ns()?.saturating_sub(self.cpu_before);
+        done.busy_ns = self.first.map_or(0, |first| {
+            u64::try_from(self.last.duration_since(first).as_nanos()).unwrap_or(u64::MAX)
+        });
+        Ok(done)
+    }
+}
+
+/// Sends the frames `0..count` of a batch or ring through `send(tx, at)` (how many it took from `at` on),
+/// waiting for room when it took none and counting a frame refused, passing over those `hollow` says hold
+/// no frame.
+fn send_all(
+    tx: &mut PacketSocket,
+    count: usize,
+    idle_ms: i32,
+    done: &mut Forwarded,
+    hollow: impl Fn(usize) -> bool,
+    mut send: impl FnMut(&mut PacketSocket, usize) -> io::Result<usize>,
+) -> io::Result<()> {
+    let mut at = 0;
+    while at < count {
+        if hollow(at) {
+            at += 1;
+            continue;
+        }
+        match send(tx, at) {
+            Ok(0) => {
+                tx.wait(false, idle_ms)?;
+            }
+            Ok(sent) => {
+                at += sent;
+                done.frames += sent as u64;
+            }
+            Err(_) => {
+                done.refused += 1;
+                at += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Forwards every frame `rx` receives to `tx` until none has come for `idle_ms`, `batch` frames a call at
 /// most. A full send buffer is waited for (the qdisc drains it at the link's rate), never dropped.
 pub fn forward(
@@ -69,9 +136,7 @@ pub fn forward(
     idle_ms: i32,
 ) -> io::Result<Forwarded> {
     let mut done = Forwarded::default();
-    let cpu_before = thread_cpu_ns()?;
-    let mut first: Option<Instant> = None;
-    let mut last = Instant::now();
+    let mut run = Run::start()?;
     loop {
         let received = rx.receive(batch)?;
         if received == 0 {
@@ -80,31 +145,19 @@ pub fn forward(
             }
             break;
         }
-        first.get_or_insert_with(Instant::now);
-        let mut at = 0;
-        while at < received {
-            match tx.send_from(batch, at) {
-                Ok(0) => {
-                    tx.wait(false, idle_ms)?;
-                }
-                Ok(sent) => {
-                    at += sent;
-                    done.frames += sent as u64;
-                }
-                Err(_) => {
-                    done.refused += 1;
-                    at += 1;
-                }
-            }
-        }
-        last = Instant::now();
+        run.batch_came();
+        send_all(
+            tx,
+            received,
+            idle_ms,
+            &mut done,
+            |_| false,
+            |tx, at| tx.send_from(batch, at),
+        )?;
+        run.batch_went();
     }
     done.truncated = batch.truncated;
-    done.cpu_ns = thread_cpu_ns()?.saturating_sub(cpu_before);
-    done.busy_ns = first.map_or(0, |first| {
-        u64::try_from(last.duration_since(first).as_nanos()).unwrap_or(u64::MAX)
-    });
-    Ok(done)
+    run.finish(done)
 }
 
 /// As [`forward`], reading the frames where the kernel put them in `ring` (`rx` is the ring's socket, waited
@@ -117,9 +170,7 @@ pub fn forward_ring(
     idle_ms: i32,
 ) -> io::Result<Forwarded> {
     let mut done = Forwarded::default();
-    let cpu_before = thread_cpu_ns()?;
-    let mut first: Option<Instant> = None;
-    let mut last = Instant::now();
+    let mut run = Run::start()?;
     loop {
         let ready = ring.ready(batch.max(1));
         if ready == 0 {
@@ -128,34 +179,20 @@ pub fn forward_ring(
             }
             break;
         }
-        first.get_or_insert_with(Instant::now);
-        let mut at = 0;
-        while at < ready {
-            if ring.frame(at).is_none() {
-                at += 1; // cut to its slot: counted by release
-                continue;
-            }
-            match tx.send_ring(ring, at, ready) {
-                Ok(0) => {
-                    tx.wait(false, idle_ms)?;
-                }
-                Ok(sent) => {
-                    at += sent;
-                    done.frames += sent as u64;
-                }
-                Err(_) => {
-                    done.refused += 1;
-                    at += 1;
-                }
-            }
-        }
+        run.batch_came();
+        let slots = &*ring;
+        // A slot whose frame was cut to its size is passed over (release counts it).
+        send_all(
+            tx,
+            ready,
+            idle_ms,
+            &mut done,
+            |at| slots.frame(at).is_none(),
+            |tx, at| tx.send_ring(slots, at, ready),
+        )?;
         ring.release(ready);
-        last = Instant::now();
+        run.batch_went();
     }
     done.truncated = ring.truncated;
-    done.cpu_ns = thread_cpu_ns()?.saturating_sub(cpu_before);
-    done.busy_ns = first.map_or(0, |first| {
-        u64::try_from(last.duration_since(first).as_nanos()).unwrap_or(u64::MAX)
-    });
-    Ok(done)
+    run.finish(done)
 }

@@ -87,6 +87,17 @@ impl AsRawFd for PacketSocket {
     }
 }
 
+/// `headers` made anew: one message per iovec of `iovecs`, each pointing to it (valid while neither moves).
+fn headers_over(iovecs: &mut [libc::iovec], headers: &mut Vec<libc::mmsghdr>) {
+    headers.clear();
+    for iovec in iovecs.iter_mut() {
+        let mut header = empty_header();
+        header.msg_hdr.msg_iov = iovec;
+        header.msg_hdr.msg_iovlen = 1;
+        headers.push(header);
+    }
+}
+
 /// An all-zero `mmsghdr`: no name, no control data, no vector yet.
 fn empty_header() -> libc::mmsghdr {
     // SAFETY: mmsghdr is plain C data (integers and pointers); all zeros is a valid value of it (null pointers,
@@ -196,7 +207,6 @@ impl PacketSocket {
     pub fn receive(&mut self, batch: &mut Batch) -> io::Result<usize> {
         batch.count = 0;
         batch.iovecs.clear();
-        batch.headers.clear();
         let slot = batch.slot;
         for chunk in batch.data.chunks_exact_mut(slot) {
             batch.iovecs.push(libc::iovec {
@@ -204,12 +214,7 @@ impl PacketSocket {
                 iov_len: slot,
             });
         }
-        for iovec in batch.iovecs.iter_mut() {
-            let mut header = empty_header();
-            header.msg_hdr.msg_iov = iovec;
-            header.msg_hdr.msg_iovlen = 1;
-            batch.headers.push(header);
-        }
+        headers_over(&mut batch.iovecs, &mut batch.headers);
         let room = u32::try_from(batch.headers.len()).unwrap_or(u32::MAX);
         // SAFETY: every header points to one iovec of `batch.iovecs`, each to its own slot of `batch.data`, of
         // the length given; all of them live, unmoved and otherwise unborrowed until the call returns. The
@@ -223,14 +228,7 @@ impl PacketSocket {
                 std::ptr::null_mut(),
             )
         };
-        if rc < 0 {
-            let error = io::Error::last_os_error();
-            return match error.kind() {
-                io::ErrorKind::WouldBlock => Ok(0),
-                _ => Err(error),
-            };
-        }
-        let received = usize::try_from(rc).unwrap_or(0);
+        let received = taken(rc)?;
         let mut kept = 0;
         for at in 0..received.min(batch.headers.len()) {
             let header = &batch.headers[at];
@@ -286,13 +284,7 @@ impl PacketSocket {
 
     /// `sendmmsg` over the frames `self.iovecs` points to, each borrowed by the caller for the call.
     fn send_iovecs(&mut self) -> io::Result<usize> {
-        self.headers.clear();
-        for iovec in self.iovecs.iter_mut() {
-            let mut header = empty_header();
-            header.msg_hdr.msg_iov = iovec;
-            header.msg_hdr.msg_iovlen = 1;
-            self.headers.push(header);
-        }
+        headers_over(&mut self.iovecs, &mut self.headers);
         if self.headers.is_empty() {
             return Ok(0);
         }
@@ -308,14 +300,7 @@ impl PacketSocket {
                 libc::MSG_DONTWAIT,
             )
         };
-        if rc < 0 {
-            let error = io::Error::last_os_error();
-            return match error.kind() {
-                io::ErrorKind::WouldBlock => Ok(0),
-                _ => Err(error),
-            };
-        }
-        Ok(usize::try_from(rc).unwrap_or(0))
+        taken(rc)
     }
 
     /// Waits until the socket can be read (`readable`) or written, or `timeout_ms` passes: whether it can.
@@ -378,6 +363,19 @@ pub fn interface_index(ifname: &str) -> io::Result<libc::c_int> {
         return Err(io::Error::last_os_error());
     }
     libc::c_int::try_from(index).map_err(|_| io::Error::other("interface index out of range"))
+}
+
+/// What a batched call's result says: how many frames it took, none if the socket would have blocked, or the
+/// error.
+fn taken(rc: libc::c_int) -> io::Result<usize> {
+    if rc >= 0 {
+        return Ok(usize::try_from(rc).unwrap_or(0));
+    }
+    let error = io::Error::last_os_error();
+    match error.kind() {
+        io::ErrorKind::WouldBlock => Ok(0),
+        _ => Err(error),
+    }
 }
 
 fn clamp_int(value: usize) -> libc::c_int {
