@@ -1,14 +1,24 @@
-//! Clocks: the calling thread's CPU time, what a benchmark charges a loop with.
+//! Clocks: the monotonic clock the loop and its timer run on, and the calling thread's CPU time, what a
+//! benchmark charges a loop with.
 use std::io;
 
 /// Nanoseconds the calling thread has run on a CPU (`CLOCK_THREAD_CPUTIME_ID`).
 pub fn thread_cpu_ns() -> io::Result<u64> {
+    read_clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// Now, in ns of `CLOCK_MONOTONIC`: Python's `time.monotonic_ns()`, and the timerfd's clock.
+pub fn monotonic_ns() -> io::Result<u64> {
+    read_clock(libc::CLOCK_MONOTONIC)
+}
+
+fn read_clock(clock: libc::clockid_t) -> io::Result<u64> {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `now` is a valid, writable timespec for the duration of the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    let rc = unsafe { libc::clock_gettime(clock, &mut now) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }

@@ -1,0 +1,342 @@
+//! One loop for every agent of a data-plane process: one epoll over all their descriptors, and one timerfd
+//! for all their deadlines, kept in a heap. The compiled form of `emulator/agents/loop.py`, with its rules:
+//!
+//! - A batch of ready descriptors is taken agent by agent: each agent's handlers, then at once its
+//!   `after_events` (what it sends), not after every other agent's handlers (eight hosts answering late
+//!   was measured in Python: docs/performance.md).
+//! - A deadline that comes meanwhile is served as soon as the handler or `after_events` running returns,
+//!   with what it sends; what runs after goes on at the later time, so no agent's clock runs backwards.
+//! - Every due deadline runs before any of their `after_events`: agents whose timed starts fall on one
+//!   instant release them together.
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::clock::monotonic_ns;
+use crate::poll::{Epoll, Ready, TimerFd};
+
+/// The longest wait: a stop asked from another thread is seen within this.
+const WAIT_MS: i32 = 500;
+/// The timerfd's token (agents' tokens are their index above 32 bits, below u64::MAX).
+const TIMER: u64 = u64::MAX;
+/// Ready descriptors taken per wait.
+const EVENTS: usize = 256;
+
+/// What the loop asks of an agent (a switch, a host).
+pub trait Agent {
+    /// A descriptor the agent watches is ready; `token` is the one it gave to [`EventLoop::watch`].
+    fn ready(&mut self, token: u32, ready: Ready, now: u64);
+    /// Its deadline came (at `deadline`; `now` is later or equal).
+    fn deadline(&mut self, deadline: u64, now: u64);
+    /// After its events of a batch, or its deadline: what it sends. Returns its next deadline, if any.
+    fn after_events(&mut self, now: u64) -> Option<u64>;
+    /// Whether it goes on; an agent that stops is dropped at the end of the batch (its descriptors close).
+    fn running(&self) -> bool;
+}
+
+/// The loop of one process.
+pub struct EventLoop<A> {
+    epoll: Epoll,
+    timer: TimerFd,
+    agents: Vec<Option<A>>,
+    /// Each agent's live deadline; the heap may hold older ones, which are skipped.
+    deadlines: Vec<Option<u64>>,
+    heap: BinaryHeap<Reverse<(u64, usize)>>,
+    ready: Vec<Ready>,
+    /// Set from anywhere (a signal handler's thread, Python): every agent ends at the next look.
+    pub stop: Arc<AtomicBool>,
+}
+
+impl<A: Agent> EventLoop<A> {
+    pub fn new() -> io::Result<EventLoop<A>> {
+        let epoll = Epoll::new(EVENTS)?;
+        let timer = TimerFd::new()?;
+        epoll.add(timer.as_raw_fd(), TIMER, true, false)?;
+        Ok(EventLoop {
+            epoll,
+            timer,
+            agents: Vec::new(),
+            deadlines: Vec::new(),
+            heap: BinaryHeap::new(),
+            ready: Vec::new(),
+            stop: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Adds an agent; its index, for [`EventLoop::watch`].
+    pub fn add(&mut self, agent: A) -> usize {
+        self.agents.push(Some(agent));
+        self.deadlines.push(None);
+        self.agents.len() - 1
+    }
+
+    /// Watches `fd`, owned by agent `agent`, reported to it as `token`.
+    pub fn watch(
+        &self,
+        agent: usize,
+        fd: RawFd,
+        token: u32,
+        readable: bool,
+        writable: bool,
+    ) -> io::Result<()> {
+        self.epoll
+            .add(fd, token_of(agent, token), readable, writable)
+    }
+
+    /// Changes what `fd` of agent `agent` is watched for (a socket waited on for room, then not).
+    pub fn rewatch(
+        &self,
+        agent: usize,
+        fd: RawFd,
+        token: u32,
+        readable: bool,
+        writable: bool,
+    ) -> io::Result<()> {
+        self.epoll
+            .modify(fd, token_of(agent, token), readable, writable)
+    }
+
+    /// The agent at `index`, while it runs.
+    pub fn agent(&self, index: usize) -> Option<&A> {
+        self.agents.get(index)?.as_ref()
+    }
+
+    /// Serves every agent until all have stopped, or [`EventLoop::stop`] is set.
+    pub fn run(&mut self) -> io::Result<()> {
+        let now = monotonic_ns()?;
+        for index in 0..self.agents.len() {
+            self.after(index, now);
+        }
+        self.arm()?;
+        let mut by_agent: Vec<(usize, u32, Ready)> = Vec::with_capacity(EVENTS);
+        while self.agents.iter().any(Option::is_some) {
+            let mut ready = std::mem::take(&mut self.ready);
+            self.epoll.wait(&mut ready, WAIT_MS)?;
+            by_agent.clear();
+            let mut timer = false;
+            for event in &ready {
+                if event.token == TIMER {
+                    timer = true;
+                } else {
+                    by_agent.push(((event.token >> 32) as usize, event.token as u32, *event));
+                }
+            }
+            self.ready = ready;
+            if timer {
+                self.timer.consume()?;
+                let now = monotonic_ns()?;
+                self.serve_due(now);
+            }
+            by_agent.sort_by_key(|&(agent, _, _)| agent); // stable: an agent's events in the kernel's order
+            let mut at = 0;
+            while at < by_agent.len() {
+                let agent = by_agent[at].0;
+                let mut now = monotonic_ns()?;
+                while at < by_agent.len() && by_agent[at].0 == agent {
+                    let (_, token, event) = by_agent[at];
+                    if let Some(Some(a)) = self.agents.get_mut(agent) {
+                        a.ready(token, event, now);
+                    }
+                    now = self.serve_come(now)?;
+                    at += 1;
+                }
+                self.after(agent, now);
+                self.serve_come(now)?;
+            }
+            let stopping = self.stop.load(Ordering::Relaxed);
+            for slot in self.agents.iter_mut() {
+                if stopping || slot.as_ref().is_some_and(|a| !a.running()) {
+                    *slot = None;
+                }
+            }
+            self.arm()?;
+        }
+        Ok(())
+    }
+
+    /// Agent `index`'s `after_events`, and its next deadline kept.
+    fn after(&mut self, index: usize, now: u64) {
+        let next = match self.agents.get_mut(index) {
+            Some(Some(agent)) => agent.after_events(now),
+            _ => return,
+        };
+        if let Some(slot) = self.deadlines.get_mut(index) {
+            if *slot != next {
+                *slot = next;
+                if let Some(deadline) = next {
+                    self.heap.push(Reverse((deadline, index)));
+                }
+            }
+        }
+    }
+
+    /// Serves the deadlines that came while a handler or an `after_events` ran; the time to go on at.
+    fn serve_come(&mut self, now: u64) -> io::Result<u64> {
+        self.drop_stale();
+        match self.heap.peek() {
+            Some(&Reverse((deadline, _))) => {
+                let clock = monotonic_ns()?;
+                if deadline <= clock {
+                    self.serve_due(clock);
+                    Ok(clock)
+                } else {
+                    Ok(now)
+                }
+            }
+            None => Ok(now),
+        }
+    }
+
+    /// Every agent whose deadline has come by `now` runs it, then (after all of them) its `after_events`.
+    fn serve_due(&mut self, now: u64) {
+        let mut due = Vec::new();
+        loop {
+            self.drop_stale();
+            match self.heap.peek() {
+                Some(&Reverse((deadline, index))) if deadline <= now => {
+                    self.heap.pop();
+                    if let Some(slot) = self.deadlines.get_mut(index) {
+                        *slot = None;
+                    }
+                    due.push((deadline, index));
+                }
+                _ => break,
+            }
+        }
+        for &(deadline, index) in &due {
+            if let Some(Some(agent)) = self.agents.get_mut(index) {
+                agent.deadline(deadline, now);
+            }
+        }
+        for &(_, index) in &due {
+            self.after(index, now);
+        }
+    }
+
+    /// Pops heap entries that are no agent's live deadline any more.
+    fn drop_stale(&mut self) {
+        while let Some(&Reverse((deadline, index))) = self.heap.peek() {
+            let live = self.deadlines.get(index).copied().flatten() == Some(deadline)
+                && self.agents.get(index).is_some_and(Option::is_some);
+            if live {
+                break;
+            }
+            self.heap.pop();
+        }
+    }
+
+    /// Arms the timerfd for the earliest live deadline.
+    fn arm(&mut self) -> io::Result<()> {
+        self.drop_stale();
+        let next = self.heap.peek().map(|&Reverse((deadline, _))| deadline);
+        self.timer.arm(next)
+    }
+}
+
+fn token_of(agent: usize, token: u32) -> u64 {
+    ((agent as u64) << 32) | u64::from(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    use std::rc::Rc;
+
+    /// An agent reading a stream until it has `wanted` bytes, with one deadline at most; what happened to it
+    /// goes to `log`, in order.
+    struct Reader {
+        stream: UnixStream,
+        log: Rc<RefCell<Vec<String>>>,
+        wanted: usize,
+        got: usize,
+        wake_at: Option<u64>,
+    }
+
+    impl Agent for Reader {
+        fn ready(&mut self, token: u32, ready: Ready, _now: u64) {
+            let mut buffer = [0u8; 64];
+            let n = self.stream.read(&mut buffer).unwrap_or(0);
+            self.got += n;
+            self.log
+                .borrow_mut()
+                .push(format!("ready {token} {} {n}", ready.readable));
+        }
+        fn deadline(&mut self, deadline: u64, now: u64) {
+            let on_time = now >= deadline && Some(deadline) == self.wake_at;
+            self.log.borrow_mut().push(format!("deadline {on_time}"));
+            self.wake_at = None;
+        }
+        fn after_events(&mut self, _now: u64) -> Option<u64> {
+            self.log.borrow_mut().push("after".into());
+            self.wake_at
+        }
+        fn running(&self) -> bool {
+            self.got < self.wanted || self.wake_at.is_some()
+        }
+    }
+
+    /// A loop with one reader, watched as token 7; the stream's other end; the reader's log; and a stop set
+    /// after 5 s, so that a test that fails cannot hang.
+    fn one_reader(
+        wanted: usize,
+        wake_at: Option<u64>,
+    ) -> (EventLoop<Reader>, UnixStream, Rc<RefCell<Vec<String>>>) {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let mut event_loop = EventLoop::new().unwrap();
+        let fd = ours.as_raw_fd();
+        let index = event_loop.add(Reader {
+            stream: ours,
+            log: log.clone(),
+            wanted,
+            got: 0,
+            wake_at,
+        });
+        event_loop.watch(index, fd, 7, true, false).unwrap();
+        let stop = event_loop.stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs(5));
+            stop.store(true, Ordering::Relaxed);
+        });
+        (event_loop, theirs, log)
+    }
+
+    #[test]
+    fn an_agents_handlers_come_before_its_after_events_and_it_ends_when_done() {
+        let (mut event_loop, mut writer, log) = one_reader(3, None);
+        writer.write_all(b"abc").unwrap();
+        event_loop.run().unwrap();
+        assert_eq!(*log.borrow(), ["after", "ready 7 true 3", "after"]);
+        assert!(event_loop.agent(0).is_none());
+    }
+
+    #[test]
+    fn a_deadline_is_served_then_the_agents_after_events() {
+        let soon = monotonic_ns().unwrap() + 2_000_000;
+        let (mut event_loop, _writer, log) = one_reader(0, Some(soon));
+        event_loop.run().unwrap();
+        assert_eq!(*log.borrow(), ["after", "deadline true", "after"]);
+        assert!(!event_loop.stop.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn a_stop_ends_every_agent() {
+        let (mut event_loop, _writer, log) = one_reader(1, None); // waits for a byte that never comes
+        let stop = event_loop.stop.clone();
+        let stopper = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            stop.store(true, Ordering::Relaxed);
+        });
+        event_loop.run().unwrap();
+        stopper.join().unwrap();
+        assert_eq!(*log.borrow(), ["after"]);
+        assert!(event_loop.agent(0).is_none());
+    }
+}
