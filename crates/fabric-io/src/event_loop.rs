@@ -15,8 +15,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::clock::monotonic_ns;
-use crate::poll::{Epoll, Ready, TimerFd};
+use crate::io::clock::monotonic_ns;
+use crate::io::poll::{Epoll, Ready, TimerFd};
 
 /// The longest wait: a stop asked from another thread is seen within this.
 const WAIT_MS: i32 = 500;
@@ -24,6 +24,9 @@ const WAIT_MS: i32 = 500;
 const TIMER: u64 = u64::MAX;
 /// Ready descriptors taken per wait.
 const EVENTS: usize = 256;
+/// Deadlines left behind in the heap (an agent moved its own) kept before it is rebuilt from the live ones:
+/// an agent that moves its deadline at every frame would otherwise grow it without end.
+const HEAP_SLACK: usize = 64;
 
 /// What the loop asks of an agent (a switch, a host).
 pub trait Agent {
@@ -84,19 +87,6 @@ impl<A: Agent> EventLoop<A> {
     ) -> io::Result<()> {
         self.epoll
             .add(fd, token_of(agent, token), readable, writable)
-    }
-
-    /// Changes what `fd` of agent `agent` is watched for (a socket waited on for room, then not).
-    pub fn rewatch(
-        &self,
-        agent: usize,
-        fd: RawFd,
-        token: u32,
-        readable: bool,
-        writable: bool,
-    ) -> io::Result<()> {
-        self.epoll
-            .modify(fd, token_of(agent, token), readable, writable)
     }
 
     /// The agent at `index`, while it runs.
@@ -230,6 +220,16 @@ impl<A: Agent> EventLoop<A> {
 
     /// Arms the timerfd for the earliest live deadline.
     fn arm(&mut self) -> io::Result<()> {
+        if self.heap.len() > 2 * self.agents.len() + HEAP_SLACK {
+            let agents = &self.agents;
+            self.heap = self
+                .deadlines
+                .iter()
+                .enumerate()
+                .filter(|&(index, _)| agents.get(index).is_some_and(Option::is_some))
+                .filter_map(|(index, deadline)| deadline.map(|deadline| Reverse((deadline, index))))
+                .collect();
+        }
         self.drop_stale();
         let next = self.heap.peek().map(|&Reverse((deadline, _))| deadline);
         self.timer.arm(next)
@@ -324,6 +324,53 @@ mod tests {
         event_loop.run().unwrap();
         assert_eq!(*log.borrow(), ["after", "deadline true", "after"]);
         assert!(!event_loop.stop.load(Ordering::Relaxed));
+    }
+
+    /// An agent that moves its deadline later at every byte it reads, then ends.
+    struct Mover(Reader, u64);
+
+    impl Agent for Mover {
+        fn ready(&mut self, token: u32, ready: Ready, now: u64) {
+            self.0.ready(token, ready, now);
+        }
+        fn deadline(&mut self, deadline: u64, now: u64) {
+            self.0.deadline(deadline, now);
+        }
+        fn after_events(&mut self, _now: u64) -> Option<u64> {
+            self.1 += 1;
+            Some(u64::MAX - 1_000_000 - self.1) // far off, and earlier each time: the old ones stay below the top
+        }
+        fn running(&self) -> bool {
+            self.0.got < self.0.wanted
+        }
+    }
+
+    #[test]
+    fn deadlines_moved_do_not_pile_up() {
+        let (ours, _theirs) = UnixStream::pair().unwrap();
+        let reader = Reader {
+            stream: ours,
+            log: Rc::new(RefCell::new(Vec::new())),
+            wanted: 1,
+            got: 0,
+            wake_at: None,
+        };
+        let mut event_loop = EventLoop::new().unwrap();
+        let index = event_loop.add(Mover(reader, 0));
+        for _ in 0..1000 {
+            event_loop.after(index, 0); // a new, earlier deadline each time, as per-frame work would set it
+            event_loop.arm().unwrap();
+        }
+        assert!(
+            event_loop.heap.len() <= 2 + HEAP_SLACK + 1,
+            "{}",
+            event_loop.heap.len()
+        );
+        let live = event_loop
+            .heap
+            .peek()
+            .map(|&Reverse((deadline, _))| deadline);
+        assert_eq!(live, event_loop.deadlines[index]); // the earliest is still the agent's live one
     }
 
     #[test]

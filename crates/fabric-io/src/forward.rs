@@ -4,9 +4,9 @@
 use std::io;
 use std::time::Instant;
 
-use crate::clock::thread_cpu_ns;
-use crate::packet::{Batch, PacketSocket};
-use crate::ring::RxRing;
+use crate::io::clock::thread_cpu_ns;
+use crate::io::packet::{Batch, PacketSocket};
+use crate::io::ring::RxRing;
 
 /// What a run of [`send_copies`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use fabric_io::forward::{forward, forward_ring, send_copies, Forwarded};
-use fabric_io::netns::within;
-use fabric_io::packet::{Batch, PacketSocket};
+use fabric_io::io::netns::within;
+use fabric_io::io::packet::{Batch, PacketSocket};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -14,8 +14,8 @@ use pyo3::types::PyDict;
 const RECV_BUFFER: usize = 8 << 20;
 /// Send buffer: a batch of full frames in the kernel.
 const SEND_BUFFER: usize = 1 << 20;
-/// Slots of a receive ring: 8 MiB of 2 KiB slots, as much as the socket buffer holds otherwise.
-const RING_SLOTS: usize = 4096;
+/// A receive ring's size, whatever its slots': as much as the socket buffer holds otherwise.
+const RING_BYTES: usize = RECV_BUFFER;
 
 /// What `open` opens, inside the network namespace at `netns` when given (a thread of its own enters it),
 /// else in the caller's.
@@ -62,8 +62,13 @@ fn forward_frames<'py>(
     let done: std::io::Result<Forwarded> = if ring {
         let ring_slot = slot.next_power_of_two().max(2048);
         let (rx_socket, mut rx_ring, mut tx_socket) = opened(netns, || {
-            let (socket, ring) =
-                PacketSocket::open_with_ring(rx, protocol, SEND_BUFFER, ring_slot, RING_SLOTS)?;
+            let (socket, ring) = PacketSocket::open_with_ring(
+                rx,
+                protocol,
+                SEND_BUFFER,
+                ring_slot,
+                RING_BYTES / ring_slot,
+            )?;
             Ok((
                 socket,
                 ring,

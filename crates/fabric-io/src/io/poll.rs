@@ -35,27 +35,6 @@ impl Epoll {
 
     /// Watches `fd` for reading and/or writing, reported with `token`.
     pub fn add(&self, fd: RawFd, token: u64, readable: bool, writable: bool) -> io::Result<()> {
-        self.control(libc::EPOLL_CTL_ADD, fd, token, readable, writable)
-    }
-
-    /// Changes what `fd` is watched for.
-    pub fn modify(&self, fd: RawFd, token: u64, readable: bool, writable: bool) -> io::Result<()> {
-        self.control(libc::EPOLL_CTL_MOD, fd, token, readable, writable)
-    }
-
-    /// Stops watching `fd`.
-    pub fn remove(&self, fd: RawFd) -> io::Result<()> {
-        self.control(libc::EPOLL_CTL_DEL, fd, 0, false, false)
-    }
-
-    fn control(
-        &self,
-        op: libc::c_int,
-        fd: RawFd,
-        token: u64,
-        readable: bool,
-        writable: bool,
-    ) -> io::Result<()> {
         let mut mask = 0;
         if readable {
             mask |= libc::EPOLLIN as u32;
@@ -67,8 +46,9 @@ impl Epoll {
             events: mask,
             u64: token,
         };
-        // SAFETY: `event` is a live epoll_event for the call (the kernel copies it; DEL ignores it).
-        let rc = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut event) };
+        // SAFETY: `event` is a live epoll_event for the call; the kernel copies it.
+        let rc =
+            unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) };
         if rc < 0 {
             return Err(io::Error::last_os_error());
         }

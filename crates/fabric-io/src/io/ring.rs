@@ -8,7 +8,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{fence, Ordering};
 
-use crate::packet::PacketSocket;
+use crate::io::packet::PacketSocket;
 
 /// `linux/if_packet.h`.
 const PACKET_RX_RING: libc::c_int = 5;

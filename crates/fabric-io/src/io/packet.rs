@@ -3,20 +3,18 @@
 //! The same socket the Python agents open (`emulator/kernel/packet_socket.py`): bound to one interface,
 //! non-blocking, its own sends not looped back to it (`PACKET_IGNORE_OUTGOING`), send and receive buffers as
 //! asked. Frames come in with `recvmmsg` and go out with `sendmmsg`, up to a batch per call: a system call costs
-//! about 0.3 us here, as much as a switch's whole work on a frame once that work is compiled.
+//! about 0.3 us here (docs/performance.md), once a batch instead of once a frame.
 use std::ffi::CString;
 use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use crate::ring::RxRing;
+use crate::io::ring::RxRing;
 
 /// Every EtherType (`ETH_P_ALL`).
 pub const ETH_P_ALL: u16 = 0x0003;
 /// `linux/if_packet.h`: the socket does not receive the frames it sends.
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
-/// `linux/if_packet.h`: frames received and dropped since the last read (the read resets them).
-const PACKET_STATISTICS: libc::c_int = 6;
 
 /// Frames received by one call: `count` frames, each in a slot of `slot` bytes of `data`.
 pub struct Batch {
@@ -48,15 +46,6 @@ impl Batch {
             iovecs: Vec::with_capacity(frames),
             headers: Vec::with_capacity(frames),
         }
-    }
-
-    /// Frames in the batch.
-    pub fn len(&self) -> usize {
-        self.count
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
     }
 
     /// Frame `index` of the batch, if there is one.
@@ -163,15 +152,6 @@ impl PacketSocket {
         Ok(socket)
     }
 
-    /// The socket's frames go to the tc class of `priority` (`SO_PRIORITY`).
-    pub fn set_priority(&self, priority: u32) -> io::Result<()> {
-        self.set_int(
-            libc::SOL_SOCKET,
-            libc::SO_PRIORITY,
-            clamp_int(priority as usize),
-        )
-    }
-
     fn set_int(&self, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
         // SAFETY: the option's value points to a live c_int, and its size is the one passed.
         let rc = unsafe {
@@ -230,19 +210,21 @@ impl PacketSocket {
         };
         let received = taken(rc)?;
         let mut kept = 0;
-        for at in 0..received.min(batch.headers.len()) {
-            let header = &batch.headers[at];
-            if header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+        for (at, header) in batch.headers.iter().take(received).enumerate() {
+            let len = header.msg_len as usize;
+            if header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > slot {
                 batch.truncated += 1;
                 continue;
             }
-            let len = header.msg_len as usize;
             if kept != at {
+                // In range: `at` is below the batch's room and `len` at most a slot.
                 batch
                     .data
                     .copy_within(at * slot..at * slot + len, kept * slot);
             }
-            batch.lens[kept] = len;
+            if let Some(kept_len) = batch.lens.get_mut(kept) {
+                *kept_len = len;
+            }
             kept += 1;
         }
         batch.count = kept;
@@ -325,24 +307,6 @@ impl PacketSocket {
         }
         Ok(rc > 0)
     }
-
-    /// Frames the kernel dropped since the last call because the receive buffer was full.
-    pub fn kernel_drops(&self) -> io::Result<u32> {
-        let mut stats = [0u32; 2]; // struct tpacket_stats: packets, drops
-        let mut len = size_of::<[u32; 2]>() as libc::socklen_t;
-        // SAFETY: the value points to 8 writable bytes and `len` says 8; the kernel writes at most `len`.
-        let rc = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                PACKET_STATISTICS,
-                stats.as_mut_ptr().cast(),
-                &mut len,
-            )
-        };
-        check(rc)?;
-        Ok(stats[1])
-    }
 }
 
 /// An iovec over `frame` for sending: the kernel only reads it.
@@ -397,7 +361,7 @@ mod tests {
     #[test]
     fn a_batch_gives_only_its_received_frames() {
         let mut batch = Batch::new(4, 16);
-        assert!(batch.is_empty() && batch.frame(0).is_none());
+        assert!(batch.frame(0).is_none());
         batch.lens[0] = 3;
         batch.lens[1] = 16;
         batch.data[16..32].fill(7);
