@@ -22,7 +22,7 @@ fi
 cargo fmt --all --check
 cargo clippy --release --workspace --all-targets --quiet -- -D warnings
 # Debug profile: overflow checks on, so a property that drives arithmetic past its range fails instead of wrapping.
-cargo test -p fabric-core -p fabric-io --quiet
+cargo test -p fabric-core -p fabric-io -p fabric-agents --quiet
 
 rc=0
 .venv/bin/python -m pytest tests -ra "$@" || rc=$?

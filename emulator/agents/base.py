@@ -1,7 +1,7 @@
 """What every agent shares: its control socket, its deadline, its final counters.
 
 Agents run in data-plane processes (:mod:`emulator.agents.worker`), many
-to a process, in one :class:`~emulator.agents.loop.Loop`.  A control socket
+to a process, in one compiled :class:`~emulator._core.dataplane.Loop`.  A control socket
 (a Unix socket in the run directory, so reachable from any namespace)
 answers ``stats`` with the agent's JSON counters; when the agent stops (a
 ``stop`` request, or its process's SIGTERM) the counters go to the
@@ -24,13 +24,14 @@ import select
 import socket
 import struct
 import time
-from typing import Any
+from typing import Any, Callable
 
 from emulator.agents.config import AgentConfig
-from emulator.agents.loop import Handler, Loop
+from emulator._core.dataplane import Loop
 from emulator.errors import FabricError
 from emulator._core.fidelity import Durations
 
+Handler = Callable[[int, int, int], None]  # (fd, event mask, now_ns)
 SO_PEERCRED = 17
 CONTROL_REQUEST_MAX = 256  # bytes of one control request
 CONTROL_TIMEOUT_NS = 2_000_000_000  # a control client has this long to send its request and take the reply
@@ -79,7 +80,7 @@ class _ControlClient:
 class AgentBase:
     """One node's agent: its control socket, its deadline, its counters; subclasses add sockets.
 
-    Agents run in a :class:`~emulator.agents.loop.Loop` they share with the other agents of their
+    Agents run in a :class:`~emulator._core.dataplane.Loop` they share with the other agents of their
     process: their descriptors and deadline are the loop's, and after a batch in which one of its
     descriptors had an event (or its deadline came) the agent's :meth:`after_events` runs.
     """

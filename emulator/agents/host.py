@@ -32,7 +32,7 @@ from typing import Any
 
 from emulator import bounds
 from emulator.agents.base import AgentBase
-from emulator.agents.loop import Loop
+from emulator._core.dataplane import Loop
 from emulator.agents.config import HostConfig
 from emulator._core.fidelity import Durations, EgressWire, verdict
 from emulator._core.pause import PauseState

@@ -7,10 +7,13 @@ itself to CPU (see :mod:`emulator.kernel.rps` for why), builds each node's agent
 node's namespace (its sockets stay there; a sysfs of the node is mounted
 for the time it takes, for RPS), returns to its own namespace, writes
 ``ready`` to READY_FD and serves all of them in one
-:class:`~emulator.agents.loop.Loop` until SIGTERM or every agent's
+compiled :class:`~emulator._core.dataplane.Loop` (the GIL released) until SIGTERM or every agent's
 ``stop``.  Each agent writes its final counters when it stops.
 
-Why many nodes to a process: see :mod:`emulator.agents.loop`.  The builder
+Why many nodes to a process: with one process per node, 17 processes shared the
+two cores of a star,8 all-reduce, and every agent paid the interpreter's memory
+and start-up again; a socket opened inside a namespace keeps that namespace, so
+one process serves the sockets of many nodes.  The builder
 starts one worker per core (:mod:`emulator.fabric.placement`).
 """
 
@@ -25,7 +28,7 @@ import sys
 from emulator.agents.base import AgentBase
 from emulator.agents.config import AgentConfig, ConfigError, HostConfig, SwitchConfig, read
 from emulator.agents.host import HostAgent
-from emulator.agents.loop import Loop
+from emulator._core.dataplane import Loop
 from emulator.agents.switch import SwitchAgent
 from emulator.kernel.netns import node_view, private_mounts
 
@@ -94,12 +97,13 @@ def main(argv: list[str]) -> None:
         sys.exit("usage: python -m emulator.agents.worker READY_FD CPU|any KIND:CONFIG...")
     ready_fd, configs = int(argv[0]), read_configs(argv[2:])
     loop = Loop()
-
-    def stop(_signum: int, _frame: object) -> None:
-        loop.stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    # The loop runs with the GIL released, where no Python signal handler can run: CPython's own handler writes
+    # the signal's number to the wake-up descriptor, which ends the loop (every agent writes its counters).
+    wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_write)
+    loop.stop_on(wake_read)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda _signum, _frame: None)
     private = private_mounts()  # if refused, no node's sysfs: RPS reports the interfaces it could not set
     policy = run_before_applications()
     cpu = pin(argv[1])

@@ -1,11 +1,11 @@
-"""Switch agents and RNICs with a fake wire, for unit tests of their per-frame paths (no root).
+"""Switches and RNICs with a fake wire, for unit tests of their per-frame paths (no root).
 
-An agent's raw AF_PACKET sockets (and the RNIC's UDP sink) are replaced by
-:class:`FakeWire` objects: a real eventfd stands in for the descriptor (so
-epoll registration works), frames handed in are returned by ``recv``, and
-frames sent are recorded.  Everything else is the agents' real code: the
-loop (its epoll and timerfd), the Unix control and verbs sockets (in a
-temporary directory), the MMU, the IB plane, the RC transport.
+The compiled switch runs on wires in memory (:class:`~emulator._core.dataplane.UnwiredSwitch`: frames handed
+in, frames sent kept, a port told to refuse).  A host agent's raw AF_PACKET sockets (and the RNIC's UDP sink)
+are replaced by :class:`FakeWire` objects: a real eventfd stands in for the descriptor (so epoll registration
+works), frames handed in are returned by ``recv``, and frames sent are recorded.  Everything else is the
+agents' real code: the loop (its epoll and timerfd), the Unix control and verbs sockets (in a temporary
+directory), the MMU, the IB plane, the RC transport.
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ from typing import Any
 import pytest
 
 from emulator.agents import base as agentlib
-from emulator.agents import loop as agent_loop
 from emulator.agents import host as host_agent
 from emulator.agents import rnic_links as links, rnic
-from emulator.agents import switch as switch_agent
+from emulator._core.dataplane import Loop, UnwiredSwitch
 from emulator.agents.config import HostConfig, HostIbConfig, PortConfig, SwitchConfig, SwitchIbConfig
 from emulator.kernel import packet_socket
 from emulator.model.switch_params import derive_config
@@ -102,12 +101,10 @@ def fake_wire(monkeypatch: pytest.MonkeyPatch) -> None:
 def patch_wire(monkeypatch: pytest.MonkeyPatch) -> None:
     """What :func:`fake_wire` does, for callers outside a test (bench/bench_monitor.py)."""
     fake = _socket_module()
-    for module in (switch_agent, host_agent, rnic, links, packet_socket):
+    for module in (host_agent, rnic, links, packet_socket):
         monkeypatch.setattr(module, "socket", fake)
-    for module in (switch_agent, host_agent):
-        monkeypatch.setattr(module, "keep_flows_in_order", lambda *_args, **_kw: [])
+    monkeypatch.setattr(host_agent, "keep_flows_in_order", lambda *_args, **_kw: [])
     monkeypatch.setattr(host_agent, "PauseGates", FakeGates)
-    monkeypatch.setattr(switch_agent, "last_receive_ns", lambda sock: sock.stamp_ns)
     monkeypatch.setattr(host_agent.socket, "if_nametoindex", lambda _name: 2)
 
 
@@ -146,10 +143,14 @@ def switch_config(tmp: str, ib: bool = False, mtus: tuple[int, ...] = (1500, 150
     )
 
 
-def make_switch(tmp: str, monitor: bool = True, **options: Any) -> switch_agent.SwitchAgent:
-    """Switch s1's agent in a loop of its own."""
-    return switch_agent.SwitchAgent(dataclasses.replace(switch_config(tmp, **options), monitor=monitor),
-                                    agent_loop.Loop())
+def make_switch(tmp: str, monitor: bool = True, **options: Any) -> UnwiredSwitch:
+    """Switch s1, compiled, on wires in memory."""
+    return UnwiredSwitch(dataclasses.replace(switch_config(tmp, **options), monitor=monitor))
+
+
+def port_stats(switch: UnwiredSwitch, index: int) -> dict[str, Any]:
+    """Port ``index``'s counters, as the switch's stats give them."""
+    return switch.stats(time.monotonic_ns())["ports"][f"s1-eth{index + 1}"]
 
 
 def host_config(tmp: str, ib: bool = False, mtu: int = 1500) -> HostConfig:
@@ -186,7 +187,7 @@ def make_rnic(tmp: str, **options: Any) -> tuple[rnic.Rnic, Registry]:
 
 def make_host(tmp: str, **options: Any) -> host_agent.HostAgent:
     """Host h1's agent: its RNIC and its PFC reaction (gates faked)."""
-    return host_agent.HostAgent(host_config(tmp, **options), agent_loop.Loop())
+    return host_agent.HostAgent(host_config(tmp, **options), Loop())
 
 
 class App:

@@ -152,51 +152,51 @@ def test_a_run_is_faithful_only_while_every_agent_is():
     assert run["stall_share"] == 0.03 and run["timers_p99_ns"] == 9_000_000
 
 
-def test_a_switch_reset_by_its_control_socket_judges_only_what_follows(fake_wire, tmp_path):
+def test_a_switch_reset_judges_only_what_follows(tmp_path):
     """The study resets every agent's monitor when the warm-up ends: a stall before it is forgotten."""
-    import select
     import time
 
     from emulator._core.roce import Framer
     from emulator._core.transport import Opcode, Packet
-    from fake_agents import MAC_PEERS, MAC_S1, close_agent, make_switch
+    from fake_agents import MAC_PEERS, MAC_S1, make_switch
 
-    agent = make_switch(str(tmp_path))
-    try:
-        frame = Framer(MAC_PEERS[0], MAC_S1[0], "10.0.0.1", "10.0.0.2", 50000, dscp=26).encode(
-            Packet(Opcode.WRITE_MIDDLE, 0x11, 1, payload=bytes(1024)))
-        ingress, egress = agent.ports[0], agent.ports[1]
-        now = time.monotonic_ns()
+    switch = make_switch(str(tmp_path))
+    frame = Framer(MAC_PEERS[0], MAC_S1[0], "10.0.0.1", "10.0.0.2", 50000, dscp=26).encode(
+        Packet(Opcode.WRITE_MIDDLE, 0x11, 1, payload=bytes(1024)))
+    now = time.monotonic_ns()
 
-        def wake_up(at: int, frames: int) -> None:
-            ingress.sock.inbox.extend([frame] * frames)
-            agent._on_port(ingress.fd, select.EPOLLIN, at)
-            agent.after_events(at)
+    def wake_up(at: int, frames: int) -> None:
+        for _ in range(frames):
+            switch.receive(at, 0, frame)
+        switch.after_events(at)
 
-        wake_up(now, 4)  # four frames leave at once
-        egress.sock.refuse = lambda: BlockingIOError(11, "the kernel queue is full")
-        wake_up(now + 1_000, 1)  # the fifth waits for room in the kernel's queue
-        egress.sock.refuse = None
-        late = egress.wire_end + 5_000_000
-        agent._drain(egress, late)  # the agent came back 5 ms after the wire went idle with a frame waiting
-        before = agent.stats()["ports"]["s1-eth2"]["wire"]
-        assert before["longest_stall_ns"] == 5_000_000 and before["frames"] == 5
-        assert not agent.stats()["fidelity"]["faithful"]
-        assert agent._answer(b"fidelity-reset") == {"reset": True}
-        wake_up(late + 10_000_000, 2)
-        after = agent.stats()
-        assert after["ports"]["s1-eth2"]["wire"]["stall_ns"] == 0 and after["ports"]["s1-eth2"]["wire"]["frames"] == 2
-        assert after["fidelity"]["faithful"], after["fidelity"]
-    finally:
-        close_agent(agent)
+    def faithful() -> bool:
+        wire, lag, timers, frame_ns = switch.fidelity_figures()
+        return verdict(wire, lag, timers, frame_ns, monitored=True).faithful
+
+    wake_up(now, 4)  # four frames leave at once
+    switch.refuse(1, "full")
+    wake_up(now + 1_000, 1)  # the fifth waits for room in the kernel's queue
+    switch.refuse(1, None)
+    wire_end = now + 4 * (len(frame) * 8_000_000_000 // 100_000_000)  # the four, back to back at 100 Mbit/s
+    late = wire_end + 5_000_000
+    switch.writable(late, 1)  # the switch came back 5 ms after the wire went idle with a frame waiting
+    before = switch.stats(late)["ports"]["s1-eth2"]["wire"]
+    assert before["longest_stall_ns"] == 5_000_000 and before["frames"] == 5
+    assert not faithful()
+    switch.reset_fidelity()
+    wake_up(late + 10_000_000, 2)
+    after = switch.stats(late + 10_000_000)["ports"]["s1-eth2"]["wire"]
+    assert after["stall_ns"] == 0 and after["frames"] == 2
+    assert faithful()
 
 
 def test_a_deadline_already_past_when_armed_is_late_only_from_then(fake_wire, tmp_path):
     """An IB grant that grows urgent while a wake-up forwards frames is due at its last flow-control packet,
     long past: armed for the wake-up's start, its lateness is the wake-up's, not the time since that packet."""
-    from fake_agents import close_agent, make_switch
+    from fake_agents import close_agent, make_host
 
-    agent = make_switch(str(tmp_path), ib=True)
+    agent = make_host(str(tmp_path), ib=True)
     try:
         now = 50_000_000_000
         agent.arm(now - 8_000_000, now)

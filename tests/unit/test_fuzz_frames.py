@@ -1,8 +1,8 @@
 """Every per-frame path survives any byte string: dropped and counted, never an exception.
 
-The switch's Ethernet and IB planes, the host agent's PFC path and the
-RNIC's RoCEv2 and IB receive paths, run as the agents run them (their real
-code, a fake wire: see fake_agents.py).  First the reproducers of issue 10
+The compiled switch's Ethernet and IB planes (on wires in memory), the host
+agent's PFC path and the RNIC's RoCEv2 and IB receive paths, run as the
+agents run them (their real code, a fake wire: see fake_agents.py).  First the reproducers of issue 10
 (frames that killed an agent), then hypothesis' frames: random, of our
 EtherTypes, and valid frames damaged (hostile_frames.py).  The fuzz tests
 assert that each frame left a trace in a counter, so "nothing raised" is
@@ -23,6 +23,7 @@ from emulator._core.transport import Opcode, Packet
 from emulator._core.roce import Framer
 from fake_agents import (
     GATEWAY_MAC, HOST_IP, HOST_MAC, MAC_PEERS, MAC_S1, close_agent, fake_wire, make_host, make_rnic, make_switch,
+    port_stats,
 )
 from hostile_frames import frames
 
@@ -40,49 +41,43 @@ def udp_frame(payload: bytes = b"x" * 18, dst_ip: str = "10.0.0.2") -> bytes:
 # --- the switch ---------------------------------------------------------------------------------------------
 
 
-def switch_trace(agent) -> tuple:
+def switch_trace(switch) -> tuple:
     """Every counter a frame arriving at a switch can move."""
-    ports = agent.ports
-    trace = [sum(sum(p.drops.values()) + sum(p.rx_frames) + sum(p.pfc_received) + p.control_frames + p.arp_replies
-                 for p in ports)]
-    if agent.ib is not None:
-        trace += [sum(sum(d.values()) for d in agent.ib.drops), sum(agent.ib.forwarded),
-                  sum(len(q) for port in agent.ib.queues for q in port),
-                  sum(c["fc_received"] for link in agent.ib.links for c in link.counters.values())]
+    ports = switch.stats(time.monotonic_ns())["ports"].values()
+    trace = [sum(sum(p["rx_drops"].values()) + sum(q["rx_frames"] + q["pfc_received"] for q in p["priorities"])
+                 + p["rx_control_frames"] + p["arp_replies"] for p in ports)]
+    if all("ib" in p for p in ports):
+        trace += [sum(sum(p["ib"]["drops"].values()) for p in ports), sum(p["ib"]["forwarded"] for p in ports),
+                  sum(sum(p["ib"]["queued"]) for p in ports),
+                  sum(c["fc_received"] for p in ports for c in p["ib"]["credits"])]
     return tuple(trace)
 
 
-def deliver(agent, index: int, frame: bytes) -> None:
-    """A frame arrives on port ``index`` and the agent's loop handles it."""
-    port = agent.ports[index]
-    port.sock.inbox.append(frame)
+def deliver(switch, index: int, frame: bytes) -> None:
+    """A frame arrives on port ``index`` and the switch handles it, then sends what it decided."""
     now = time.monotonic_ns()
-    agent._on_port(port.fd, select.EPOLLIN, now)
-    agent.after_events(now)
+    switch.receive(now, index, frame)
+    switch.after_events(now)
 
 
 @pytest.fixture
-def switch(fake_wire, tmp_path):
-    agent = make_switch(str(tmp_path))
-    yield agent
-    close_agent(agent)
+def switch(tmp_path):
+    return make_switch(str(tmp_path))
 
 
 @pytest.fixture
-def ib_switch(fake_wire, tmp_path):
-    agent = make_switch(str(tmp_path), ib=True)
-    yield agent
-    close_agent(agent)
+def ib_switch(tmp_path):
+    return make_switch(str(tmp_path), ib=True)
 
 
 def test_a_14_byte_ipv4_frame_is_counted_malformed_and_the_switch_forwards_on(switch):
     """Issue 10: our MAC, EtherType 0x0800, no payload killed the agent with an IndexError."""
     deliver(switch, 0, mac_bytes(MAC_S1[0]) + mac_bytes(MAC_PEERS[0]) + ETH_IPV4)
-    assert switch.ports[0].drops["malformed"] == 1
+    assert port_stats(switch, 0)["rx_drops"]["malformed"] == 1
     deliver(switch, 0, udp_frame())
-    assert len(switch.ports[1].sock.sent) == 1  # to h2, TTL decremented
-    assert switch.ports[1].sock.sent[0][22] == 63
-    assert switch.stats()["totals"]["malformed"] == 1
+    assert len(switch.sent(1)) == 1  # to h2, TTL decremented
+    assert switch.sent(1)[0][22] == 63
+    assert switch.stats(time.monotonic_ns())["totals"]["malformed"] == 1
 
 
 @pytest.mark.parametrize("damage, counter", [
@@ -99,33 +94,30 @@ def test_a_14_byte_ipv4_frame_is_counted_malformed_and_the_switch_forwards_on(sw
 ])
 def test_ipv4_damage_is_dropped_under_its_counter(switch, damage, counter):
     deliver(switch, 0, damage(udp_frame()))
-    drops = switch.ports[0].drops
+    drops = port_stats(switch, 0)["rx_drops"]
     if counter is None:
-        assert sum(drops.values()) == 0 and len(switch.ports[1].sock.sent) == 1
+        assert sum(drops.values()) == 0 and len(switch.sent(1)) == 1
     else:
         assert drops[counter] == 1 and sum(drops.values()) == 1
-        assert switch.ports[1].sock.sent == []
+        assert switch.sent(1) == []
 
 
-def test_a_frame_longer_than_the_egress_mtu_is_dropped_not_sent(fake_wire, tmp_path):
+def test_a_frame_longer_than_the_egress_mtu_is_dropped_not_sent(tmp_path):
     agent = make_switch(str(tmp_path), mtus=(1500, 576, 1500))
-    try:
-        deliver(agent, 0, udp_frame(b"x" * 600))  # fits the 1500-byte ingress link, not h2's 576
-        assert agent.ports[0].drops["mtu"] == 1 and agent.ports[1].sock.sent == []
-        deliver(agent, 0, udp_frame(b"x" * 500))
-        assert len(agent.ports[1].sock.sent) == 1
-    finally:
-        close_agent(agent)
+    deliver(agent, 0, udp_frame(b"x" * 600))  # fits the 1500-byte ingress link, not h2's 576
+    assert port_stats(agent, 0)["rx_drops"]["mtu"] == 1 and agent.sent(1) == []
+    deliver(agent, 0, udp_frame(b"x" * 500))
+    assert len(agent.sent(1)) == 1
 
 
 def test_a_send_the_kernel_refuses_is_counted_and_the_port_goes_on(switch):
-    switch.ports[1].sock.refuse = OSError  # e.g. ENOBUFS
+    switch.refuse(1, "refused")  # e.g. ENOBUFS
     deliver(switch, 0, udp_frame())
-    assert switch.ports[1].tx_errors == 1
-    switch.ports[1].sock.refuse = None
+    assert port_stats(switch, 1)["tx_errors"] == 1
+    switch.refuse(1, None)
     deliver(switch, 0, udp_frame())
-    assert len(switch.ports[1].sock.sent) == 1
-    assert switch.stats()["totals"]["drops"] == 1
+    assert len(switch.sent(1)) == 1
+    assert switch.stats(time.monotonic_ns())["totals"]["drops"] == 1
 
 
 def test_short_mac_control_and_arp_frames_are_malformed(switch):
@@ -133,8 +125,8 @@ def test_short_mac_control_and_arp_frames_are_malformed(switch):
     deliver(switch, 0, header + b"\x88\x08\x01\x01")
     deliver(switch, 0, mac_bytes("ff:ff:ff:ff:ff:ff") + mac_bytes(MAC_PEERS[0]) + b"\x08\x06\x00\x01")
     deliver(switch, 0, header + b"\x88\x08\x00\x01" + bytes(44))  # 802.3x PAUSE: not ours to answer
-    assert switch.ports[0].drops["malformed"] == 2
-    assert switch.ports[0].drops["unsupported"] == 1
+    assert port_stats(switch, 0)["rx_drops"]["malformed"] == 2
+    assert port_stats(switch, 0)["rx_drops"]["unsupported"] == 1
 
 
 def ib_frame(sl: int = 3, vl: int = 3, dlid: int = 2, payload: bytes = bytes(64)) -> bytes:
@@ -151,27 +143,24 @@ def test_short_ib_frames_and_lnh_0_are_counted_malformed_and_the_ib_plane_forwar
     lnh0 = bytearray(ib_frame(sl=1, vl=0))
     lnh0[16] = 1 << 4  # SL 1, LNH 0 (raw): no BTH follows
     deliver(ib_switch, 0, bytes(lnh0))
-    assert ib_switch.ib.drops[0]["malformed"] == 4
+    assert port_stats(ib_switch, 0)["ib"]["drops"]["malformed"] == 4
     deliver(ib_switch, 0, ib_frame())
-    assert ib_switch.ib.forwarded[1] == 1 or len(ib_switch.ib.queues[1][3]) == 1
-    assert ib_switch.stats()["totals"]["ib_malformed"] == 4
+    assert port_stats(ib_switch, 1)["ib"]["forwarded"] == 1 or port_stats(ib_switch, 1)["ib"]["queued"][3] == 1
+    assert ib_switch.stats(time.monotonic_ns())["totals"]["ib_malformed"] == 4
 
 
-def test_ib_packets_with_a_vl_we_lack_or_no_route_or_too_long_are_counted(fake_wire, tmp_path):
+def test_ib_packets_with_a_vl_we_lack_or_no_route_or_too_long_are_counted(tmp_path):
     agent = make_switch(str(tmp_path), ib=True, mtus=(4096, 1500, 1500))
-    try:
-        deliver(agent, 0, ib_frame(vl=9))
-        deliver(agent, 0, ib_frame(dlid=77))
-        deliver(agent, 0, ib_frame(payload=bytes(2048)))  # fits the 4096-byte ingress link, not h2's
-        assert agent.ib.drops[0] == {"malformed": 1, "credit_violation": 0, "no_route": 1, "too_long": 1}
-        assert agent.ib.links[0].occupancy(3) == 0  # what was dropped after admission gave its buffer back
-    finally:
-        close_agent(agent)
+    deliver(agent, 0, ib_frame(vl=9))
+    deliver(agent, 0, ib_frame(dlid=77))
+    deliver(agent, 0, ib_frame(payload=bytes(2048)))  # fits the 4096-byte ingress link, not h2's
+    assert port_stats(agent, 0)["ib"]["drops"] == {"malformed": 1, "credit_violation": 0, "no_route": 1, "too_long": 1}
+    assert agent.ib_occupancy(0, 3) == 0  # what was dropped after admission gave its buffer back
 
 
 def test_a_flow_control_packet_for_a_vl_we_lack_is_malformed(ib_switch):
     deliver(ib_switch, 0, encode_fc(MAC_PEERS[0], MAC_S1[0], FcPacket(0, 0, 9, 100)))
-    assert ib_switch.ib.drops[0]["malformed"] == 1
+    assert port_stats(ib_switch, 0)["ib"]["drops"]["malformed"] == 1
 
 
 @given(frame=frames(MAC_S1[0], MAC_PEERS[0]))
@@ -264,10 +253,11 @@ def test_fuzz_host_agent_and_rnic_receive(host, frame):
 
 
 def test_an_ib_packet_the_kernel_refuses_is_counted_and_its_buffer_freed(ib_switch):
-    ib_switch.ports[1].sock.refuse = OSError
+    ib_switch.refuse(1, "refused")
     deliver(ib_switch, 0, ib_frame())
-    assert ib_switch.ib.tx_errors[1] >= 1 and ib_switch.ib.forwarded[1] == 0 and not ib_switch.ib.queues[1][3]
-    assert ib_switch.ib.links[0].occupancy(3) == 0
-    ib_switch.ports[1].sock.refuse = None
+    egress = port_stats(ib_switch, 1)["ib"]
+    assert egress["tx_errors"] >= 1 and egress["forwarded"] == 0 and not egress["queued"][3]
+    assert ib_switch.ib_occupancy(0, 3) == 0
+    ib_switch.refuse(1, None)
     deliver(ib_switch, 0, ib_frame())
-    assert ib_switch.ib.forwarded[1] == 1
+    assert port_stats(ib_switch, 1)["ib"]["forwarded"] == 1

@@ -29,7 +29,7 @@ from emulator.agents import rnic as rnic_module
 from emulator.agents.memory import ACCESS_ALL
 from emulator.agents.verbs_messages import BadRequest, decode
 from emulator._core.rc import WrOpcode
-from fake_agents import App, close_agent, fake_wire, make_host, make_rnic, make_switch, sealed_memfd
+from fake_agents import App, close_agent, fake_wire, make_host, make_rnic, sealed_memfd
 
 assert fake_wire  # a fixture, used by name below (rnic: conftest.py)
 
@@ -258,8 +258,8 @@ def test_fuzz_request_decoding(data):
 
 def test_a_silent_control_client_does_not_hold_the_agent(fake_wire, tmp_path):
     """Issue 10: a client that connected and sent nothing stalled a SCHED_FIFO agent for 200 ms."""
-    agent = make_switch(str(tmp_path))
-    path = str(tmp_path / "s1.sock")
+    agent = make_host(str(tmp_path))
+    path = str(tmp_path / "h1.sock")
     silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     talker = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -274,7 +274,7 @@ def test_a_silent_control_client_does_not_hold_the_agent(fake_wire, tmp_path):
         reply = b""
         while not reply.endswith(b"\n"):
             reply += talker.recv(1 << 16)
-        assert json.loads(reply)["switch"] == "s1"
+        assert json.loads(reply)["host"] == "h1"
         assert len(agent.control_clients) == 1  # the silent one, until its deadline
         agent.expire_control(time.monotonic_ns() + 3 * 10**9)
         assert agent.control_clients == {}
@@ -286,12 +286,12 @@ def test_a_silent_control_client_does_not_hold_the_agent(fake_wire, tmp_path):
 
 
 def test_an_overlong_or_binary_control_request_gets_an_error(fake_wire, tmp_path):
-    agent = make_switch(str(tmp_path))
+    agent = make_host(str(tmp_path))
     try:
         assert "over 256 bytes" in agent._answer(b"x" * 300)["error"]
         assert "error" in agent._answer(b"\xff\xfe")
-        assert "error" in agent._answer(b"pfc s1-eth1 3 " + b"9" * 5000)
-        assert "error" in agent._answer(b"pfc s1-eth1 99 1")
+        assert "error" in agent._answer(b"slow " + b"9" * 5000)
+        assert "error" in agent._answer(b"slow 99")
     finally:
         close_agent(agent)
 
@@ -313,8 +313,8 @@ def _ask(agent, client: socket.socket, request: bytes) -> dict:
 def test_idle_control_clients_cannot_lock_a_stats_request_out(fake_wire, tmp_path):
     """Issue 23: with 16 clients connected and silent, a 17th (fabric-emu stats) was closed at once, and stats
     called a healthy switch not answering.  The newest client takes the oldest one's place."""
-    agent = make_switch(str(tmp_path))
-    path = str(tmp_path / "s1.sock")
+    agent = make_host(str(tmp_path))
+    path = str(tmp_path / "h1.sock")
     idle = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(agentlib.CONTROL_CLIENTS_MAX)]
     stats = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -323,7 +323,7 @@ def test_idle_control_clients_cannot_lock_a_stats_request_out(fake_wire, tmp_pat
             agent._on_control(0, select.EPOLLIN, time.monotonic_ns())
         assert len(agent.control_clients) == agentlib.CONTROL_CLIENTS_MAX
         stats.connect(path)
-        assert _ask(agent, stats, b"stats\n")["switch"] == "s1"
+        assert _ask(agent, stats, b"stats\n")["host"] == "h1"
         assert idle[0].recv(10) == b""  # the oldest silent client made room
         assert len(agent.control_clients) == agentlib.CONTROL_CLIENTS_MAX - 1  # the others wait for their deadline
     finally:
@@ -336,8 +336,8 @@ def test_a_request_accepted_among_reconnecting_silent_clients_is_answered(fake_w
     """Issue 24 (CI): silent clients that reconnect as soon as they are dropped, accepted in one batch with a
     stats request whose bytes the agent had not read yet, dropped the oldest in turn until the request was the
     oldest: stats saw a broken pipe.  A client with a request waiting is dropped after every silent one."""
-    agent = make_switch(str(tmp_path))
-    path = str(tmp_path / "s1.sock")
+    agent = make_host(str(tmp_path))
+    path = str(tmp_path / "h1.sock")
     count = agentlib.CONTROL_CLIENTS_MAX
     first = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(count)]
     again = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(count)]
@@ -352,7 +352,7 @@ def test_a_request_accepted_among_reconnecting_silent_clients_is_answered(fake_w
             client.connect(path)
         agent._on_control(0, select.EPOLLIN, time.monotonic_ns())
         assert len(agent.control_clients) == count
-        assert _ask(agent, stats, b"")["switch"] == "s1"
+        assert _ask(agent, stats, b"")["host"] == "h1"
     finally:
         for client in [*first, *again, stats]:
             client.close()

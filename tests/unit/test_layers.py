@@ -138,7 +138,7 @@ def test_the_checker_sees_a_violation():
 
 # The Rust workspace's layers: the core crate's modules, lowest first, by the `crate::` paths they use.
 CORE = ROOT / "crates" / "fabric-core"
-RUST_LAYERS = ["wire", "model", "sim"]
+RUST_LAYERS = ["wire", "model", "agent", "sim"]
 # What the core may not touch: the models get time as `now` and hand frames back; I/O is the agents' and, from
 # the next crate on, the I/O crate's.
 RUST_IO = re.compile(r"\bstd::(fs|net|io|time|thread|process|os|env)\b|\b(libc|nix|socket2|mio|pyo3)::")
@@ -165,13 +165,17 @@ def test_unsafe_code_lives_in_the_io_layer_alone_each_block_documented():
     """The system calls are in one module, `crates/fabric-io/src/io/`: no other Rust file of the workspace
     (the core forbids unsafe code above, the bindings, the I/O crate's loops) has the word `unsafe`, and each
     unsafe block or impl there has its SAFETY comment (clippy denies one without, -D warnings). Neither the
-    core nor the I/O crate depends on the other: models do no I/O, the I/O moves frames and knows no model."""
+    core nor the I/O crate depends on the other: models do no I/O, the I/O moves frames and knows no model;
+    fabric-agents joins them in safe code."""
     sources = sorted((ROOT / "crates").rglob("*.rs"))
     outside = [p for p in sources if IO_LAYER not in p.parents and re.search(r"\bunsafe\b", p.read_text())]
     assert not outside, f"unsafe outside {IO_LAYER.relative_to(ROOT)}: {[str(p.relative_to(ROOT)) for p in outside]}"
     io_manifest = (ROOT / "crates" / "fabric-io" / "Cargo.toml").read_text()
     assert re.search(r'^undocumented_unsafe_blocks = "deny"$', io_manifest, re.MULTILINE)
     assert "fabric-core" not in io_manifest and "fabric-io" not in (CORE / "Cargo.toml").read_text()
+    # The crate that joins them (the agents in the loop) is safe code on both.
+    agents_manifest = (ROOT / "crates" / "fabric-agents" / "Cargo.toml").read_text()
+    assert re.search(r'\[lints\.rust\]\s*\nunsafe_code = "forbid"', agents_manifest)
     layer = sorted(IO_LAYER.rglob("*.rs"))
     assert layer
     for path in layer:
@@ -182,7 +186,7 @@ def test_unsafe_code_lives_in_the_io_layer_alone_each_block_documented():
                 assert "SAFETY:" in before, f"{path.relative_to(ROOT)}:{at + 1}: unsafe block without SAFETY"
 
 
-@pytest.mark.parametrize("crate", ["fabric-core", "fabric-io", "fabric-py"])
+@pytest.mark.parametrize("crate", ["fabric-core", "fabric-io", "fabric-agents", "fabric-py"])
 def test_no_crate_may_unwrap_expect_or_panic(crate):
     """No panic crosses into Python: clippy (-D warnings in the test script) refuses unwrap, expect, panic and
     unreachable in the models and the bindings; tests may use them (clippy.toml)."""

@@ -1,13 +1,10 @@
-"""The switch's egress towards the kernel: frames go while the kernel queue has room, EPOLLOUT drains the rest."""
+"""The switch's egress towards the kernel: frames go while the kernel queue has room; a port whose queue is full
+waits for its socket to turn writable, which drains the rest."""
 from __future__ import annotations
-
-import select
 
 from emulator._core.roce import Framer
 from emulator._core.transport import Opcode, Packet
-from fake_agents import MAC_PEERS, MAC_S1, close_agent, fake_wire, make_switch
-
-assert fake_wire  # a fixture, used by name below
+from fake_agents import MAC_PEERS, MAC_S1, make_switch
 
 NOW = 1_000_000_000
 
@@ -17,33 +14,16 @@ def frames(count: int) -> list[bytes]:
     return [framer.encode(Packet(Opcode.WRITE_MIDDLE, 0x11, psn, payload=bytes(1024))) for psn in range(count)]
 
 
-class CountingRefusal:
-    """The kernel's full queue: every send is refused, and counted."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self) -> BlockingIOError:
-        self.calls += 1
-        return BlockingIOError(11, "the kernel queue is full")
-
-
-def test_a_full_kernel_queue_is_not_tried_again_per_frame_until_epollout(fake_wire, tmp_path):
+def test_a_full_kernel_queue_is_not_tried_again_per_frame_until_the_socket_turns_writable(tmp_path):
     """An incast keeps the egress queue full: each arriving frame used to cost a send refused with EAGAIN."""
-    agent = make_switch(str(tmp_path))
-    try:
-        ingress, egress = agent.ports[0], agent.ports[1]
-        refusal = CountingRefusal()
-        egress.sock.refuse = refusal
-        ingress.sock.inbox.extend(frames(10))
-        agent._on_port(ingress.fd, select.EPOLLIN, NOW)
-        assert refusal.calls == 1 and egress.writable_armed  # one refusal, then it waits for EPOLLOUT
-        assert agent.mmu.backlog[egress.index] == 10
-        egress.sock.refuse = None
-        agent._on_port(egress.fd, select.EPOLLOUT, NOW + 1000)
-        assert len(egress.sock.sent) == 10 and not egress.writable_armed
-        ingress.sock.inbox.extend(frames(1))  # with room in the queue, a frame goes at once
-        agent._on_port(ingress.fd, select.EPOLLIN, NOW + 2000)
-        assert len(egress.sock.sent) == 11
-    finally:
-        close_agent(agent)
+    switch = make_switch(str(tmp_path))
+    switch.refuse(1, "full")
+    for frame in frames(10):
+        switch.receive(NOW, 0, frame)
+    assert switch.refusals(1) == 1 and switch.wants_writable(1)  # one refusal, then it waits to be told
+    assert switch.backlog(1) == 10
+    switch.refuse(1, None)
+    switch.writable(NOW + 1000, 1)
+    assert len(switch.sent(1)) == 10 and not switch.wants_writable(1)
+    switch.receive(NOW + 2000, 0, frames(1)[0])  # with room in the queue, a frame goes at once
+    assert len(switch.sent(1)) == 11

@@ -1,5 +1,6 @@
 //! One loop for every agent of a data-plane process: one epoll over all their descriptors, and one timerfd
-//! for all their deadlines, kept in a heap. The compiled form of `emulator/agents/loop.py`, with its rules:
+//! for all their deadlines, kept in a heap. The compiled form of what `emulator/agents/loop.py` did, with its
+//! rules:
 //!
 //! - A batch of ready descriptors is taken agent by agent: each agent's handlers, then at once its
 //!   `after_events` (what it sends), not after every other agent's handlers (eight hosts answering late
@@ -8,6 +9,7 @@
 //!   with what it sends; what runs after goes on at the later time, so no agent's clock runs backwards.
 //! - Every due deadline runs before any of their `after_events`: agents whose timed starts fall on one
 //!   instant release them together.
+//! - An agent that stops is finished (its descriptors leave the epoll) at the end of the batch.
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
@@ -16,28 +18,55 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::io::clock::monotonic_ns;
-use crate::io::poll::{Epoll, Ready, TimerFd};
+use crate::io::poll::{Epoll, Ready, TimerFd, READABLE};
 
 /// The longest wait: a stop asked from another thread is seen within this.
 const WAIT_MS: i32 = 500;
-/// The timerfd's token (agents' tokens are their index above 32 bits, below u64::MAX).
+/// The timerfd's token (agents' tokens are their index above 32 bits, below these two).
 const TIMER: u64 = u64::MAX;
+/// The stop descriptor's token ([`EventLoop::stop_on`]).
+const STOP: u64 = u64::MAX - 1;
 /// Ready descriptors taken per wait.
 const EVENTS: usize = 256;
 /// Deadlines left behind in the heap (an agent moved its own) kept before it is rebuilt from the live ones:
 /// an agent that moves its deadline at every frame would otherwise grow it without end.
 const HEAP_SLACK: usize = 64;
 
+/// What one agent may change in the loop's epoll: its own descriptors, each reported to it with its token.
+pub struct Registry<'a> {
+    epoll: &'a Epoll,
+    agent: usize,
+}
+
+impl Registry<'_> {
+    /// Watches `fd` for `events` (`io::poll::READABLE`, `WRITABLE`), reported to the agent as `token`.
+    pub fn watch(&self, fd: RawFd, token: u32, events: u32) -> io::Result<()> {
+        self.epoll.add(fd, token_of(self.agent, token), events)
+    }
+
+    /// Watches `fd` for `events` instead.
+    pub fn modify(&self, fd: RawFd, token: u32, events: u32) -> io::Result<()> {
+        self.epoll.modify(fd, token_of(self.agent, token), events)
+    }
+
+    /// Stops watching `fd`.
+    pub fn unwatch(&self, fd: RawFd) -> io::Result<()> {
+        self.epoll.remove(fd)
+    }
+}
+
 /// What the loop asks of an agent (a switch, a host).
 pub trait Agent {
-    /// A descriptor the agent watches is ready; `token` is the one it gave to [`EventLoop::watch`].
-    fn ready(&mut self, token: u32, ready: Ready, now: u64);
+    /// A descriptor the agent watches is ready; `token` is the one it watched it with.
+    fn ready(&mut self, token: u32, ready: Ready, now: u64, registry: &Registry<'_>);
     /// Its deadline came (at `deadline`; `now` is later or equal).
-    fn deadline(&mut self, deadline: u64, now: u64);
+    fn deadline(&mut self, deadline: u64, now: u64, registry: &Registry<'_>);
     /// After its events of a batch, or its deadline: what it sends. Returns its next deadline, if any.
-    fn after_events(&mut self, now: u64) -> Option<u64>;
-    /// Whether it goes on; an agent that stops is dropped at the end of the batch (its descriptors close).
+    fn after_events(&mut self, now: u64, registry: &Registry<'_>) -> Option<u64>;
+    /// Whether it goes on; an agent that stops is finished at the end of the batch.
     fn running(&self) -> bool;
+    /// The loop no longer serves it: it takes its descriptors out of the epoll and writes what it must.
+    fn finish(&mut self, registry: &Registry<'_>);
 }
 
 /// The loop of one process.
@@ -49,7 +78,8 @@ pub struct EventLoop<A> {
     deadlines: Vec<Option<u64>>,
     heap: BinaryHeap<Reverse<(u64, usize)>>,
     ready: Vec<Ready>,
-    /// Set from anywhere (a signal handler's thread, Python): every agent ends at the next look.
+    /// Set from anywhere (another thread, Python, a readable stop descriptor): every agent ends at the next
+    /// look.
     pub stop: Arc<AtomicBool>,
 }
 
@@ -57,7 +87,7 @@ impl<A: Agent> EventLoop<A> {
     pub fn new() -> io::Result<EventLoop<A>> {
         let epoll = Epoll::new(EVENTS)?;
         let timer = TimerFd::new()?;
-        epoll.add(timer.as_raw_fd(), TIMER, true, false)?;
+        epoll.add(timer.as_raw_fd(), TIMER, READABLE)?;
         Ok(EventLoop {
             epoll,
             timer,
@@ -69,29 +99,47 @@ impl<A: Agent> EventLoop<A> {
         })
     }
 
-    /// Adds an agent; its index, for [`EventLoop::watch`].
+    /// Adds an agent; its index, for [`EventLoop::registry`].
     pub fn add(&mut self, agent: A) -> usize {
         self.agents.push(Some(agent));
         self.deadlines.push(None);
         self.agents.len() - 1
     }
 
-    /// Watches `fd`, owned by agent `agent`, reported to it as `token`.
-    pub fn watch(
-        &self,
-        agent: usize,
-        fd: RawFd,
-        token: u32,
-        readable: bool,
-        writable: bool,
-    ) -> io::Result<()> {
-        self.epoll
-            .add(fd, token_of(agent, token), readable, writable)
+    /// Adds the agent `make` builds, given what it may change in the epoll (to watch its first descriptors);
+    /// its index, or `make`'s error (then nothing is added).
+    pub fn add_with<E>(
+        &mut self,
+        make: impl FnOnce(&Registry<'_>) -> Result<A, E>,
+    ) -> Result<usize, E> {
+        let agent = make(&Registry {
+            epoll: &self.epoll,
+            agent: self.agents.len(),
+        })?;
+        Ok(self.add(agent))
+    }
+
+    /// What agent `agent` may change in the epoll (before the loop runs: its first descriptors).
+    pub fn registry(&self, agent: usize) -> Registry<'_> {
+        Registry {
+            epoll: &self.epoll,
+            agent,
+        }
+    }
+
+    /// Every agent ends once `fd` turns readable (a signal's wake-up descriptor: `signal.set_wakeup_fd`).
+    pub fn stop_on(&self, fd: RawFd) -> io::Result<()> {
+        self.epoll.add(fd, STOP, READABLE)
     }
 
     /// The agent at `index`, while it runs.
     pub fn agent(&self, index: usize) -> Option<&A> {
         self.agents.get(index)?.as_ref()
+    }
+
+    /// The agent at `index`, while it runs, to change.
+    pub fn agent_mut(&mut self, index: usize) -> Option<&mut A> {
+        self.agents.get_mut(index)?.as_mut()
     }
 
     /// Serves every agent until all have stopped, or [`EventLoop::stop`] is set.
@@ -100,6 +148,7 @@ impl<A: Agent> EventLoop<A> {
         for index in 0..self.agents.len() {
             self.after(index, now);
         }
+        self.end_stopped();
         self.arm()?;
         let mut by_agent: Vec<(usize, u32, Ready)> = Vec::with_capacity(EVENTS);
         while self.agents.iter().any(Option::is_some) {
@@ -108,10 +157,10 @@ impl<A: Agent> EventLoop<A> {
             by_agent.clear();
             let mut timer = false;
             for event in &ready {
-                if event.token == TIMER {
-                    timer = true;
-                } else {
-                    by_agent.push(((event.token >> 32) as usize, event.token as u32, *event));
+                match event.token {
+                    TIMER => timer = true,
+                    STOP => self.stop.store(true, Ordering::Relaxed),
+                    token => by_agent.push(((token >> 32) as usize, token as u32, *event)),
                 }
             }
             self.ready = ready;
@@ -127,8 +176,12 @@ impl<A: Agent> EventLoop<A> {
                 let mut now = monotonic_ns()?;
                 while at < by_agent.len() && by_agent[at].0 == agent {
                     let (_, token, event) = by_agent[at];
+                    let registry = Registry {
+                        epoll: &self.epoll,
+                        agent,
+                    };
                     if let Some(Some(a)) = self.agents.get_mut(agent) {
-                        a.ready(token, event, now);
+                        a.ready(token, event, now, &registry);
                     }
                     now = self.serve_come(now)?;
                     at += 1;
@@ -136,21 +189,35 @@ impl<A: Agent> EventLoop<A> {
                 self.after(agent, now);
                 self.serve_come(now)?;
             }
-            let stopping = self.stop.load(Ordering::Relaxed);
-            for slot in self.agents.iter_mut() {
-                if stopping || slot.as_ref().is_some_and(|a| !a.running()) {
-                    *slot = None;
-                }
-            }
+            self.end_stopped();
             self.arm()?;
         }
         Ok(())
     }
 
+    /// Finishes the agents that stopped (every one once a stop is asked).
+    fn end_stopped(&mut self) {
+        let stopping = self.stop.load(Ordering::Relaxed);
+        for (index, slot) in self.agents.iter_mut().enumerate() {
+            if stopping || slot.as_ref().is_some_and(|a| !a.running()) {
+                if let Some(mut agent) = slot.take() {
+                    agent.finish(&Registry {
+                        epoll: &self.epoll,
+                        agent: index,
+                    });
+                }
+            }
+        }
+    }
+
     /// Agent `index`'s `after_events`, and its next deadline kept.
     fn after(&mut self, index: usize, now: u64) {
+        let registry = Registry {
+            epoll: &self.epoll,
+            agent: index,
+        };
         let next = match self.agents.get_mut(index) {
-            Some(Some(agent)) => agent.after_events(now),
+            Some(Some(agent)) => agent.after_events(now, &registry),
             _ => return,
         };
         if let Some(slot) = self.deadlines.get_mut(index) {
@@ -197,8 +264,12 @@ impl<A: Agent> EventLoop<A> {
             }
         }
         for &(deadline, index) in &due {
+            let registry = Registry {
+                epoll: &self.epoll,
+                agent: index,
+            };
             if let Some(Some(agent)) = self.agents.get_mut(index) {
-                agent.deadline(deadline, now);
+                agent.deadline(deadline, now, &registry);
             }
         }
         for &(_, index) in &due {
@@ -259,7 +330,7 @@ mod tests {
     }
 
     impl Agent for Reader {
-        fn ready(&mut self, token: u32, ready: Ready, _now: u64) {
+        fn ready(&mut self, token: u32, ready: Ready, _now: u64, _registry: &Registry<'_>) {
             let mut buffer = [0u8; 64];
             let n = self.stream.read(&mut buffer).unwrap_or(0);
             self.got += n;
@@ -267,17 +338,21 @@ mod tests {
                 .borrow_mut()
                 .push(format!("ready {token} {} {n}", ready.readable));
         }
-        fn deadline(&mut self, deadline: u64, now: u64) {
+        fn deadline(&mut self, deadline: u64, now: u64, _registry: &Registry<'_>) {
             let on_time = now >= deadline && Some(deadline) == self.wake_at;
             self.log.borrow_mut().push(format!("deadline {on_time}"));
             self.wake_at = None;
         }
-        fn after_events(&mut self, _now: u64) -> Option<u64> {
+        fn after_events(&mut self, _now: u64, _registry: &Registry<'_>) -> Option<u64> {
             self.log.borrow_mut().push("after".into());
             self.wake_at
         }
         fn running(&self) -> bool {
             self.got < self.wanted || self.wake_at.is_some()
+        }
+        fn finish(&mut self, registry: &Registry<'_>) {
+            let gone = registry.unwatch(self.stream.as_raw_fd()).is_ok();
+            self.log.borrow_mut().push(format!("finish {gone}"));
         }
     }
 
@@ -299,7 +374,7 @@ mod tests {
             got: 0,
             wake_at,
         });
-        event_loop.watch(index, fd, 7, true, false).unwrap();
+        event_loop.registry(index).watch(fd, 7, READABLE).unwrap();
         let stop = event_loop.stop.clone();
         std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_secs(5));
@@ -313,7 +388,10 @@ mod tests {
         let (mut event_loop, mut writer, log) = one_reader(3, None);
         writer.write_all(b"abc").unwrap();
         event_loop.run().unwrap();
-        assert_eq!(*log.borrow(), ["after", "ready 7 true 3", "after"]);
+        assert_eq!(
+            *log.borrow(),
+            ["after", "ready 7 true 3", "after", "finish true"]
+        );
         assert!(event_loop.agent(0).is_none());
     }
 
@@ -322,7 +400,10 @@ mod tests {
         let soon = monotonic_ns().unwrap() + 2_000_000;
         let (mut event_loop, _writer, log) = one_reader(0, Some(soon));
         event_loop.run().unwrap();
-        assert_eq!(*log.borrow(), ["after", "deadline true", "after"]);
+        assert_eq!(
+            *log.borrow(),
+            ["after", "deadline true", "after", "finish true"]
+        );
         assert!(!event_loop.stop.load(Ordering::Relaxed));
     }
 
@@ -330,18 +411,21 @@ mod tests {
     struct Mover(Reader, u64);
 
     impl Agent for Mover {
-        fn ready(&mut self, token: u32, ready: Ready, now: u64) {
-            self.0.ready(token, ready, now);
+        fn ready(&mut self, token: u32, ready: Ready, now: u64, registry: &Registry<'_>) {
+            self.0.ready(token, ready, now, registry);
         }
-        fn deadline(&mut self, deadline: u64, now: u64) {
-            self.0.deadline(deadline, now);
+        fn deadline(&mut self, deadline: u64, now: u64, registry: &Registry<'_>) {
+            self.0.deadline(deadline, now, registry);
         }
-        fn after_events(&mut self, _now: u64) -> Option<u64> {
+        fn after_events(&mut self, _now: u64, _registry: &Registry<'_>) -> Option<u64> {
             self.1 += 1;
             Some(u64::MAX - 1_000_000 - self.1) // far off, and earlier each time: the old ones stay below the top
         }
         fn running(&self) -> bool {
             self.0.got < self.0.wanted
+        }
+        fn finish(&mut self, registry: &Registry<'_>) {
+            self.0.finish(registry);
         }
     }
 
@@ -374,6 +458,19 @@ mod tests {
     }
 
     #[test]
+    fn a_readable_stop_descriptor_ends_every_agent() {
+        let (mut event_loop, _writer, log) = one_reader(1, None); // waits for a byte that never comes
+        let (wake, mut signal) = UnixStream::pair().unwrap();
+        event_loop.stop_on(wake.as_raw_fd()).unwrap();
+        signal.write_all(&[15]).unwrap(); // what CPython's handler writes for SIGTERM
+        let began = std::time::Instant::now();
+        event_loop.run().unwrap();
+        assert!(began.elapsed() < std::time::Duration::from_secs(2)); // not the 5 s guard's stop
+        assert_eq!(*log.borrow(), ["after", "finish true"]);
+        assert!(event_loop.stop.load(Ordering::Relaxed));
+    }
+
+    #[test]
     fn a_stop_ends_every_agent() {
         let (mut event_loop, _writer, log) = one_reader(1, None); // waits for a byte that never comes
         let stop = event_loop.stop.clone();
@@ -383,7 +480,7 @@ mod tests {
         });
         event_loop.run().unwrap();
         stopper.join().unwrap();
-        assert_eq!(*log.borrow(), ["after"]);
+        assert_eq!(*log.borrow(), ["after", "finish true"]);
         assert!(event_loop.agent(0).is_none());
     }
 }

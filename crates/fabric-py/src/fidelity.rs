@@ -65,13 +65,7 @@ impl Durations {
 
     /// `{"count", "p50_ns", "p99_ns", "max_ns"}`, None where there is no sample.
     fn summary<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let summary = self.inner.summary();
-        let out = PyDict::new(py);
-        out.set_item("count", summary.count)?;
-        out.set_item("p50_ns", summary.p50_ns)?;
-        out.set_item("p99_ns", summary.p99_ns)?;
-        out.set_item("max_ns", summary.max_ns)?;
-        Ok(out)
+        durations_summary(py, &self.inner)
     }
 }
 
@@ -150,15 +144,51 @@ impl EgressWire {
 
     /// `{"frames", "busy_ns", "stall_ns", "stall_share", "longest_stall_ns"}`.
     fn summary<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let summary = self.inner.summary();
-        let out = PyDict::new(py);
-        out.set_item("frames", summary.frames)?;
-        out.set_item("busy_ns", summary.busy_ns)?;
-        out.set_item("stall_ns", summary.stall_ns)?;
-        out.set_item("stall_share", summary.stall_share)?;
-        out.set_item("longest_stall_ns", summary.longest_stall_ns)?;
-        Ok(out)
+        wire_summary(py, &self.inner)
     }
+}
+
+impl Durations {
+    /// The Python face of a histogram a compiled agent kept.
+    pub(crate) fn of(inner: core::Durations) -> Durations {
+        Durations { inner }
+    }
+}
+
+impl EgressWire {
+    /// The Python face of a wire a compiled agent kept.
+    pub(crate) fn of(inner: core::EgressWire) -> EgressWire {
+        EgressWire { inner }
+    }
+}
+
+/// `{"count", "p50_ns", "p99_ns", "max_ns"}` of `durations`, None where there is no sample.
+pub(crate) fn durations_summary<'py>(
+    py: Python<'py>,
+    durations: &core::Durations,
+) -> PyResult<Bound<'py, PyDict>> {
+    let summary = durations.summary();
+    let out = PyDict::new(py);
+    out.set_item("count", summary.count)?;
+    out.set_item("p50_ns", summary.p50_ns)?;
+    out.set_item("p99_ns", summary.p99_ns)?;
+    out.set_item("max_ns", summary.max_ns)?;
+    Ok(out)
+}
+
+/// `{"frames", "busy_ns", "stall_ns", "stall_share", "longest_stall_ns"}` of `wire`.
+pub(crate) fn wire_summary<'py>(
+    py: Python<'py>,
+    wire: &core::EgressWire,
+) -> PyResult<Bound<'py, PyDict>> {
+    let summary = wire.summary();
+    let out = PyDict::new(py);
+    out.set_item("frames", summary.frames)?;
+    out.set_item("busy_ns", summary.busy_ns)?;
+    out.set_item("stall_ns", summary.stall_ns)?;
+    out.set_item("stall_share", summary.stall_share)?;
+    out.set_item("longest_stall_ns", summary.longest_stall_ns)?;
+    Ok(out)
 }
 
 /// What the monitor accepts (a frozen dataclass in Python: keyword defaults, equality, hash, repr).

@@ -50,6 +50,55 @@ pub fn with_link<R>(
         .ok_or_else(|| no_port(port))
 }
 
+/// The IB plane of a switch whose ports have `macs` (ours, the peer's), longest frames and rates, configured by
+/// `config` (the agents' `SwitchIbConfig`).
+pub(crate) fn plane_of(
+    macs: Vec<(String, String)>,
+    config: &Bound<'_, PyAny>,
+    max_frames: Vec<u64>,
+    rates_bps: Vec<u64>,
+) -> PyResult<core::IbPlane> {
+    let pairs = macs
+        .iter()
+        .map(|(ours, peers)| Ok((parse_mac(ours)?, parse_mac(peers)?)))
+        .collect::<PyResult<Vec<_>>>()?;
+    let lft = config
+        .getattr("lft")?
+        .call_method0("items")?
+        .try_iter()?
+        .map(|item| item?.extract::<(u16, usize)>())
+        .collect::<PyResult<Vec<_>>>()?;
+    let vl_buffer = buffer(config.getattr("vl_buffer")?.extract()?)?;
+    let peer_capacity: Vec<i64> = config.getattr("peer_capacity")?.extract()?;
+    let mut ports = Vec::with_capacity(pairs.len());
+    for (index, (mac, peer_mac)) in pairs.into_iter().enumerate() {
+        let at = |list: &[u64]| {
+            list.get(index)
+                .copied()
+                .ok_or_else(|| PyIndexError::new_err("list index out of range"))
+        };
+        let peer = peer_capacity
+            .get(index)
+            .copied()
+            .ok_or_else(|| PyIndexError::new_err("list index out of range"))?;
+        ports.push(core::PortSetup {
+            mac,
+            peer_mac,
+            max_frame: at(&max_frames)?,
+            rate_bps: at(&rates_bps)?,
+            peer_capacity: buffer(peer)?,
+        });
+    }
+    let setup = core::IbPlaneConfig {
+        lft,
+        sl2vl: config.getattr("sl2vl")?.extract()?,
+        vls: config.getattr("vls")?.extract()?,
+        vl_buffer,
+        fc_floor: config.getattr("fc_floor")?.extract()?,
+    };
+    core::IbPlane::new(ports, setup).map_err(error)
+}
+
 /// Credit state and VL queues of every port of one switch.
 #[pyclass(module = "emulator._core.ib_plane")]
 pub struct IbPlane {
@@ -79,45 +128,7 @@ impl IbPlane {
         max_frames: Vec<u64>,
         rates_bps: Vec<u64>,
     ) -> PyResult<Self> {
-        let pairs = macs
-            .iter()
-            .map(|(ours, peers)| Ok((parse_mac(ours)?, parse_mac(peers)?)))
-            .collect::<PyResult<Vec<_>>>()?;
-        let lft = config
-            .getattr("lft")?
-            .call_method0("items")?
-            .try_iter()?
-            .map(|item| item?.extract::<(u16, usize)>())
-            .collect::<PyResult<Vec<_>>>()?;
-        let vl_buffer = buffer(config.getattr("vl_buffer")?.extract()?)?;
-        let peer_capacity: Vec<i64> = config.getattr("peer_capacity")?.extract()?;
-        let mut ports = Vec::with_capacity(pairs.len());
-        for (index, (mac, peer_mac)) in pairs.into_iter().enumerate() {
-            let at = |list: &[u64]| {
-                list.get(index)
-                    .copied()
-                    .ok_or_else(|| PyIndexError::new_err("list index out of range"))
-            };
-            let peer = peer_capacity
-                .get(index)
-                .copied()
-                .ok_or_else(|| PyIndexError::new_err("list index out of range"))?;
-            ports.push(core::PortSetup {
-                mac,
-                peer_mac,
-                max_frame: at(&max_frames)?,
-                rate_bps: at(&rates_bps)?,
-                peer_capacity: buffer(peer)?,
-            });
-        }
-        let setup = core::IbPlaneConfig {
-            lft,
-            sl2vl: config.getattr("sl2vl")?.extract()?,
-            vls: config.getattr("vls")?.extract()?,
-            vl_buffer,
-            fc_floor: config.getattr("fc_floor")?.extract()?,
-        };
-        let plane = core::IbPlane::new(ports, setup).map_err(error)?;
+        let plane = plane_of(macs, config, max_frames, rates_bps)?;
         let heads = (0..plane.port_count()).map(|_| None).collect();
         Ok(IbPlane { plane, heads })
     }
@@ -249,28 +260,7 @@ impl IbPlane {
 
     /// forwarded, queued per VL, drops, tx_errors and each VL's credit counters of one port.
     fn stats<'py>(&self, py: Python<'py>, port: usize) -> PyResult<Bound<'py, PyDict>> {
-        let port = self.check(port)?;
-        let dict = PyDict::new(py);
-        dict.set_item("forwarded", self.plane.forwarded(port))?;
-        let queued: Vec<usize> = (0..self.plane.vls())
-            .map(|vl| self.plane.queue(port, vl).map_or(0, |q| q.len()))
-            .collect();
-        dict.set_item("queued", queued)?;
-        dict.set_item(
-            "drops",
-            drops_dict(py, self.plane.drops(port).unwrap_or_default())?,
-        )?;
-        dict.set_item("tx_errors", self.plane.tx_errors(port))?;
-        let credits = PyList::empty(py);
-        if let Some(link) = self.plane.link(port) {
-            for vl in 0..link.vl_count() {
-                if let Some(c) = link.counters(vl) {
-                    credits.append(crate::credits::counters_dict(py, c)?)?;
-                }
-            }
-        }
-        dict.set_item("credits", credits)?;
-        Ok(dict)
+        port_stats(py, &self.plane, self.check(port)?)
     }
 
     /// Drops of one cause (an IB_DROPS name) over every port.
@@ -291,6 +281,35 @@ impl IbPlane {
 }
 
 /// A port's drops as a dict, by cause name.
+/// One port's IB counters: frames forwarded, queued per VL, drops by cause, send errors, credits per VL.
+pub(crate) fn port_stats<'py>(
+    py: Python<'py>,
+    plane: &core::IbPlane,
+    port: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("forwarded", plane.forwarded(port))?;
+    let queued: Vec<usize> = (0..plane.vls())
+        .map(|vl| plane.queue(port, vl).map_or(0, |q| q.len()))
+        .collect();
+    dict.set_item("queued", queued)?;
+    dict.set_item(
+        "drops",
+        drops_dict(py, plane.drops(port).unwrap_or_default())?,
+    )?;
+    dict.set_item("tx_errors", plane.tx_errors(port))?;
+    let credits = PyList::empty(py);
+    if let Some(link) = plane.link(port) {
+        for vl in 0..link.vl_count() {
+            if let Some(c) = link.counters(vl) {
+                credits.append(crate::credits::counters_dict(py, c)?)?;
+            }
+        }
+    }
+    dict.set_item("credits", credits)?;
+    Ok(dict)
+}
+
 fn drops_dict(py: Python<'_>, drops: [u64; 4]) -> PyResult<Bound<'_, PyDict>> {
     let dict = PyDict::new(py);
     for (name, count) in core::IB_DROPS.iter().zip(drops) {

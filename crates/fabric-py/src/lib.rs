@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 mod credits;
+mod dataplane;
 mod dcqcn;
 mod engine;
 mod fidelity;
@@ -51,6 +52,7 @@ const SUBMODULES: &[(&str, Register)] = &[
     ("engine", engine::register),
     ("sim", sim::register),
     ("io", io::register),
+    ("dataplane", dataplane::register),
 ];
 
 #[pymodule]

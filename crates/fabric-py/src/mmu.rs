@@ -216,7 +216,7 @@ fn weights_of(weights: &[i64]) -> PyResult<[i64; PRIORITIES]> {
 }
 
 /// The core config of an `MmuConfig`, this module's or the Python dataclass (read by its fields).
-fn config_of(config: &Bound<'_, PyAny>) -> PyResult<core::MmuConfig> {
+pub(crate) fn config_of(config: &Bound<'_, PyAny>) -> PyResult<core::MmuConfig> {
     if let Ok(ours) = config.cast::<MmuConfig>() {
         return Ok(ours.get().inner.clone());
     }

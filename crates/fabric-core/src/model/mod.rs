@@ -12,4 +12,5 @@ pub mod pfcwd;
 pub mod rc;
 pub mod rdma_params;
 pub mod rng;
+pub mod routes;
 pub mod rx_pipeline;

@@ -9,7 +9,6 @@ pub mod ib;
 pub mod memory;
 pub mod plans;
 pub mod ranks;
-pub mod routes;
 pub mod summary;
 pub mod switch;
 pub mod watch;

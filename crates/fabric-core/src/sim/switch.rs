@@ -12,11 +12,11 @@ use crate::model::forwarding::{ecmp_index, ipv4_ok_len, priority, route_in_place
 use crate::model::ib_plane::IbPlane;
 use crate::model::link::{Link, SameFrame};
 use crate::model::mmu::{Mmu, PfcRequest};
+use crate::model::routes::{Egress, Routes};
 use crate::sim::engine::{Engine, EventId, TimerId};
 use crate::sim::fabric::Event;
 use crate::sim::frame::SimFrame;
 use crate::sim::ib::port_waiting;
-use crate::sim::routes::{Egress, Routes};
 use crate::sim::wire::Wire;
 use crate::wire::ib::ETH_IB;
 use crate::wire::mac::{Mac, ETH_LEN};

@@ -1,5 +1,5 @@
-//! Clocks: the monotonic clock the loop and its timer run on, and the calling thread's CPU time, what a
-//! benchmark charges a loop with.
+//! Clocks: the monotonic clock the loop and its timer run on, the real-time clock of the kernel's receive time
+//! stamps, and the calling thread's CPU time, what a benchmark charges a loop with.
 use std::io;
 
 /// Nanoseconds the calling thread has run on a CPU (`CLOCK_THREAD_CPUTIME_ID`).
@@ -10,6 +10,11 @@ pub fn thread_cpu_ns() -> io::Result<u64> {
 /// Now, in ns of `CLOCK_MONOTONIC`: Python's `time.monotonic_ns()`, and the timerfd's clock.
 pub fn monotonic_ns() -> io::Result<u64> {
     read_clock(libc::CLOCK_MONOTONIC)
+}
+
+/// Now, in ns of `CLOCK_REALTIME`: the clock of the kernel's receive time stamps (Python's `time.time_ns()`).
+pub fn realtime_ns() -> io::Result<u64> {
+    read_clock(libc::CLOCK_REALTIME)
 }
 
 fn read_clock(clock: libc::clockid_t) -> io::Result<u64> {

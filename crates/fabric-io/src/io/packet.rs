@@ -15,6 +15,10 @@ use crate::io::ring::RxRing;
 pub const ETH_P_ALL: u16 = 0x0003;
 /// `linux/if_packet.h`: the socket does not receive the frames it sends.
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+/// `linux/if_packet.h`: the socket's receive statistics (`struct tpacket_stats`), reset by each read.
+const PACKET_STATISTICS: libc::c_int = 6;
+/// `linux/sockios.h`: the kernel's receive time stamp of the last frame read.
+const SIOCGSTAMPNS: libc::c_ulong = 0x8907;
 
 /// Frames received by one call: `count` frames, each in a slot of `slot` bytes of `data`.
 pub struct Batch {
@@ -131,6 +135,7 @@ impl PacketSocket {
 
     /// The socket, its options set, bound to nothing yet.
     fn unbound(send_buffer: usize, recv_buffer: usize) -> io::Result<PacketSocket> {
+        // 0: the kernel's default buffer (a sender's).
         let flags = libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
         // SAFETY: socket() takes no pointer; its result is checked before it is used as a descriptor.
         let fd = unsafe { libc::socket(libc::AF_PACKET, flags, 0) };
@@ -145,7 +150,9 @@ impl PacketSocket {
             headers: Vec::new(),
         };
         socket.set_int(libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)?;
-        socket.set_int(libc::SOL_SOCKET, libc::SO_SNDBUF, clamp_int(send_buffer))?;
+        if send_buffer > 0 {
+            socket.set_int(libc::SOL_SOCKET, libc::SO_SNDBUF, clamp_int(send_buffer))?;
+        }
         if recv_buffer > 0 {
             socket.set_int(libc::SOL_SOCKET, libc::SO_RCVBUF, clamp_int(recv_buffer))?;
         }
@@ -181,6 +188,60 @@ impl PacketSocket {
             )
         };
         check(rc)
+    }
+
+    /// A socket on `ifname` that is only sent on, in tc class `priority` (`SO_PRIORITY`): a switch port's
+    /// PFC frames and ARP replies, which overtake the data backlog in the highest class.
+    pub fn open_sender(ifname: &str, priority: u32) -> io::Result<PacketSocket> {
+        let index = interface_index(ifname)?;
+        let socket = PacketSocket::unbound(0, 0)?;
+        socket.set_int(
+            libc::SOL_SOCKET,
+            libc::SO_PRIORITY,
+            libc::c_int::try_from(priority).unwrap_or(libc::c_int::MAX),
+        )?;
+        socket.bind(index, 0)?;
+        Ok(socket)
+    }
+
+    /// Frames the kernel dropped since the last call because the receive buffer was full (reading the
+    /// statistics resets them, so callers add the results up).
+    pub fn kernel_drops(&self) -> io::Result<u64> {
+        let mut stats = [0u32; 2]; // tp_packets, tp_drops
+        let mut len = size_of::<[u32; 2]>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `stats`, which has that many, and updates `len`.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                PACKET_STATISTICS,
+                stats.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        check(rc)?;
+        Ok(u64::from(stats[1]))
+    }
+
+    /// When the kernel received the frame last read (ns of `CLOCK_REALTIME`), or `None` before the first. The
+    /// first ask turns the kernel's receive time stamps on for the socket.
+    pub fn last_receive_ns(&self) -> Option<u64> {
+        let mut stamp = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: SIOCGSTAMPNS writes one timespec through the pointer, which points to a live, writable one.
+        let rc = unsafe { libc::ioctl(self.fd.as_raw_fd(), SIOCGSTAMPNS as _, &mut stamp) };
+        if rc < 0 {
+            return None;
+        }
+        let seconds = u64::try_from(stamp.tv_sec).ok()?;
+        let nanoseconds = u64::try_from(stamp.tv_nsec).ok()?;
+        Some(
+            seconds
+                .saturating_mul(1_000_000_000)
+                .saturating_add(nanoseconds),
+        )
     }
 
     /// Receives the frames waiting, up to the batch's room, without waiting for more: how many (0: none).

@@ -9,6 +9,11 @@ pub struct Epoll {
     events: Vec<libc::epoll_event>,
 }
 
+/// Interest in reading (`EPOLLIN`), as [`Epoll::add`] takes it and [`Ready::events`] gives it.
+pub const READABLE: u32 = libc::EPOLLIN as u32;
+/// Interest in writing (`EPOLLOUT`).
+pub const WRITABLE: u32 = libc::EPOLLOUT as u32;
+
 /// A descriptor that became ready: its token, and whether it can be read and written (or hung up / failed,
 /// which reads as readable: the read then says what happened).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,6 +21,9 @@ pub struct Ready {
     pub token: u64,
     pub readable: bool,
     pub writable: bool,
+    /// The kernel's event mask as it came (`EPOLLIN`, `EPOLLOUT`, `EPOLLERR`, `EPOLLHUP`): what a Python
+    /// handler is given.
+    pub events: u32,
 }
 
 impl Epoll {
@@ -33,22 +41,25 @@ impl Epoll {
         })
     }
 
-    /// Watches `fd` for reading and/or writing, reported with `token`.
-    pub fn add(&self, fd: RawFd, token: u64, readable: bool, writable: bool) -> io::Result<()> {
-        let mut mask = 0;
-        if readable {
-            mask |= libc::EPOLLIN as u32;
-        }
-        if writable {
-            mask |= libc::EPOLLOUT as u32;
-        }
-        let mut event = libc::epoll_event {
-            events: mask,
-            u64: token,
-        };
-        // SAFETY: `event` is a live epoll_event for the call; the kernel copies it.
-        let rc =
-            unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) };
+    /// Watches `fd` for `events` ([`READABLE`], [`WRITABLE`] or both), reported with `token`.
+    pub fn add(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        self.control(libc::EPOLL_CTL_ADD, fd, token, events)
+    }
+
+    /// Watches `fd`, already watched, for `events` instead, reported with `token`.
+    pub fn modify(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        self.control(libc::EPOLL_CTL_MOD, fd, token, events)
+    }
+
+    /// Stops watching `fd`.
+    pub fn remove(&self, fd: RawFd) -> io::Result<()> {
+        self.control(libc::EPOLL_CTL_DEL, fd, 0, 0)
+    }
+
+    fn control(&self, op: libc::c_int, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        let mut event = libc::epoll_event { events, u64: token };
+        // SAFETY: `event` is a live epoll_event for the call (the kernel copies it; EPOLL_CTL_DEL ignores it).
+        let rc = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut event) };
         if rc < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -83,6 +94,7 @@ impl Epoll {
                 token: event.u64,
                 readable: mask & (libc::EPOLLIN as u32 | hung) != 0,
                 writable: mask & libc::EPOLLOUT as u32 != 0,
+                events: mask,
             });
         }
         Ok(())

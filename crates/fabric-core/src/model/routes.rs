@@ -1,4 +1,4 @@
-//! A simulated switch's routing table: IPv4 destination -> the egress ports that lead there (ECMP among
+//! A switch's routing table: IPv4 destination -> the egress ports that lead there (ECMP among
 //! several), looked up once per frame.
 //!
 //! The plan's addresses are dense (hosts get 10.0.0.1, 10.0.0.2, ...), so the table is a vector indexed by
