@@ -45,6 +45,7 @@ from emulator.kernel.netns import entered  # noqa: E402
 from topologies import FatTreeTopo, StarTopo  # noqa: E402
 
 PACKET_QDISC_BYPASS = 20
+SINK_MAC = "02:03:00:00:00:02"  # h2's veth under another address: its kernel drops what the switch forwards
 SOL_PACKET = 263
 FATTREE_K = (4, 18)  # fattree,18 is 1863 nodes; fattree,20 (2500) is over the node cap (bounds.MAX_NODES)
 
@@ -99,6 +100,11 @@ def _forward(size: int, seconds: float, fabric: str = "lossless", switch: dict[s
              tos: int = 0, monitor: bool = True) -> dict[str, float]:
     """Offer frames to s1 from h1 as fast as possible; what s1 forwarded to h2."""
     with Fabric(StarTopo(n=2), link={"bw": "10gbit"}, fabric=fabric, switch=switch, monitor=monitor) as net:
+        # h2 is a sink: its kernel takes the frames for another host's (another MAC on its veth) and drops them
+        # first thing.  Each interface is received on its peer's CPU, so h2's receive runs on the switch's; with
+        # h2's own address, its IP stack answered every frame to UDP port 9 with an ICMP error there, and the
+        # switch was charged for it.  rx_packets counts the frames all the same.
+        net["h2"].run(["ip", "link", "set", "h2-eth0", "address", SINK_MAC], check=True)
         port = net.plan.nodes["h1"].ports[0]
         frame = _udp_frame(size, mac_bytes(port.peer_mac), mac_bytes(port.mac), net["h1"].ip, net["h2"].ip, tos)
         with entered(net["h1"].netns):

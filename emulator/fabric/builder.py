@@ -39,7 +39,7 @@ from emulator.fabric.node import Node
 from emulator.kernel.netns import create_namespace, entered, existing_namespaces
 from emulator.fabric.placement import check_workers, default_workers, node_cpus, place, process_cpus
 from emulator.fabric.link_state import save_graph
-from emulator.fabric.plan import GATEWAY_IP, FabricPlan, NodePlan, make_plan, switch_graph
+from emulator.fabric.plan import GATEWAY_IP, FabricPlan, NodePlan, make_plan, switch_graph, veth_mac
 from emulator.fabric.ib_subnet import assign as assign_subnet
 from emulator.fabric.privileges import require_root
 from emulator.fabric.reachability import pingall
@@ -176,8 +176,9 @@ class Fabric:
         self._log(f"created {len(self.plan.nodes)} namespaces")
         for a, b in self.plan.links:
             self._ipr[a.node].link(
-                "add", ifname=a.ifname, kind="veth", address=a.mac, mtu=a.params.mtu,
-                peer={"ifname": b.ifname, "net_ns_fd": self.plan.nodes[b.node].netns, "address": b.mac, "mtu": b.params.mtu},
+                "add", ifname=a.ifname, kind="veth", address=veth_mac(self.plan, a), mtu=a.params.mtu,
+                peer={"ifname": b.ifname, "net_ns_fd": self.plan.nodes[b.node].netns,
+                      "address": veth_mac(self.plan, b), "mtu": b.params.mtu},
             )
         self._log(f"created {len(self.plan.links)} links")
         last_report = time.monotonic()

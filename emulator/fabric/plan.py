@@ -154,6 +154,21 @@ def _mac(kind: str, index: int, port: int) -> str:
     return mac_text(bytes([0x02, 0x00 if kind == "host" else 0x01]) + index.to_bytes(3, "big") + bytes([port]))
 
 
+def veth_mac(plan: "FabricPlan", port: PortPlan) -> str:
+    """The address the kernel gives ``port``'s veth: its fabric MAC, except on a switch (02:02:...).
+
+    A switch's frames are its agent's: with the fabric MAC on its veths, the switch namespace's kernel took
+    every frame for itself too (IPv4 input, a route lookup, an ICMP error), at its agent's CPU.  Under
+    another address the kernel sees them as another host's and drops them first thing; the agent's raw
+    sockets hear every frame whatever its address, and every frame on the wire carries the fabric MAC.
+    """
+    if plan.nodes[port.node].kind != "switch":
+        return port.mac
+    raw = bytearray(bytes.fromhex(port.mac.replace(":", "")))
+    raw[1] = 0x02
+    return mac_text(bytes(raw))
+
+
 def make_plan(topo: Topo, run: str, link_defaults: dict[str, Any] | None = None, routes: bool = True) -> FabricPlan:
     """Assign names, addresses and routes to every node of ``topo``.
 

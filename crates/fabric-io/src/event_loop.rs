@@ -78,6 +78,9 @@ pub struct EventLoop<A> {
     deadlines: Vec<Option<u64>>,
     heap: BinaryHeap<Reverse<(u64, usize)>>,
     ready: Vec<Ready>,
+    /// The deadline the timerfd is armed for (None once it fired): arming it again for the same one is a
+    /// system call per batch for nothing.
+    armed: Option<u64>,
     /// Set from anywhere (another thread, Python, a readable stop descriptor): every agent ends at the next
     /// look.
     pub stop: Arc<AtomicBool>,
@@ -95,6 +98,7 @@ impl<A: Agent> EventLoop<A> {
             deadlines: Vec::new(),
             heap: BinaryHeap::new(),
             ready: Vec::new(),
+            armed: None,
             stop: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -166,6 +170,7 @@ impl<A: Agent> EventLoop<A> {
             self.ready = ready;
             if timer {
                 self.timer.consume()?;
+                self.armed = None;
                 let now = monotonic_ns()?;
                 self.serve_due(now);
             }
@@ -303,7 +308,11 @@ impl<A: Agent> EventLoop<A> {
         }
         self.drop_stale();
         let next = self.heap.peek().map(|&Reverse((deadline, _))| deadline);
-        self.timer.arm(next)
+        if next != self.armed {
+            self.timer.arm(next)?;
+            self.armed = next;
+        }
+        Ok(())
     }
 }
 
