@@ -354,11 +354,13 @@ impl Switch {
             Some(_) => self.process(now, port, frame, wires),
             None => self.recycle(frame),
         }
+        self.send_pfc_decided(wires);
     }
 
     /// Port `port`'s data socket turned writable.
     pub fn writable(&mut self, now: u64, port: usize, wires: &mut impl Wires) {
         self.drain(now, port, wires);
+        self.send_pfc_decided(wires); // what left may have brought an ingress below XON
     }
 
     /// A receive on `port` failed: its link went down.
@@ -417,26 +419,14 @@ impl Switch {
             let index = self.paced[at];
             self.drain(now, index, wires);
         }
+        self.send_pfc_decided(wires);
     }
 
-    /// After a batch of events: send the PFC frames the MMU decided on, take an occupancy sample if one is
-    /// due, send the IB flow-control packets due; the next deadline (never before `now`).
+    /// After a batch of events: the PFC frames the MMU decided on sent (each entry point sends them at once;
+    /// what a control request decided too), an occupancy sample taken if one is due, the IB flow-control
+    /// packets due sent; the next deadline (never before `now`).
     pub fn after_events(&mut self, now: u64, wires: &mut impl Wires) -> Option<u64> {
-        let mut pfc = std::mem::take(&mut self.pfc);
-        pfc.extend(self.mmu.take_pfc());
-        for request in pfc.drain(..) {
-            if let Some(port) = self.ports.get_mut(request.port) {
-                let mut quanta = [None; PRIORITIES];
-                if let Some(slot) = quanta.get_mut(request.priority) {
-                    *slot = Some(request.quanta);
-                }
-                if wires.send_control(request.port, &encode_pfc(&port.mac, &quanta)) != Sent::Taken
-                {
-                    port.counters.tx_errors += 1; // the link is down: the frame is lost with it
-                }
-            }
-        }
-        self.pfc = pfc;
+        self.send_pfc_decided(wires);
         if self.next_sample != 0 && now >= self.next_sample {
             self.sample(now);
         }
@@ -474,6 +464,29 @@ impl Switch {
         // A deadline already past (a grant that grew urgent meanwhile) is armed for now: it fires at once, and
         // its lateness counts from when the work became known.
         deadline.map(|d| d.max(now))
+    }
+
+    /// Sends the PFC frames the MMU decided on, at once: an XOFF leaves as soon as the frame that crossed the
+    /// threshold is in, not after the rest of the wake-up's frames (the generation time the headroom covers).
+    fn send_pfc_decided(&mut self, wires: &mut impl Wires) {
+        if !self.mmu.pfc_pending() {
+            return;
+        }
+        let mut pfc = std::mem::take(&mut self.pfc);
+        pfc.extend(self.mmu.take_pfc());
+        for request in pfc.drain(..) {
+            if let Some(port) = self.ports.get_mut(request.port) {
+                let mut quanta = [None; PRIORITIES];
+                if let Some(slot) = quanta.get_mut(request.priority) {
+                    *slot = Some(request.quanta);
+                }
+                if wires.send_control(request.port, &encode_pfc(&port.mac, &quanta)) != Sent::Taken
+                {
+                    port.counters.tx_errors += 1; // the link is down: the frame is lost with it
+                }
+            }
+        }
+        self.pfc = pfc;
     }
 
     /// Sends one PFC frame of `quanta` for `priority` out of `port` (the `pfc` control request): the frame,
