@@ -18,7 +18,10 @@ Three measurements, all for one priority (3, the lossless one, unless told):
   priority, at the start or after an XON: refreshes are not counted), the
   time from the last data frame the port received before it to the XOFF on
   the wire.  The frame that crossed the threshold is that last frame unless
-  the switch took longer than a frame time to react.
+  the switch took longer than a frame time to react.  A veth's capture
+  stamps a frame when its first bit would leave; its last bit arrives its
+  time on the wire later (at the link rate), and a switch can act on it only
+  then, so that time is counted from (with the link's rate given).
 * **Reaction** (:func:`reactions`), on a host NIC's capture: for each XOFF
   that arrives, the data frames the host still sent before its traffic of
   that priority stops (a gap of more than ``gap_ns``), their bytes, and the
@@ -168,9 +171,11 @@ class Generation:
         return self.xoff_ns - self.last_data_ns
 
 
-def generation_delays(frames: Sequence[Frame], priority: int = 3) -> list[Generation]:
+def generation_delays(frames: Sequence[Frame], priority: int = 3, rate_bps: int | None = None) -> list[Generation]:
     """Per XOFF sent by the captured switch port, the time from the last data
-    frame the port received (addressed to the XOFF's sender) before it.
+    frame the port received (addressed to the XOFF's sender) before it: from
+    its last bit, its length's time at ``rate_bps`` after its capture stamp
+    (None: from the stamp).
 
     The port is recognised as the sender of the PFC frames; an XOFF with no
     earlier data frame is skipped.
@@ -178,7 +183,8 @@ def generation_delays(frames: Sequence[Frame], priority: int = 3) -> list[Genera
     data: dict[str, list[int]] = {}
     for frame in frames:
         if is_data(frame, priority):
-            data.setdefault(frame.dst, []).append(frame.time_ns)
+            whole = frame.time_ns + (frame.length * 8_000_000_000 // rate_bps if rate_bps else 0)
+            data.setdefault(frame.dst, []).append(whole)
     generations = []
     for xoff in xoff_frames(frames, priority):
         received = data.get(xoff.src, [])

@@ -4,7 +4,8 @@ A lossless incast (``star,senders+1``, UDP senders at the full link rate
 into the last host, priority 3, every link end captured) gives, per XOFF:
 
   (a) generation: at the switch port that sends it, the time from the last
-      data frame the port received before it to the XOFF on the wire;
+      data frame the port received before it (its last bit) to the XOFF on
+      the wire;
   (b) reaction: at the sender it reaches, the time from its arrival to the
       sender's last priority-3 frame before its traffic stops (a silence of
       ``gap_frames`` frame times), and what the sender still sent meanwhile;
@@ -77,7 +78,7 @@ def analyse_response(directory: str, ports: dict[str, str], rate_bps: int, gap_n
     """Fill ``result`` from the pcapng files of a response run."""
     for ifname, host in sorted(ports.items()):
         switch_side = pa.read_capture(os.path.join(directory, f"{ifname}.pcapng"))
-        generations = pa.generation_delays(switch_side, PRIORITY)
+        generations = pa.generation_delays(switch_side, PRIORITY, rate_bps)
         if not generations:
             continue  # the receiver's port sends no XOFF
         host_side = pa.read_capture(os.path.join(directory, f"{host}-eth0.pcapng"))

@@ -168,6 +168,7 @@ def test_a_switch_reset_judges_only_what_follows(tmp_path):
     def wake_up(at: int, frames: int) -> None:
         for _ in range(frames):
             switch.receive(at, 0, frame)
+        switch.settle()  # processed when whole: one frame time after ``at``
         switch.after_events(at)
 
     def faithful() -> bool:
@@ -178,7 +179,8 @@ def test_a_switch_reset_judges_only_what_follows(tmp_path):
     switch.refuse(1, "full")
     wake_up(now + 1_000, 1)  # the fifth waits for room in the kernel's queue
     switch.refuse(1, None)
-    wire_end = now + 4 * (len(frame) * 8_000_000_000 // 100_000_000)  # the four, back to back at 100 Mbit/s
+    frame_ns = len(frame) * 8_000_000_000 // 100_000_000  # one frame at 100 Mbit/s
+    wire_end = now + frame_ns + 4 * frame_ns  # whole one frame time after ``now``, then the four back to back
     late = wire_end + 5_000_000
     switch.writable(late, 1)  # the switch came back 5 ms after the wire went idle with a frame waiting
     before = switch.stats(late)["ports"]["s1-eth2"]["wire"]

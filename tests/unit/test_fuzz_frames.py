@@ -54,9 +54,11 @@ def switch_trace(switch) -> tuple:
 
 
 def deliver(switch, index: int, frame: bytes) -> None:
-    """A frame arrives on port ``index`` and the switch handles it, then sends what it decided."""
+    """A frame arrives on port ``index``, the switch handles it at its last bit's time, then sends what it
+    decided."""
     now = time.monotonic_ns()
     switch.receive(now, index, frame)
+    switch.settle()
     switch.after_events(now)
 
 

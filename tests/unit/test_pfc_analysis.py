@@ -115,6 +115,9 @@ def _check_link(frames) -> None:
 
     gens = pa.generation_delays(frames, 3)
     assert [g.delay_ns for g in gens] == [70 * US, 60 * US]
+    # From each frame's last bit: its length's time at the link rate after its stamp.
+    rate = DATA_LEN * 8_000_000_000 // (20 * US)  # a data frame takes 20 us on the wire
+    assert [g.delay_ns for g in pa.generation_delays(frames, 3, rate)] == [50 * US, 40 * US]
 
     first, second = pa.reactions(frames, 3, gap_ns=750 * US)
     assert first.stopped and first.end_ns == _ns(3000)

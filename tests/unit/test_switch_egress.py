@@ -20,10 +20,12 @@ def test_a_full_kernel_queue_is_not_tried_again_per_frame_until_the_socket_turns
     switch.refuse(1, "full")
     for frame in frames(10):
         switch.receive(NOW, 0, frame)
+    switch.settle()  # each frame processed at its last bit's time
     assert switch.refusals(1) == 1 and switch.wants_writable(1)  # one refusal, then it waits to be told
     assert switch.backlog(1) == 10
     switch.refuse(1, None)
     switch.writable(NOW + 1000, 1)
     assert len(switch.sent(1)) == 10 and not switch.wants_writable(1)
-    switch.receive(NOW + 2000, 0, frames(1)[0])  # with room in the queue, a frame goes at once
+    switch.receive(NOW + 2000, 0, frames(1)[0])  # with room in the queue, a frame goes as soon as it is whole
+    switch.settle()
     assert len(switch.sent(1)) == 11

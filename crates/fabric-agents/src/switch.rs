@@ -171,8 +171,9 @@ impl SwitchPlane {
         self.occupancy.write_all(rows.as_bytes())
     }
 
-    /// Reads the frames waiting on `port` (up to a batch) and hands them to the switch.
-    fn receive(&mut self, port: usize, now: u64, registry: &Registry<'_>) {
+    /// Reads the frames waiting on `port` (up to a batch) and hands them to the switch (which processes
+    /// each at its last bit's time: a deadline).
+    fn receive(&mut self, port: usize, now: u64) {
         let SwitchPlane {
             switch,
             sockets,
@@ -196,10 +197,6 @@ impl SwitchPlane {
         } else {
             None
         };
-        let mut wires = PortWires {
-            sockets,
-            registry: Some(registry),
-        };
         match received {
             Err(_) => switch.link_error(port), // ENETDOWN: the link was taken down; nothing to read
             Ok(count) => {
@@ -209,7 +206,7 @@ impl SwitchPlane {
                 let frames = if lag_first { &*first } else { &*batch };
                 for index in 0..count {
                     if let Some(frame) = frames.frame(index) {
-                        switch.receive(now, port, frame, &mut wires);
+                        switch.receive(now, port, frame);
                     }
                 }
             }
@@ -247,7 +244,7 @@ impl Agent for SwitchDriver {
         let mut plane = lock(&self.plane);
         let port = token as usize;
         if ready.readable {
-            plane.receive(port, now, registry); // an error too: the receive reads and counts it
+            plane.receive(port, now); // an error too: the receive reads and counts it
         }
         if ready.writable {
             let SwitchPlane {

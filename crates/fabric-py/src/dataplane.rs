@@ -881,11 +881,18 @@ impl UnwiredSwitch {
         })
     }
 
-    /// A frame arrives on `port` at `now`.
+    /// A frame arrives on `port` at `now` (processed at its last bit's time: `deadline`, or `settle`).
     fn receive(&mut self, now: u64, port: usize, frame: &[u8]) -> PyResult<()> {
         let port = port_of(&self.wires.sent, port)?;
-        self.switch.receive(now, port, frame, &mut self.wires);
+        self.switch.receive(now, port, frame);
         Ok(())
+    }
+
+    /// Every frame received so far processed at its last bit's time, as the loop's deadlines would.
+    fn settle(&mut self) {
+        while let Some(due) = self.switch.next_arrival() {
+            self.switch.deadline(due, due, &mut self.wires);
+        }
     }
 
     /// Port `port`'s socket turned writable.

@@ -235,6 +235,21 @@ impl<F> Link<F> {
             .push_back((now.saturating_add(self.delay_ns), frame));
     }
 
+    /// A frame of `len` bytes was handed over at `now` by a link that has no wire (a veth delivers a frame
+    /// when its sender's qdisc lets it go, the moment its first bit would leave): it is processed when its
+    /// last bit would have arrived, its time on the wire at the port's rate and the link's delay later, and
+    /// not before the frame ahead of it (a wire delivers in order).
+    pub fn arrive_whole(&mut self, now: u64, len: usize, frame: F) {
+        let due = now
+            .saturating_add(self.delay_ns)
+            .saturating_add(self.wire_ns(len));
+        let due = self
+            .arrivals
+            .back()
+            .map_or(due, |&(ahead, _)| due.max(ahead));
+        self.arrivals.push_back((due, frame));
+    }
+
     /// The next frame whose delay has passed by `now`, with the time it arrives; `None` if none has.
     pub fn arrived(&mut self, now: u64) -> Option<Due<F>> {
         match self.arrivals.front() {
