@@ -171,6 +171,19 @@ impl SwitchPlane {
         self.occupancy.write_all(rows.as_bytes())
     }
 
+    /// `f` on the switch and its sockets as it sends on them, epoll changes through `registry`.
+    fn with_wires<R>(
+        &mut self,
+        registry: &Registry<'_>,
+        f: impl FnOnce(&mut Switch, &mut PortWires<'_, '_>) -> R,
+    ) -> R {
+        let mut wires = PortWires {
+            sockets: &mut self.sockets,
+            registry: Some(registry),
+        };
+        f(&mut self.switch, &mut wires)
+    }
+
     /// Reads the frames waiting on `port` (up to a batch) and hands them to the switch (which processes
     /// each at its last bit's time: a deadline).
     fn receive(&mut self, port: usize, now: u64) {
@@ -247,47 +260,20 @@ impl Agent for SwitchDriver {
             plane.receive(port, now); // an error too: the receive reads and counts it
         }
         if ready.writable {
-            let SwitchPlane {
-                switch, sockets, ..
-            } = &mut *plane;
-            switch.writable(
-                now,
-                port,
-                &mut PortWires {
-                    sockets,
-                    registry: Some(registry),
-                },
-            );
+            plane.with_wires(registry, |switch, wires| switch.writable(now, port, wires));
         }
     }
 
     fn deadline(&mut self, deadline: u64, now: u64, registry: &Registry<'_>) {
         let mut plane = lock(&self.plane);
-        let SwitchPlane {
-            switch, sockets, ..
-        } = &mut *plane;
-        switch.deadline(
-            deadline,
-            now,
-            &mut PortWires {
-                sockets,
-                registry: Some(registry),
-            },
-        );
+        plane.with_wires(registry, |switch, wires| {
+            switch.deadline(deadline, now, wires)
+        });
     }
 
     fn after_events(&mut self, now: u64, registry: &Registry<'_>) -> Option<u64> {
         let mut plane = lock(&self.plane);
-        let SwitchPlane {
-            switch, sockets, ..
-        } = &mut *plane;
-        let deadline = switch.after_events(
-            now,
-            &mut PortWires {
-                sockets,
-                registry: Some(registry),
-            },
-        );
+        let deadline = plane.with_wires(registry, |switch, wires| switch.after_events(now, wires));
         if plane.switch.occupancy_len() > OCCUPANCY_FLUSH {
             let _ = plane.write_occupancy(); // a full disk loses rows, not frames
         }

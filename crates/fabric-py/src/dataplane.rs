@@ -103,14 +103,6 @@ struct PyAgent {
     stop: Arc<AtomicBool>,
 }
 
-fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, None) => a,
-        (None, b) => b,
-    }
-}
-
 impl PyAgent {
     /// Keeps the first error and ends the loop.
     fn record(&self, error: PyErr) {
@@ -275,7 +267,10 @@ impl Agent for PyAgent {
             }
         });
         let timer = self.timer.load(Ordering::Relaxed);
-        earliest((timer != NO_DEADLINE).then_some(timer), self.expire_at)
+        [(timer != NO_DEADLINE).then_some(timer), self.expire_at]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn running(&self) -> bool {

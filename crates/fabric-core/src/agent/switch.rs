@@ -952,7 +952,6 @@ impl Switch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::pause::PrioritySet;
 
     const MBIT100: u64 = 100_000_000;
     const LOSSLESS: usize = 3;
@@ -1007,28 +1006,14 @@ mod tests {
         [2, 1, 0, 0, 1, last]
     }
 
-    /// A lossless MMU whose headroom and thresholds a few 1 kB frames reach.
+    /// The MMU tests' small lossless config (priority 3), its buffer for 3 ports: a few 1 kB frames reach
+    /// its threshold and headroom.
     fn config() -> MmuConfig {
-        MmuConfig {
-            buffer: 20_000 + 3 * (8 * 1000 + 5000),
-            reserve: 1000,
-            headroom: 5000,
-            alpha: 0.0,
-            threshold: 4000,
-            xon_delta: 2000,
-            lossless: PrioritySet::EMPTY.with(LOSSLESS),
-            quanta: 65535,
-            strict: PrioritySet::EMPTY.with(6).with(7),
-            weights: [1; PRIORITIES],
-            mtu_frame: 1514,
-            ecn: false,
-            kmin: 10_000,
-            kmax: 20_000,
-            pmax: 0.2,
-            vl_buffer: 0,
-            fc_floor: 500_000,
-            pfcwd: None,
-        }
+        let mut config = crate::model::mmu::tests::config();
+        config.buffer = 20_000 + 3 * (8 * 1000 + 5000);
+        config.threshold = 4000;
+        config.mtu_frame = 1514;
+        config
     }
 
     /// s1: ports to h1 (10.0.0.1), h2 (10.0.0.2) and h3 (10.0.0.3), 100 Mbit/s, `delay_ns` on every link.

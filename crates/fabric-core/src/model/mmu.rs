@@ -808,7 +808,7 @@ fn empty_queues<F>() -> [PortQueue<F>; PRIORITIES] {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -817,7 +817,7 @@ mod tests {
     const LOSSLESS: usize = 3;
 
     /// The Python tests' small config: 1000 B reserve, 5000 B headroom, a 20000 B pool over 4 ports.
-    fn config() -> MmuConfig {
+    pub(crate) fn config() -> MmuConfig {
         let lossless = PrioritySet::EMPTY.with(LOSSLESS);
         MmuConfig {
             buffer: 20_000 + 4 * (8 * 1000 + 5000),
