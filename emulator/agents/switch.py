@@ -28,7 +28,7 @@ from emulator.errors import FabricError
 from emulator.agents.config import RouteTable, SwitchConfig, check_routes, read
 from emulator._core.dataplane import Switch
 from emulator._core.fidelity import verdict
-from emulator._core.pfc import PRIORITIES
+from emulator._core.pfc import MAX_QUANTA, PRIORITIES
 from emulator.kernel.rps import keep_flows_in_order
 from emulator.kernel.tc import leaf_class
 from emulator.kernel.drop_counters import NamespaceDrops
@@ -69,7 +69,11 @@ class SwitchAgent(AgentBase):
             return super().command(request)
         if request[1] not in self.ifnames:
             raise ValueError(f"no port {request[1]!r} on {self.name}")
-        return {"sent": self.core.send_pfc(request[1], int(request[2]), int(request[3])).hex()}
+        priority, quanta = int(request[2]), int(request[3])  # ValueError on a non-integer
+        if not 0 <= priority < PRIORITIES or not 0 <= quanta <= MAX_QUANTA:
+            raise ValueError(f"pfc: priority {priority} (0 to {PRIORITIES - 1}) or quanta {quanta} "
+                             f"(0 to {MAX_QUANTA}) out of range")
+        return {"sent": self.core.send_pfc(request[1], priority, quanta).hex()}
 
     def stats(self) -> dict[str, Any]:
         counters = self.core.stats(self.now())

@@ -20,7 +20,8 @@ from emulator._core.mac import mac_bytes
 from emulator._core.transport import Opcode, Packet
 from emulator.apps.perf import run_pair
 from emulator.apps.verbs import CQ, PD, QP, Context, SendWR, WrOpcode
-from emulator.fabric.runstate import verbs_socket
+from emulator.fabric.agent_control import query_agent
+from emulator.fabric.runstate import control_socket, verbs_socket
 from emulator._core.roce import Framer
 from topologies import StarTopo
 
@@ -61,6 +62,13 @@ def test_a_switch_counts_hostile_ethernet_frames_and_forwards_on():
             header + b"\x88\x08\x01",                            # a MAC control frame of 15 bytes
         ]
         inject(net, "h1", h1.ifname, frames)
+        # Hostile control requests to the switch: each one line of error, and the switch goes on.
+        control = control_socket(net.state.run, "s1")
+        for request in (f"pfc {h1.peer_ifname} 3 999999", f"pfc {h1.peer_ifname} 99 1", f"pfc {h1.peer_ifname} -1 1",
+                        f"pfc {h1.peer_ifname} x 1", "pfc nope 3 1", "pfc", "held-routes extra"):
+            reply = query_agent(control, request)
+            assert set(reply) == {"error"} and "\n" not in reply["error"], (request, reply)
+        assert query_agent(control, f"pfc {h1.peer_ifname} 3 0")["sent"].startswith("0180c2000001")
         assert_still_transfers(net)
         stats = net.stats()
     port_stats = stats["switches"]["s1"]["ports"][h1.peer_ifname]
