@@ -213,3 +213,38 @@ def test_a_deadline_that_comes_during_one_of_an_agents_handlers_does_not_wait_fo
     assert log == ["ports", "timed", "ports 2"]
     os.close(ports.fd)
     os.close(ports.second_fd)
+
+
+def test_a_request_the_agent_dropped_before_taking_it_is_sent_again(tmp_path):
+    """An agent at its 16 clients drops the oldest silent one; a client scheduled out between its connect
+    and its send can be that one (test_stop_and_dead_agents saw `stats` fail on a broken pipe once). The
+    request was not taken, so query_agent sends it again; a third refusal is an error."""
+    import socket as socketlib
+
+    path = str(tmp_path / "agent.sock")
+    server = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+    server.bind(path)
+    server.listen(8)
+    refusals = {"left": 2}
+
+    def serve() -> None:
+        while True:
+            conn, _ = server.accept()
+            with conn:
+                if refusals["left"] > 0:  # closed with a reset before reading: the client's send fails
+                    refusals["left"] -= 1
+                    conn.setsockopt(socketlib.SOL_SOCKET, socketlib.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    continue
+                request = conn.recv(256)
+                conn.sendall(json.dumps({"got": request.decode().strip()}).encode())
+                if request == b"last\n":
+                    return
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    time.sleep(0.05)
+    assert query_agent(path, "stats") == {"got": "stats"}
+    assert refusals["left"] == 0
+    assert query_agent(path, "last") == {"got": "last"}
+    thread.join(timeout=5)
+    server.close()
