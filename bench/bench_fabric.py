@@ -3,7 +3,7 @@
 Run as root from the repository root::
 
     sudo .venv/bin/python bench/bench_fabric.py [--max-k 12] [--memory-k 8] [--seconds 3] [--rounds 3]
-        [--forwarding-only | --monitor-cost | --fattree-only]
+        [--forwarding-only | --monitor-cost | --fattree-only | --bridge-floor [--rates 100000,0]]
 
 It prints:
   * build and teardown time of fattree,4, then of fattree,k for growing k
@@ -22,7 +22,16 @@ It prints:
     monitor on against off, back to back in each round (``--monitor-cost``
     runs only this);
   * the cost of closing and opening a host pause gate, and the time from
-    resume until the paused UDP flow reaches the switch again.
+    resume until the paused UDP flow reaches the switch again;
+  * ``--bridge-floor``: the floor, side by side.  star,2 at 10 Gbit/s (the
+    same HTB trees), a generator in h1 offering 64-byte frames in priority
+    3 with ECT(0) at each ``--rates`` rate (0: flat out), three ways through
+    s1 in turn: the compiled switch (PFC and ECN on); a Linux bridge in
+    s1's namespace with s1's agent stopped (no PFC, no MMU); nothing (the
+    frames die at s1's veth: the generator's and the receive's own cost).
+    Each gives the frames/s h2 received and the machine's busy time (both
+    cores, /proc/stat) per frame offered, and that less the "none" run's:
+    what forwarding a frame costs; for the switch also its process's CPU.
 """
 
 from __future__ import annotations
@@ -39,6 +48,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from emulator import flags  # noqa: E402
+from emulator.fabric import runstate  # noqa: E402
+from emulator.fabric.agent_control import query_agent  # noqa: E402
 from emulator.fabric.builder import Fabric  # noqa: E402
 from emulator._core.mac import mac_bytes  # noqa: E402
 from emulator.kernel.netns import entered  # noqa: E402
@@ -258,6 +269,107 @@ def pause_gate_timing(cycles: int = 30) -> None:
           f"{statistics.median(restart_ms):.2f} ms (max {max(restart_ms):.2f})")
 
 
+TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+FLOOR_BURST = 32  # frames the floor's generator sends per look at the clock
+
+
+def _machine_busy_ns() -> int:
+    """Busy time of every CPU (all but idle and iowait), in ns."""
+    with open("/proc/stat") as f:
+        values = [int(x) for x in f.readline().split()[1:]]
+    return (sum(values) - values[3] - values[4]) * TICK_NS
+
+
+def _stop_switch(net: Fabric) -> None:
+    query_agent(runstate.control_socket(net.state.run, "s1"), "stop")
+    time.sleep(0.2)
+
+
+def _bridge(net: Fabric) -> None:
+    """s1's agent stopped, its ports enslaved to a bridge in s1's namespace."""
+    _stop_switch(net)
+    s1 = net["s1"]
+    s1.run(["ip", "link", "add", "br0", "type", "bridge"], check=True)
+    for port in ("s1-eth1", "s1-eth2"):
+        s1.run(["ip", "link", "set", port, "master", "br0"], check=True)
+    s1.run(["ip", "link", "set", "br0", "up"], check=True)
+
+
+def floor_run(way: str, size: int, rate: float, seconds: float) -> dict[str, float]:
+    """Frames/s h2 received and CPU per frame, with ``rate`` frames/s offered (0: flat out)."""
+    with Fabric(StarTopo(n=2), link={"bw": "10gbit"}, fabric="lossless") as net:
+        net["h2"].run(["ip", "link", "set", "h2-eth0", "address", SINK_MAC], check=True)
+        if way == "bridge":
+            _bridge(net)
+        elif way == "none":
+            _stop_switch(net)
+        port = net.plan.nodes["h1"].ports[0]
+        # Through the bridge a frame finds h2 by its own MAC (the bridge floods it until it learns where h2 is).
+        dst = mac_bytes(port.peer_mac) if way == "switch" else mac_bytes(SINK_MAC)
+        frame = _udp_frame(size, dst, mac_bytes(port.mac), net["h1"].ip, net["h2"].ip, TOS_P3_ECT0)
+        with entered(net["h1"].netns):
+            tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        tx.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
+        tx.bind((port.ifname, 0))
+
+        def received() -> int:
+            return int(net["h2"].run(["cat", "/sys/class/net/h2-eth0/statistics/rx_packets"]).stdout)
+
+        switch_pid = net.state.agents["s1"] if way == "switch" else None
+        began = time.monotonic()
+        warm, counted = began + 0.5, None
+        due, offered = began, 0
+        while True:
+            now = time.monotonic()
+            if counted is None and now >= warm:
+                counted = (received(), offered, now, _machine_busy_ns(), _cpu_ns(switch_pid) if switch_pid else 0)
+            if now >= warm + seconds:
+                break
+            if rate and now < due:
+                continue
+            due += FLOOR_BURST / rate if rate else 0
+            for _ in range(FLOOR_BURST):
+                try:
+                    tx.send(frame)
+                    offered += 1
+                except BlockingIOError:
+                    break
+        frames0, offered0, time0, busy0, switch0 = counted
+        elapsed = time.monotonic() - time0
+        done = received() - frames0
+        machine = _machine_busy_ns() - busy0
+        switch_cpu = (_cpu_ns(switch_pid) - switch0) if switch_pid else 0
+        tx.close()
+    sent = offered - offered0
+    return {"rate": done / elapsed, "offered": sent / elapsed,
+            "machine_ns": machine / max(sent, 1), "switch_ns": switch_cpu / max(done, 1)}
+
+
+def bridge_floor(rates: list[float], rounds: int, seconds: float, size: int = 64) -> None:
+    """The compiled switch against a Linux bridge in its place and against nothing, at each offered rate."""
+    print(f"the floor, {size}-byte frames:")
+    ways = ("switch", "bridge", "none")
+    for rate in rates:
+        runs: dict[str, list[dict[str, float]]] = {way: [] for way in ways}
+        for i in range(rounds):
+            for way in ways[i % 3:] + ways[:i % 3]:
+                runs[way].append(floor_run(way, size, rate, seconds))
+        offered = "flat out" if not rate else f"{rate:,.0f}/s offered"
+        floor = statistics.median(r["machine_ns"] for r in runs["none"])
+        for way, results in runs.items():
+            frame_rates = ", ".join(f"{r['rate']:,.0f}" for r in results)
+            cpu = ", ".join(f"{r['machine_ns'] / 1e3:.2f}" for r in results)
+            median = statistics.median(r["machine_ns"] for r in results)
+            line = (f"{offered}, {way}: median {statistics.median(r['rate'] for r in results):,.0f} frames/s "
+                    f"forwarded ({frame_rates}), {statistics.median(r['offered'] for r in results):,.0f}/s "
+                    f"offered; machine busy per frame offered median {median / 1e3:.2f} us ({cpu})")
+            if way != "none":
+                line += f", {(median - floor) / 1e3:.2f} us above none"
+            if way == "switch":
+                line += f"; s1's process {statistics.median(r['switch_ns'] for r in results) / 1e3:.2f} us per frame"
+            print(line, flush=True)
+
+
 def main() -> int:
     parser = flags.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-k", type=flags.whole("--max-k", FATTREE_K), default=12,
@@ -274,8 +386,21 @@ def main() -> int:
                         help="only the frame-rate tests (skip fat trees, memory, pause gates)")
     parser.add_argument("--monitor-cost", action="store_true",
                         help="only the fidelity monitor's cost: frames/s with it on and off (PFC+ECN)")
+    parser.add_argument("--bridge-floor", action="store_true",
+                        help="only the floor: the switch against a Linux bridge and against nothing")
+    parser.add_argument("--rates", default="100000,0",
+                        help="--bridge-floor's offered frame rates, comma-separated (0: flat out; default 100000,0)")
     args = parser.parse_checked()
+    try:
+        rates = [float(r) for r in args.rates.split(",")]
+    except ValueError:
+        parser.error(f"--rates {args.rates!r}: expected numbers joined by commas")
+    if any(not 0 <= r <= 5e6 for r in rates):
+        parser.error("--rates: each 0 to 5000000")
     print(f"kernel {os.uname().release}, {os.cpu_count()} cores")
+    if args.bridge_floor:
+        bridge_floor(rates, args.rounds, args.seconds)
+        return 0
     if args.monitor_cost:
         for size in (64, 1500):
             monitor_cost(size, args.seconds, args.rounds)
@@ -307,4 +432,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except subprocess.CalledProcessError as err:
+        sys.exit(f"bench_fabric: {err}")

@@ -24,6 +24,8 @@ const SEND_FRAMES: usize = 2;
 const RECV_BUFFER: usize = 4 << 20;
 /// Frames read from one port per wake-up (the loop comes back while more wait).
 const BATCH: usize = 64;
+/// The longest frame a receive slot holds: an IPv4 packet's 64 KiB and its Ethernet header.
+const MAX_SLOT: usize = 65_535 + 14;
 /// Occupancy rows kept before they are written out.
 const OCCUPANCY_FLUSH: usize = 64 << 10;
 
@@ -94,13 +96,24 @@ impl SwitchPlane {
     ) -> io::Result<SwitchPlane> {
         let mut sockets = Vec::with_capacity(max_frames.len());
         for (ifname, &max_frame) in switch.ifnames().iter().zip(max_frames) {
-            let data = PacketSocket::open(ifname, ETH_P_ALL, SEND_FRAMES * max_frame, RECV_BUFFER)?;
+            let data = PacketSocket::open(
+                ifname,
+                ETH_P_ALL,
+                SEND_FRAMES.saturating_mul(max_frame),
+                RECV_BUFFER,
+            )?;
             data.last_receive_ns(); // the first ask turns the kernel's receive time stamps on
             let control = PacketSocket::open_sender(ifname, control_priority)?;
             sockets.push(PortSockets { data, control });
         }
-        // A frame longer than any link of the switch carries is cut and counted, never forwarded.
-        let slot = max_frames.iter().copied().max().unwrap_or(1514);
+        // A frame longer than any link of the switch carries is cut and counted, never forwarded; no link
+        // carries more than an IPv4 packet's 64 KiB.
+        let slot = max_frames
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(1514)
+            .min(MAX_SLOT);
         let mut file = File::create(occupancy)?;
         file.write_all(OCCUPANCY_HEADER.as_bytes())?;
         Ok(SwitchPlane {

@@ -141,11 +141,6 @@ impl<A: Agent> EventLoop<A> {
         self.agents.get(index)?.as_ref()
     }
 
-    /// The agent at `index`, while it runs, to change.
-    pub fn agent_mut(&mut self, index: usize) -> Option<&mut A> {
-        self.agents.get_mut(index)?.as_mut()
-    }
-
     /// Serves every agent until all have stopped, or [`EventLoop::stop`] is set.
     pub fn run(&mut self) -> io::Result<()> {
         let now = monotonic_ns()?;

@@ -579,11 +579,6 @@ impl Switch {
         })
     }
 
-    #[getter]
-    fn ifnames(&self) -> Vec<String> {
-        self.ifnames.clone()
-    }
-
     /// Forward by `routes` (host IPv4 address -> ifnames) from now on.
     fn set_routes(&self, routes: &Bound<'_, PyAny>) -> PyResult<()> {
         let table = routes_of(routes, &self.ifnames)?;
@@ -795,30 +790,25 @@ fn stats<'py>(
     Ok(out)
 }
 
-/// Wires in memory: what each port sent, and what its data socket is told to do instead of taking a frame.
+/// Wires in memory: what each port's data socket took, and what it is told to do instead of taking a frame.
+/// Control sockets (PFC frames, ARP replies) take everything: the switch's counters say what went.
 #[derive(Default)]
 struct MemoryWires {
     sent: Vec<Vec<Vec<u8>>>,
-    control: Vec<Vec<Vec<u8>>>,
     refuse: Vec<Option<Sent>>,
     refusals: Vec<u64>,
     writable: Vec<bool>,
 }
 
-impl MemoryWires {
-    fn send_to(&mut self, port: usize, frame: &[u8], control: bool) -> Sent {
-        if let (false, Some(Some(refusal))) = (control, self.refuse.get(port)) {
+impl Wires for MemoryWires {
+    fn send(&mut self, port: usize, frame: &[u8]) -> Sent {
+        if let Some(Some(refusal)) = self.refuse.get(port) {
             if let Some(count) = self.refusals.get_mut(port) {
                 *count += 1;
             }
             return *refusal;
         }
-        let log = if control {
-            &mut self.control
-        } else {
-            &mut self.sent
-        };
-        match log.get_mut(port) {
+        match self.sent.get_mut(port) {
             Some(log) => {
                 log.push(frame.to_vec());
                 Sent::Taken
@@ -826,17 +816,14 @@ impl MemoryWires {
             None => Sent::Refused,
         }
     }
-}
 
-impl Wires for MemoryWires {
-    fn send(&mut self, port: usize, frame: &[u8]) -> Sent {
-        self.send_to(port, frame, false)
+    fn send_control(&mut self, port: usize, _frame: &[u8]) -> Sent {
+        if port < self.sent.len() {
+            Sent::Taken
+        } else {
+            Sent::Refused
+        }
     }
-
-    fn send_control(&mut self, port: usize, frame: &[u8]) -> Sent {
-        self.send_to(port, frame, true)
-    }
-
     fn want_writable(&mut self, port: usize, on: bool) {
         if let Some(slot) = self.writable.get_mut(port) {
             *slot = on;
@@ -868,7 +855,6 @@ impl UnwiredSwitch {
             switch,
             wires: MemoryWires {
                 sent: vec![Vec::new(); ports],
-                control: vec![Vec::new(); ports],
                 refuse: vec![None; ports],
                 refusals: vec![0; ports],
                 writable: vec![false; ports],
@@ -916,21 +902,8 @@ impl UnwiredSwitch {
             .collect())
     }
 
-    /// The frames port `port`'s control socket took (PFC frames, ARP replies).
-    fn control_sent<'py>(
-        &self,
-        py: Python<'py>,
-        port: usize,
-    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let port = port_of(&self.wires.control, port)?;
-        Ok(self.wires.control[port]
-            .iter()
-            .map(|f| PyBytes::new(py, f))
-            .collect())
-    }
-
     /// From now on port `port`'s data socket answers every frame with `what`: "full" (the kernel queue is
-    /// full), "refused" (for good), or None (it takes it). Its control socket takes every frame.
+    /// full), "refused" (for good), or None (it takes it).
     #[pyo3(signature = (port, what))]
     fn refuse(&mut self, port: usize, what: Option<&str>) -> PyResult<()> {
         let port = port_of(&self.wires.refuse, port)?;
@@ -960,11 +933,7 @@ impl UnwiredSwitch {
 
     /// Drops the frames kept so far (a long benchmark keeps none).
     fn forget_sent(&mut self) {
-        self.wires
-            .sent
-            .iter_mut()
-            .chain(&mut self.wires.control)
-            .for_each(Vec::clear);
+        self.wires.sent.iter_mut().for_each(Vec::clear);
     }
 
     /// Frames queued in the MMU for egress port `port`.
