@@ -487,10 +487,12 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
     pub fn receive(&mut self, now: u64, frame: &[u8]) {
         match &mut self.slow {
             None => self.process(now, frame),
-            Some(slow) => match slow.arrive(now, frame.to_vec(), frame.len() as u64) {
-                Ok(Some(change)) => self.pause_changes.push_back(change == PauseChange::Xoff),
-                Ok(None) | Err(_) => {} // a frame that did not fit is counted by the pipeline
-            },
+            Some(slow) => {
+                // a frame that did not fit is counted by the pipeline
+                if let Ok(Some(change)) = slow.arrive(now, frame.to_vec(), frame.len() as u64) {
+                    self.pause_changes.push_back(change == PauseChange::Xoff);
+                }
+            }
         }
     }
 
