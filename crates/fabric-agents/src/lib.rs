@@ -2,6 +2,7 @@
 //! (sans-I/O: frames and the time in, frames and a deadline out) driven through `fabric-io`'s sockets and
 //! event loop. Safe code on both: the models know no socket, the I/O crate knows no model, and this crate
 //! joins them.
+pub mod nic;
 pub mod switch;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};

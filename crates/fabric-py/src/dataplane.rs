@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use fabric_agents::lock;
+use fabric_agents::nic::{NicDriver, NicPlane};
 use fabric_agents::switch::{SwitchDriver, SwitchPlane};
 use fabric_core::agent::switch::{PortSetup, Sent, Switch as CoreSwitch, Wires};
 use fabric_core::model::fidelity as fidelity_core;
@@ -28,6 +29,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 
 use crate::fidelity::{durations_summary, wire_summary, Durations, EgressWire};
 use crate::link::small_seed_words;
+use crate::nic::Nic;
 use crate::roce::parse_mac;
 
 /// An agent timer's value when it is not armed.
@@ -293,10 +295,72 @@ impl Agent for PyAgent {
     }
 }
 
+/// The token bit of a host's RNIC socket (its Python agent's tokens are small indices).
+const NIC_TOKEN: u32 = 1 << 31;
+
+/// A host: its Python agent (verbs server, PFC reaction, control socket) and its compiled RNIC, one agent of
+/// the loop. The RNIC's frames never wake Python: the Python agent is called for its own descriptors and
+/// deadline, and after a batch in which the RNIC has completions or pause changes for it. What Python posts
+/// is sent at once, in the same `after_events`.
+struct HostPair {
+    python: PyAgent,
+    nic: NicDriver,
+    python_due: Option<u64>,
+    nic_due: Option<u64>,
+    /// The Python agent ran a handler or its deadline in this batch: its `after_events` is owed.
+    python_called: bool,
+}
+
+impl Agent for HostPair {
+    fn ready(&mut self, token: u32, ready: Ready, now: u64, registry: &Registry<'_>) {
+        if token & NIC_TOKEN != 0 {
+            self.nic.ready(token, ready, now, registry);
+        } else {
+            self.python.ready(token, ready, now, registry);
+            self.python_called = true;
+        }
+    }
+
+    fn deadline(&mut self, _deadline: u64, now: u64, registry: &Registry<'_>) {
+        if let Some(due) = self.nic_due.filter(|&due| due <= now) {
+            self.nic_due = None;
+            self.nic.deadline(due, now, registry);
+        }
+        if let Some(due) = self.python_due.filter(|&due| due <= now) {
+            self.python_due = None;
+            self.python.deadline(due, now, registry);
+            self.python_called = true;
+        }
+    }
+
+    fn after_events(&mut self, now: u64, registry: &Registry<'_>) -> Option<u64> {
+        if std::mem::take(&mut self.python_called) || self.nic.has_news() {
+            self.python_due = self.python.after_events(now, registry);
+        }
+        self.nic_due = self.nic.after_events(now, registry);
+        if self.nic.has_news() {
+            // a completion of the sends just made (a local error): delivered now, not at the next frame
+            self.python_due = self.python.after_events(now, registry);
+            self.nic_due = self.nic.after_events(now, registry);
+        }
+        [self.python_due, self.nic_due].into_iter().flatten().min()
+    }
+
+    fn running(&self) -> bool {
+        self.python.running()
+    }
+
+    fn finish(&mut self, registry: &Registry<'_>) {
+        self.nic.finish(registry);
+        self.python.finish(registry);
+    }
+}
+
 /// Every kind of agent a data-plane process serves.
 enum WorkerAgent {
     Python(PyAgent),
     Switch(SwitchDriver),
+    Host(Box<HostPair>),
 }
 
 impl Agent for WorkerAgent {
@@ -304,6 +368,7 @@ impl Agent for WorkerAgent {
         match self {
             WorkerAgent::Python(agent) => agent.ready(token, ready, now, registry),
             WorkerAgent::Switch(agent) => agent.ready(token, ready, now, registry),
+            WorkerAgent::Host(agent) => agent.ready(token, ready, now, registry),
         }
     }
 
@@ -311,6 +376,7 @@ impl Agent for WorkerAgent {
         match self {
             WorkerAgent::Python(agent) => agent.deadline(deadline, now, registry),
             WorkerAgent::Switch(agent) => agent.deadline(deadline, now, registry),
+            WorkerAgent::Host(agent) => agent.deadline(deadline, now, registry),
         }
     }
 
@@ -318,6 +384,7 @@ impl Agent for WorkerAgent {
         match self {
             WorkerAgent::Python(agent) => agent.after_events(now, registry),
             WorkerAgent::Switch(agent) => agent.after_events(now, registry),
+            WorkerAgent::Host(agent) => agent.after_events(now, registry),
         }
     }
 
@@ -325,6 +392,7 @@ impl Agent for WorkerAgent {
         match self {
             WorkerAgent::Python(agent) => agent.running(),
             WorkerAgent::Switch(agent) => agent.running(),
+            WorkerAgent::Host(agent) => agent.running(),
         }
     }
 
@@ -332,6 +400,7 @@ impl Agent for WorkerAgent {
         match self {
             WorkerAgent::Python(agent) => agent.finish(registry),
             WorkerAgent::Switch(agent) => agent.finish(registry),
+            WorkerAgent::Host(agent) => agent.finish(registry),
         }
     }
 }
@@ -349,6 +418,49 @@ pub struct Loop {
     stop: Arc<AtomicBool>,
     /// The Python agents added, with their index in the loop.
     owners: Mutex<Vec<Py<PyAny>>>,
+}
+
+impl Loop {
+    /// Adds the Python agent `agent`, paired with the RNIC on `plane` if any.
+    fn add_python(
+        &self,
+        agent: &Bound<'_, PyAny>,
+        plane: Option<Arc<Mutex<NicPlane>>>,
+    ) -> PyResult<()> {
+        let timer = agent.getattr("timer")?.cast_into::<AgentTimer>()?;
+        let running = agent.getattr("running")?.is_truthy()?;
+        let mut guard = lock(&self.event_loop);
+        let event_loop = guard.as_mut().ok_or_else(running_error)?;
+        let owner = agent.clone().unbind();
+        event_loop.add_with(|registry| {
+            let mut python = PyAgent {
+                owner: owner.clone_ref(agent.py()),
+                timer: timer.get().deadline.clone(),
+                handlers: Vec::new(),
+                tokens: HashMap::new(),
+                expire_at: None,
+                running,
+                shared: self.shared.clone(),
+                stop: self.stop.clone(),
+            };
+            python.apply(registry);
+            Ok::<_, PyErr>(match plane {
+                None => WorkerAgent::Python(python),
+                Some(plane) => WorkerAgent::Host(Box::new(HostPair {
+                    python,
+                    nic: NicDriver::watched(plane, NIC_TOKEN, registry)?,
+                    python_due: None,
+                    nic_due: None,
+                    python_called: false,
+                })),
+            })
+        })?;
+        lock(&self.owners).push(owner);
+        match lock(&self.shared).error.take() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
 }
 
 #[pymethods]
@@ -374,30 +486,12 @@ impl Loop {
 
     /// Serve `agent` (its `timer` made by this loop); the descriptors it watched so far are watched now.
     fn add(&self, agent: &Bound<'_, PyAny>) -> PyResult<()> {
-        let timer = agent.getattr("timer")?.cast_into::<AgentTimer>()?;
-        let running = agent.getattr("running")?.is_truthy()?;
-        let mut guard = lock(&self.event_loop);
-        let event_loop = guard.as_mut().ok_or_else(running_error)?;
-        let owner = agent.clone().unbind();
-        event_loop.add_with(|registry| {
-            let mut python = PyAgent {
-                owner: owner.clone_ref(agent.py()),
-                timer: timer.get().deadline.clone(),
-                handlers: Vec::new(),
-                tokens: HashMap::new(),
-                expire_at: None,
-                running,
-                shared: self.shared.clone(),
-                stop: self.stop.clone(),
-            };
-            python.apply(registry);
-            Ok::<_, PyErr>(WorkerAgent::Python(python))
-        })?;
-        lock(&self.owners).push(owner);
-        match lock(&self.shared).error.take() {
-            Some(error) => Err(error),
-            None => Ok(()),
-        }
+        self.add_python(agent, None)
+    }
+
+    /// Serve the host agent `agent` with its compiled RNIC `nic` (an unwired RNIC: the agent alone).
+    fn add_host(&self, agent: &Bound<'_, PyAny>, nic: &Bound<'_, Nic>) -> PyResult<()> {
+        self.add_python(agent, nic.get().plane())
     }
 
     /// Serve the compiled switch `switch`.
@@ -983,5 +1077,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<AgentTimer>()?;
     m.add_class::<Switch>()?;
     m.add_class::<UnwiredSwitch>()?;
+    m.add_class::<Nic>()?;
     Ok(())
 }

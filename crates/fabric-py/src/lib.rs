@@ -18,6 +18,7 @@ mod io;
 mod link;
 mod mac;
 mod mmu;
+mod nic;
 mod pause;
 mod pfc;
 mod pfcwd;

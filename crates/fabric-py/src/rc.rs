@@ -330,7 +330,7 @@ impl From<core::Completion> for Completion {
     from_py_object
 )]
 #[derive(Clone, PartialEq)]
-pub struct RcConfig(core::RcConfig);
+pub struct RcConfig(pub(crate) core::RcConfig);
 
 /// The names of [`RcConfig`]'s fields, in the dataclass's order.
 const CONFIG_FIELDS: [&str; 9] = [

@@ -66,6 +66,19 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Regions<B> {
         access: u32,
         bytes: B,
     ) -> Result<u32, String> {
+        self.register_with(owner, addr, length, access, |_| Ok(bytes))
+    }
+
+    /// [`Self::register`] with the bytes made by `make` (given the length in bytes) once the length and the
+    /// access are found good: the driver maps an application's memfd only then.
+    pub fn register_with(
+        &mut self,
+        owner: u32,
+        addr: u64,
+        length: u64,
+        access: u32,
+        make: impl FnOnce(usize) -> Result<B, String>,
+    ) -> Result<u32, String> {
         if length == 0 || length > MAX_MR_BYTES {
             return Err(format!(
                 "memory region of {length} bytes: the RNIC takes 1 byte to {} MiB",
@@ -75,14 +88,16 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Regions<B> {
         if access & !ACCESS_ALL != 0 {
             return Err(format!("unknown access flags {access:#x}"));
         }
+        if self.next_index > 0xFF_FFFF {
+            return Err("this RNIC has handed out every memory key".into());
+        }
+        let bytes =
+            make(usize::try_from(length).map_err(|_| "memory region too long".to_string())?)?;
         if (bytes.as_ref().len() as u64) < length {
             return Err(format!(
                 "the region's memory holds {} bytes, not the {length} registered",
                 bytes.as_ref().len()
             ));
-        }
-        if self.next_index > 0xFF_FFFF {
-            return Err("this RNIC has handed out every memory key".into());
         }
         let key = self.next_index << 8 | (self.random.next_u32() >> 24);
         self.next_index += 1;

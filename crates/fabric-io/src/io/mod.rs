@@ -3,6 +3,7 @@
 //! `tests/unit/test_layers.py` allows the word nowhere else). What sits above (`forward`, `event_loop`) is
 //! safe Rust on these wrappers.
 pub mod clock;
+pub mod mapped;
 pub mod netns;
 pub mod packet;
 pub mod poll;

@@ -7,7 +7,7 @@
 use std::ffi::CString;
 use std::io;
 use std::mem::size_of;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::io::ring::RxRing;
 
@@ -113,6 +113,22 @@ impl PacketSocket {
     ) -> io::Result<PacketSocket> {
         let index = interface_index(ifname)?;
         let socket = PacketSocket::unbound(send_buffer, recv_buffer)?;
+        socket.bind(index, protocol)?;
+        Ok(socket)
+    }
+
+    /// As [`PacketSocket::open`], with the classic BPF `program` attached before the bind: no frame it refuses
+    /// is ever queued (a host's RoCE socket takes IPv4/UDP to port 4791 only).
+    pub fn open_filtered(
+        ifname: &str,
+        protocol: u16,
+        send_buffer: usize,
+        recv_buffer: usize,
+        program: &[Insn],
+    ) -> io::Result<PacketSocket> {
+        let index = interface_index(ifname)?;
+        let socket = PacketSocket::unbound(send_buffer, recv_buffer)?;
+        attach_filter(socket.fd.as_fd(), program)?;
         socket.bind(index, protocol)?;
         Ok(socket)
     }
@@ -392,6 +408,44 @@ pub fn interface_index(ifname: &str) -> io::Result<libc::c_int> {
 
 /// What a batched call's result says: how many frames it took, none if the socket would have blocked, or the
 /// error.
+/// One classic BPF instruction (`struct sock_filter`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Insn {
+    pub code: u16,
+    pub jt: u8,
+    pub jf: u8,
+    pub k: u32,
+}
+
+/// Attaches the classic BPF `program` to the socket `fd` (`SO_ATTACH_FILTER`; the kernel copies it).
+pub fn attach_filter(fd: BorrowedFd<'_>, program: &[Insn]) -> io::Result<()> {
+    let mut code: Vec<libc::sock_filter> = program
+        .iter()
+        .map(|insn| libc::sock_filter {
+            code: insn.code,
+            jt: insn.jt,
+            jf: insn.jf,
+            k: insn.k,
+        })
+        .collect();
+    let fprog = libc::sock_fprog {
+        len: u16::try_from(code.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+        filter: code.as_mut_ptr(),
+    };
+    // SAFETY: `fprog` points to `code`, live for the call, of the length it says; the kernel copies the program
+    // and keeps no pointer to it; the option's size is the struct's.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&fprog as *const libc::sock_fprog).cast(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    check(rc)
+}
+
 fn taken(rc: libc::c_int) -> io::Result<usize> {
     if rc >= 0 {
         return Ok(usize::try_from(rc).unwrap_or(0));

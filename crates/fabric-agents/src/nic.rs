@@ -1,0 +1,233 @@
+//! A host's RNIC in the data-plane loop: `fabric_core::agent::nic::Nic` on the host's raw socket, with the
+//! memory regions its applications share mapped from their memfds.
+//!
+//! The RNIC and its socket are shared, behind a mutex, between the loop's agent ([`NicDriver`]) and the
+//! host's Python verbs server (registrations, connections, posts, completions). Both run on the loop's
+//! thread, one at a time, so the lock is never waited for.
+use std::io;
+use std::net::UdpSocket;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::{Arc, Mutex};
+
+use fabric_core::agent::nic::{Nic, Wire};
+use fabric_core::agent::switch::Sent;
+use fabric_core::wire::ib::ETHERTYPE_IB;
+use fabric_core::wire::mac::ETH_LEN;
+use fabric_core::wire::roce::ROCE_PORT;
+use fabric_io::event_loop::{Agent, Registry};
+use fabric_io::io::mapped::MappedFile;
+use fabric_io::io::packet::{attach_filter, Batch, Insn, PacketSocket};
+use fabric_io::io::poll::{Ready, READABLE, WRITABLE};
+
+use crate::lock;
+
+/// SO_SNDBUF in link-MTU frames. The kernel doubles it and charges a frame its whole allocation (about twice
+/// a 4 KiB frame): about a dozen frames queued in tc, so the RNIC is woken for room once a dozen.
+const SEND_FRAMES: usize = 12;
+/// A NIC's receive ring: the loop may be scheduled out for a few ms.
+const RECV_BUFFER: usize = 4 << 20;
+/// Frames read per wake-up (the loop comes back while more wait).
+const BATCH: usize = 64;
+const ETH_P_IP: u16 = 0x0800;
+/// ENOBUFS: the device queue refused the frame for now, as a full socket buffer does.
+const ENOBUFS: i32 = 105;
+
+/// Classic BPF: accept IPv4 (no options) / UDP / destination port 4791, drop the rest.
+const ROCE_FILTER: [Insn; 10] = [
+    insn(0x28, 0, 0, 12), // ldh [12]
+    insn(0x15, 0, 7, ETH_P_IP as u32),
+    insn(0x30, 0, 0, 14), // ldb [14]: version 4, IHL 5
+    insn(0x15, 0, 5, 0x45),
+    insn(0x30, 0, 0, 23), // ldb [23]: UDP
+    insn(0x15, 0, 3, 17),
+    insn(0x28, 0, 0, 36), // ldh [36]: destination port
+    insn(0x15, 0, 1, ROCE_PORT as u32),
+    insn(0x06, 0, 0, 0xFFFF), // accept
+    insn(0x06, 0, 0, 0),      // drop
+];
+/// Classic BPF that drops everything.
+const DROP_ALL: [Insn; 1] = [insn(0x06, 0, 0, 0)];
+
+const fn insn(code: u16, jt: u8, jf: u8, k: u32) -> Insn {
+    Insn { code, jt, jf, k }
+}
+
+/// An RNIC with its socket.
+pub struct NicPlane {
+    nic: Nic<MappedFile>,
+    socket: PacketSocket,
+    /// RoCE: a UDP socket bound to port 4791 that takes nothing, so that the host's kernel does not answer
+    /// every RoCE frame with an ICMP port unreachable.
+    _sink: Option<UdpSocket>,
+    batch: Batch,
+    kernel_drops: u64,
+    stopped: bool,
+    /// A stall asked from the verbs side, applied at the loop's next turn (it changes what the loop watches).
+    stall: Option<bool>,
+}
+
+/// The socket as the RNIC sends on it; `registry` changes what the loop watches it for (absent outside the
+/// loop's calls: the verbs side never sends).
+struct SocketWire<'a, 'r> {
+    socket: &'a mut PacketSocket,
+    registry: Option<&'a Registry<'r>>,
+    token: u32,
+}
+
+impl Wire for SocketWire<'_, '_> {
+    fn send(&mut self, frame: &[u8]) -> Sent {
+        match self.socket.send(&[frame]) {
+            Ok(0) => Sent::Full,
+            Ok(_) => Sent::Taken,
+            Err(error) if error.raw_os_error() == Some(ENOBUFS) => Sent::Full,
+            Err(_) => Sent::Refused,
+        }
+    }
+
+    fn interest(&mut self, readable: bool, writable: bool) {
+        if let Some(registry) = self.registry {
+            let events = if readable { READABLE } else { 0 } | if writable { WRITABLE } else { 0 };
+            // A failure leaves the interest as it was; the next change asks again.
+            let _ = registry.modify(self.socket.as_raw_fd(), self.token, events);
+        }
+    }
+}
+
+impl NicPlane {
+    /// `nic` on a socket on `ifname` (opened in the calling thread's network namespace), whose link carries
+    /// frames of `mtu` bytes after the Ethernet header; native IB when `ib`.
+    pub fn open(nic: Nic<MappedFile>, ifname: &str, mtu: usize, ib: bool) -> io::Result<NicPlane> {
+        let frame = ETH_LEN.saturating_add(mtu);
+        let send = SEND_FRAMES.saturating_mul(frame);
+        let (socket, sink) = if ib {
+            let socket = PacketSocket::open(ifname, ETHERTYPE_IB, send, RECV_BUFFER)?;
+            (socket, None)
+        } else {
+            let socket =
+                PacketSocket::open_filtered(ifname, ETH_P_IP, send, RECV_BUFFER, &ROCE_FILTER)?;
+            let sink = UdpSocket::bind(("0.0.0.0", ROCE_PORT))?;
+            attach_filter(sink.as_fd(), &DROP_ALL)?;
+            (socket, Some(sink))
+        };
+        Ok(NicPlane {
+            nic,
+            socket,
+            _sink: sink,
+            batch: Batch::new(BATCH, frame.saturating_add(64)),
+            kernel_drops: 0,
+            stopped: false,
+            stall: None,
+        })
+    }
+
+    /// The RNIC, to read.
+    pub fn nic(&self) -> &Nic<MappedFile> {
+        &self.nic
+    }
+
+    /// The RNIC, to change from the verbs side (it sends nothing there: the loop's next turn does).
+    pub fn nic_mut(&mut self) -> &mut Nic<MappedFile> {
+        &mut self.nic
+    }
+
+    /// Frames the kernel dropped at the socket because its buffer was full, since the start.
+    pub fn kernel_drops(&mut self) -> u64 {
+        self.kernel_drops += self.socket.kernel_drops().unwrap_or(0);
+        self.kernel_drops
+    }
+
+    /// The receive pipeline hangs (`stalled`) or works again, from the loop's next turn.
+    pub fn stall_later(&mut self, stalled: bool) {
+        self.stall = Some(stalled);
+    }
+
+    /// The RNIC stops: the loop drops it at the end of its batch.
+    pub fn stop(&mut self) {
+        self.stopped = true;
+    }
+
+    /// `f` on the RNIC and its socket as it sends on it, epoll changes through `registry` for `token`.
+    fn with_wire<R>(
+        &mut self,
+        registry: &Registry<'_>,
+        token: u32,
+        f: impl FnOnce(&mut Nic<MappedFile>, &mut SocketWire<'_, '_>) -> R,
+    ) -> R {
+        let mut wire = SocketWire {
+            socket: &mut self.socket,
+            registry: Some(registry),
+            token,
+        };
+        f(&mut self.nic, &mut wire)
+    }
+
+    /// Reads the frames waiting (up to a batch) and hands them to the RNIC.
+    fn receive(&mut self, now: u64) {
+        if !self.nic.receiving() {
+            return; // stalled: the frames stay in the kernel
+        }
+        let NicPlane {
+            nic, socket, batch, ..
+        } = self;
+        if let Ok(count) = socket.receive(batch) {
+            for index in 0..count {
+                if let Some(frame) = batch.frame(index) {
+                    nic.receive(now, frame);
+                }
+            }
+        } // an error (ENETDOWN: the link was taken down) leaves nothing to read
+    }
+}
+
+/// The loop's side of one RNIC: its socket watched with `token`.
+pub struct NicDriver {
+    plane: Arc<Mutex<NicPlane>>,
+    token: u32,
+}
+
+impl NicDriver {
+    /// The agent of `plane`, its socket watched through `registry` with `token`.
+    pub fn watched(
+        plane: Arc<Mutex<NicPlane>>,
+        token: u32,
+        registry: &Registry<'_>,
+    ) -> io::Result<NicDriver> {
+        registry.watch(lock(&plane).socket.as_raw_fd(), token, READABLE)?;
+        Ok(NicDriver { plane, token })
+    }
+
+    /// Whether the host's side has completions or pause changes to take.
+    pub fn has_news(&self) -> bool {
+        lock(&self.plane).nic.has_news()
+    }
+}
+
+impl Agent for NicDriver {
+    fn ready(&mut self, _token: u32, ready: Ready, now: u64, registry: &Registry<'_>) {
+        let mut plane = lock(&self.plane);
+        if ready.readable {
+            plane.receive(now);
+        }
+        if ready.writable {
+            plane.with_wire(registry, self.token, |nic, wire| nic.writable(now, wire));
+        }
+    }
+
+    fn deadline(&mut self, deadline: u64, now: u64, _registry: &Registry<'_>) {
+        lock(&self.plane).nic.deadline(deadline, now);
+    }
+
+    fn after_events(&mut self, now: u64, registry: &Registry<'_>) -> Option<u64> {
+        lock(&self.plane).with_wire(registry, self.token, |nic, wire| {
+            nic.after_events(now, wire)
+        })
+    }
+
+    fn running(&self) -> bool {
+        !lock(&self.plane).stopped
+    }
+
+    fn finish(&mut self, registry: &Registry<'_>) {
+        let _ = registry.unwatch(lock(&self.plane).socket.as_raw_fd());
+    }
+}
