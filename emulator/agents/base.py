@@ -105,6 +105,10 @@ class AgentBase:
         self.started = time.monotonic()
         self.scheduling = "normal"
         self.cpu: int | None = None  # the CPU its process is pinned to
+        self.join(loop)
+
+    def join(self, loop: Loop) -> None:
+        """Be served by ``loop`` (an agent with a compiled part is served with it)."""
         loop.add(self)
 
     @staticmethod

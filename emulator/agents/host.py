@@ -32,11 +32,10 @@ from typing import Any
 
 from emulator import bounds
 from emulator.agents.base import AgentBase
-from emulator._core.dataplane import Loop
+from emulator._core.dataplane import Loop, Nic
 from emulator.agents.config import HostConfig
-from emulator._core.fidelity import Durations, EgressWire, verdict
+from emulator._core.fidelity import Durations, verdict
 from emulator._core.pause import PauseState
-from emulator._core.rx_pipeline import RxPipeline
 from emulator.model.switch_params import DEFAULT_LOSSLESS, default_headroom
 from emulator._core.mac import mac_bytes
 from emulator._core.pfc import ETHERTYPE_MAC_CONTROL, MAX_QUANTA, PRIORITIES, decode_pfc, encode_pfc, pause_ns
@@ -54,7 +53,10 @@ RX_BUFFER = 256 << 10  # the slow receiver's NIC buffer (a ConnectX-class NIC ha
 class HostAgent(AgentBase):
     """The RNIC and the PFC reaction of one host NIC."""
 
-    def __init__(self, config: HostConfig, loop: Loop) -> None:
+    def __init__(self, config: HostConfig, loop: Loop, nic: Nic | None = None) -> None:
+        # The compiled RNIC (opened in this node's namespace, where the worker builds its agents); tests hand
+        # in Nic.unwired(config).
+        self.nic = Nic(config) if nic is None else nic
         super().__init__(config, loop)
         ifname = config.ifname
         self.gates = PauseGates(config.netns, ifname, socket.if_nametoindex(ifname), config.rate_bps,
@@ -68,7 +70,7 @@ class HostAgent(AgentBase):
         self.sock.bind((ifname, ETHERTYPE_MAC_CONTROL))
         self.sock.setblocking(False)
         self.watch(self.sock.fileno(), select.EPOLLIN, self._on_frame)
-        self.rnic = Rnic(config, self.watch, self.modify, self.unwatch)
+        self.rnic = Rnic(config, self.nic, self.watch, self.modify, self.unwatch)
         self.mac = mac_bytes(config.mac)
         self.pfc_sock = None  # the stall fault's PFC sender, opened at its first use (in priority 7's class)
         self.ifname, self.netns = ifname, config.netns
@@ -77,7 +79,6 @@ class HostAgent(AgentBase):
         self.storm_pfc_sent = 0
         self.pausing: set[str] = set()  # why the NIC pauses its switch port: "stall", "slow"
         self.rate_bps, self.mtu = config.rate_bps, config.mtu
-        self.rnic.pause_request = lambda on: self._nic_pause("slow", on)
         self.unordered = keep_flows_in_order([ifname], whole_link=config.ib is not None, rx_cpus=[config.rx_cpu])
         self.kernel_counters: NamespaceDrops | None = None  # opened at the first stats request (most never come)
 
@@ -98,22 +99,28 @@ class HostAgent(AgentBase):
                 self.gates.pause(priority)
             for priority in resumed:
                 self.gates.resume(priority)
-            self.rnic.wire_hold(now, self._held())
+            self.nic.wire_hold(now, self._held())
+
+    def join(self, loop: Loop) -> None:
+        loop.add_host(self, self.nic)
 
     def _held(self) -> bool:
         """Whether PFC holds any priority (the monitor's RNIC wire then idles by right)."""
         return any(self.state.is_paused(p) for p in range(PRIORITIES))
 
     def after_events(self, now: int) -> None:
-        self.rnic.pump(now)
+        """Completions to their applications, the slow receiver's pause changes to the wire, the timer armed.
+
+        The compiled RNIC's own deadlines are the loop's (``Loop.add_host``).
+        """
         self.rnic.deliver(self.now())  # completions carry the time they are delivered
+        for on in self.nic.pause_changes():
+            self._nic_pause("slow", on)
         deadlines = []
         if (expiry := self.state.next_expiry()) is not None:
             deadlines.append((expiry, "link"))
         if self.storm_refresh is not None:
             deadlines.append((self.storm_refresh, "link"))
-        if (rnic := self.rnic.next_deadline()) is not None and rnic[1] != "start":
-            deadlines.append(rnic)
         if (start := self.rnic.next_start()) is not None:
             deadlines.append((start - EARLY_WAKE_NS, None))  # judged at its release (_start_timed_posts)
         deadline, self.timer_kind = min(deadlines, key=lambda d: d[0]) if deadlines else (None, None)
@@ -127,9 +134,8 @@ class HostAgent(AgentBase):
         for priority in resumed:
             self.gates.resume(priority)
         if resumed:
-            self.rnic.wire_hold(now, self._held())
+            self.nic.wire_hold(now, self._held())
         self._start_timed_posts(now)
-        self.rnic.on_timer(now)
 
     def _start_timed_posts(self, now: int) -> None:
         """Release the RNIC's timed posts that start within EARLY_WAKE_NS of ``now``, each at its start.
@@ -160,26 +166,27 @@ class HostAgent(AgentBase):
         now = self.now()
         if request == ["stall"]:
             if "stall" not in self.pausing:
-                self.rnic.stall(True)
+                self.nic.stall(True)
                 self._nic_pause("stall", True)
             return {"stalled": True}
         if request[:1] == ["slow"] and len(request) == 2:
             fraction = bounds.real("slow", request[1], bounds.SLOW_FRACTION)  # the command line's range
             rate_bps = max(1, round(self.rate_bps * fraction))
-            if self.rnic.slow is not None:  # slow already: the new rate from now on, the frames held keep their turn
-                self.rnic.slow.set_rate(now, rate_bps)
+            if self.nic.set_slow_rate(now, rate_bps):  # slow already: the frames held keep their turn
                 return {"slow": fraction}
             # The buffer keeps its headroom (what the switch still sends after XOFF, the switch's own formula)
             # free; at fast rates that headroom outgrows RX_BUFFER, and the buffer grows to twice it.
             headroom = default_headroom(self.rate_bps, 0, self.mtu)
             buffer = max(RX_BUFFER, 2 * headroom)
             xoff = buffer - headroom
-            self.rnic.set_slow(now, RxPipeline(rate_bps, buffer, xoff, max(0, xoff - 2 * (self.mtu + 14))))
+            self.nic.start_slow(rate_bps, buffer, xoff, max(0, xoff - 2 * (self.mtu + 14)))
             return {"slow": fraction}
         if request == ["resume"]:
-            self.rnic.set_slow(now, None)
+            self.nic.end_slow(now)
+            for on in self.nic.pause_changes():
+                self._nic_pause("slow", on)
             if "stall" in self.pausing:
-                self.rnic.stall(False)
+                self.nic.stall(False)
                 self._nic_pause("stall", False)
             return {"stalled": False}
         return super().command(request)
@@ -196,13 +203,6 @@ class HostAgent(AgentBase):
             self.storm_refresh = None
             self._storm_pfc(0)
 
-    def _slow_stats(self) -> dict[str, Any] | None:
-        slow = self.rnic.slow
-        if slow is None:
-            return None
-        return {"rate_bps": slow.rate_bps, "held_bytes": slow.bytes, "peak_bytes": slow.peak, "dropped": slow.dropped,
-                "pausing": slow.paused}
-
     def _storm_pfc(self, quanta: int) -> None:
         if self.pfc_sock is None:
             with entered(self.netns):  # the process serves other nodes too: open it in this one's namespace
@@ -216,14 +216,14 @@ class HostAgent(AgentBase):
         now = self.now()
         return {
             "fault": {"stalled": "stall" in self.pausing, "pfc_sent": self.storm_pfc_sent,
-                      "slow": self._slow_stats()},
+                      "slow": self.nic.slow_figures()},
             "host": self.name,
             "scheduling": self.scheduling,
             "cpu": self.cpu,
             "pfc_received": list(self.pfc_received),
             "paused_ns": [self.state.paused_time(p, now) for p in range(PRIORITIES)],
             "paused_now": [self.state.is_paused(p) for p in range(PRIORITIES)],
-            "drops": {"malformed": self.malformed + self.rnic.malformed()},
+            "drops": {"malformed": self.malformed + self.nic.malformed()},
             "rnic": self.rnic.stats(),
             "kernel": self._kernel_drops(),
             "rps_failed": self.unordered,
@@ -241,17 +241,17 @@ class HostAgent(AgentBase):
 
     def _fidelity(self) -> dict[str, Any]:
         """The monitor's figures of this host (its RNIC's wire and its timers so far) and their verdict."""
-        lateness, wire = self.timer_lateness, self.rnic.wire
-        judged = verdict(wire, Durations(), lateness["link"], self.frame_ns, starts=lateness["start"],
-                         timeouts=lateness["timeout"], timeout_ns=self.rnic.shortest_timeout_ns,
-                         monitored=self.monitor)
+        wire, link, timeouts, shortest_timeout_ns = self.nic.fidelity_figures()
+        link.merge(self.timer_lateness["link"])  # the RNIC's link timers and the pause gates'
+        starts = self.timer_lateness["start"]
+        judged = verdict(wire, Durations(), link, self.frame_ns, starts=starts, timeouts=timeouts,
+                         timeout_ns=shortest_timeout_ns, monitored=self.monitor)
         return {"faithful": judged.faithful, "reasons": list(judged.reasons), "wire": wire.summary(),
-                "timers": lateness["link"].summary(), "starts": lateness["start"].summary(),
-                "timeouts": lateness["timeout"].summary()}
+                "timers": link.summary(), "starts": starts.summary(), "timeouts": timeouts.summary()}
 
     def reset_fidelity(self) -> None:
         super().reset_fidelity()
-        self.rnic.wire = EgressWire()
+        self.nic.reset_fidelity()
 
     def close(self) -> None:
         self.rnic.close()

@@ -20,15 +20,16 @@ explains it.  The places, from the agents' stats (docs/results.md,
   checksum a switch got wrong), an address not its own, no room;
 - a host's sockets: UDP receive errors (a full receive buffer, no memory,
   a bad checksum: /proc/net/snmp ``RcvbufErrors``, ``MemErrors``,
-  ``InCsumErrors``), the RNIC's AF_PACKET receive buffer, and the
-  slow-receiver fault's NIC buffer.
+  ``InCsumErrors``), the RNIC's AF_PACKET receive buffer, the frames the
+  kernel refused the RNIC for good (``send_errors``: its link was down),
+  and the slow-receiver fault's NIC buffer.
 
 A veth, IPv4, a socket and the part of tc no class took do not know a frame's
 priority; on a fabric with a lossless class their losses count as the
 lossless class's (the conservative reading).  Not judged, though shown
 in the node's ``kernel`` counters: UDP's ``InErrors`` (it also counts
 every RoCE frame the RNIC's sink socket filters away by design, see
-:mod:`emulator.agents.rnic_links`), UDP send errors (``SndbufErrors``) and
+crates/fabric-agents/src/nic.rs), UDP send errors (``SndbufErrors``) and
 IPv4's ``OutDiscards`` (the sender was told; each is the sending side of
 a tc drop, counted at tc), and ``OutNoRoutes`` (nothing was sent).
 
@@ -124,6 +125,8 @@ def host_losses(name: str, stats: dict[str, Any], lossless: frozenset[int]) -> l
         rnic = stats["rnic"]
         entries.append(_entry(name, "nic", "RNIC socket full (rx_kernel_drops)", rnic["rx_kernel_drops"], None,
                               lossless))
+        entries.append(_entry(name, "nic", "RNIC send refused (send_errors)", rnic["send_errors"], None, lossless,
+                              "the link was down" if rnic["send_errors"] else None))
         entries.append(_entry(name, "nic", "slow receiver's NIC buffer", rnic["rx_buffer_drops"], None, lossless,
                               "the slow-receiver fault"))
     if "kernel" in stats:

@@ -1,9 +1,10 @@
 """Switches and RNICs with a fake wire, for unit tests of their per-frame paths (no root).
 
 The compiled switch runs on wires in memory (:class:`~emulator._core.dataplane.UnwiredSwitch`: frames handed
-in, frames sent kept, a port told to refuse).  A host agent's raw AF_PACKET sockets (and the RNIC's UDP sink)
-are replaced by :class:`FakeWire` objects: a real eventfd stands in for the descriptor (so epoll registration
-works), frames handed in are returned by ``recv``, and frames sent are recorded.  Everything else is the
+in, frames sent kept, a port told to refuse), and so does the compiled RNIC (``Nic.unwired``: frames handed in
+with ``receive``, frames sent kept, the kernel queue's room set by the test).  A host agent's own raw
+AF_PACKET sockets (PFC) are replaced by :class:`FakeWire` objects: a real eventfd stands in for the descriptor
+(so epoll registration works), frames handed in are returned by ``recv``, and frames sent are recorded.  Everything else is the
 agents' real code: the loop (its epoll and timerfd), the Unix control and verbs sockets (in a temporary
 directory), the MMU, the IB plane, the RC transport.
 """
@@ -25,8 +26,8 @@ import pytest
 
 from emulator.agents import base as agentlib
 from emulator.agents import host as host_agent
-from emulator.agents import rnic_links as links, rnic
-from emulator._core.dataplane import Loop, UnwiredSwitch
+from emulator.agents import rnic
+from emulator._core.dataplane import Loop, Nic, UnwiredSwitch
 from emulator.agents.config import HostConfig, HostIbConfig, PortConfig, SwitchConfig, SwitchIbConfig
 from emulator.kernel import packet_socket
 from emulator.model.switch_params import derive_config
@@ -101,7 +102,7 @@ def fake_wire(monkeypatch: pytest.MonkeyPatch) -> None:
 def patch_wire(monkeypatch: pytest.MonkeyPatch) -> None:
     """What :func:`fake_wire` does, for callers outside a test (bench/bench_monitor.py)."""
     fake = _socket_module()
-    for module in (host_agent, rnic, links, packet_socket):
+    for module in (host_agent, packet_socket):
         monkeypatch.setattr(module, "socket", fake)
     monkeypatch.setattr(host_agent, "keep_flows_in_order", lambda *_args, **_kw: [])
     monkeypatch.setattr(host_agent, "PauseGates", FakeGates)
@@ -181,13 +182,16 @@ class Registry:
 
 
 def make_rnic(tmp: str, **options: Any) -> tuple[rnic.Rnic, Registry]:
+    """Host h1's verbs server over its compiled RNIC on a wire in memory (``rnic.nic``)."""
     loop = Registry()
-    return rnic.Rnic(host_config(tmp, **options), loop.watch, loop.modify, loop.unwatch), loop
+    config = host_config(tmp, **options)
+    return rnic.Rnic(config, Nic.unwired(config), loop.watch, loop.modify, loop.unwatch), loop
 
 
 def make_host(tmp: str, **options: Any) -> host_agent.HostAgent:
-    """Host h1's agent: its RNIC and its PFC reaction (gates faked)."""
-    return host_agent.HostAgent(host_config(tmp, **options), Loop())
+    """Host h1's agent: its RNIC on a wire in memory and its PFC reaction (gates faked)."""
+    config = host_config(tmp, **options)
+    return host_agent.HostAgent(config, Loop(), nic=Nic.unwired(config))
 
 
 class App:

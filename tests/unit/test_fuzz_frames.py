@@ -183,11 +183,10 @@ def test_fuzz_switch_ib_plane(ib_switch, frame):
 
 
 def host_trace(agent) -> tuple:
-    rnic = agent.rnic
-    link = rnic.link
-    return (agent.malformed, sum(agent.pfc_received), rnic.malformed(), rnic.counters["frames_received"],
-            getattr(link, "credit_violations", 0),
-            sum(c["fc_received"] for c in link.credits.counters.values()) if hasattr(link, "credits") else 0)
+    stats = agent.nic.stats()
+    link = stats["link"]
+    return (agent.malformed, sum(agent.pfc_received), agent.nic.malformed(), stats["frames_received"],
+            link.get("credit_violations", 0), sum(c["fc_received"] for c in link.get("credits", [])))
 
 
 def deliver_to_host(agent, frame: bytes) -> bool:
@@ -198,17 +197,17 @@ def deliver_to_host(agent, frame: bytes) -> bool:
         agent.sock.inbox.append(frame)
         agent._on_frame(agent.sock.fileno(), select.EPOLLIN, now)
         delivered = True
-    if kernel_passes_to_rnic(agent.rnic, frame):
-        agent.rnic.sock.inbox.append(frame)
-        agent.rnic._receive(now)
+    if kernel_passes_to_rnic(agent.config.ib is not None, frame):
+        agent.nic.receive(now, frame)
+        agent.nic.after_events(now)
         delivered = True
     agent.after_events(now)
     return delivered
 
 
-def kernel_passes_to_rnic(rnic, frame: bytes) -> bool:
+def kernel_passes_to_rnic(ib: bool, frame: bytes) -> bool:
     """What the RNIC's socket receives: the IB EtherType, or what its classic BPF filter accepts."""
-    if rnic.link.ethertype == 0x88B6:
+    if ib:
         return len(frame) >= 14 and frame[12:14] == b"\x88\xb6"
     return (len(frame) >= 38 and frame[12:14] == ETH_IPV4 and frame[14] == 0x45 and frame[23] == 17
             and frame[36:38] == (4791).to_bytes(2, "big"))
@@ -227,12 +226,11 @@ def test_an_ib_data_packet_on_vl_4_is_counted_malformed(fake_wire, tmp_path):
     agent, _ = make_rnic(str(tmp_path), ib=True)
     try:
         packet = Packet(Opcode.ACK, 0x11, 1, syndrome=0x1F)
-        for vl in (4, 9, 15):
-            agent.sock.inbox.append(encode_data(GATEWAY_MAC, HOST_MAC, 1, 2, 0, vl, packet))
-        agent.sock.inbox.append(encode_data(GATEWAY_MAC, HOST_MAC, 1, 2, 0, 0, packet))
-        agent._receive(time.monotonic_ns())
-        assert agent.malformed() == 3
-        assert agent.counters["unknown_qp"] == 1  # the good one got through to the QP lookup
+        now = time.monotonic_ns()
+        for vl in (4, 9, 15, 0):
+            agent.nic.receive(now, encode_data(GATEWAY_MAC, HOST_MAC, 1, 2, 0, vl, packet))
+        assert agent.nic.malformed() == 3
+        assert agent.nic.stats()["unknown_qp"] == 1  # the good one got through to the QP lookup
     finally:
         agent.close()
 

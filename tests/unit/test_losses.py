@@ -101,7 +101,7 @@ def _switch(queues: dict[int, dict] | None = None, lossless: tuple[int, ...] = (
 
 def _host(kernel: dict | None = None, pfc_sent: int = 0) -> dict:
     return {"fault": {"stalled": False, "pfc_sent": pfc_sent, "slow": None},
-            "rnic": {"rx_kernel_drops": 0, "rx_buffer_drops": 0}, "kernel": kernel or _kernel(),
+            "rnic": {"rx_kernel_drops": 0, "rx_buffer_drops": 0, "send_errors": 0}, "kernel": kernel or _kernel(),
             "fidelity": {"faithful": True, "reasons": []}}
 
 

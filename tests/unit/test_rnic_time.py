@@ -7,7 +7,6 @@ wait for a start is checked.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import socket
@@ -46,13 +45,13 @@ def test_a_timed_post_is_released_at_the_now_that_reaches_its_start(rnic, tmp_pa
     qpn, _cq, key = connected_qp(app)
     start = time.monotonic_ns() + 10**9
     assert app({"op": "post_send", "qpn": qpn, "wrs": [write(key)], "at": start}) == {}
-    assert rnic.next_start() == start and rnic.next_deadline() == (start, "start")
-    rnic.on_timer(start - 1)
-    rnic.pump(start - 1)
-    assert rnic.sock.sent == [] and app({"op": "query_qp", "qpn": qpn})["released_ns"] == 0
-    rnic.on_timer(start + 7)
-    rnic.pump(start + 7)
-    assert len(rnic.sock.sent) == 1
+    assert rnic.next_start() == start and rnic.nic.next_deadline() is None
+    rnic.release(start - 1)
+    rnic.nic.after_events(start - 1)
+    assert rnic.nic.sent() == [] and app({"op": "query_qp", "qpn": qpn})["released_ns"] == 0
+    rnic.release(start + 7)
+    rnic.nic.after_events(start + 7)
+    assert len(rnic.nic.sent()) == 1
     assert app({"op": "query_qp", "qpn": qpn})["released_ns"] == start + 7
     assert rnic.next_start() is None
 
@@ -61,10 +60,10 @@ def test_completions_carry_the_now_of_their_delivery(rnic, tmp_path):
     app = App(rnic, str(tmp_path / "h1.verbs"))
     qpn, cq, key = connected_qp(app, timeout_ns=8192, retry_cnt=0)
     assert app({"op": "post_send", "qpn": qpn, "wrs": [write(key, wr_id=42)]}) == {}
-    rnic.pump(1_000)
-    deadline, kind = rnic.next_deadline()
+    rnic.nic.after_events(1_000)
+    deadline, kind = rnic.nic.next_deadline()
     assert kind == "timeout"
-    rnic.on_timer(deadline)  # no ACK, no retry left: the WRITE completes in error
+    rnic.nic.deadline(deadline, deadline)  # no ACK, no retry left: the WRITE completes in error
     rnic.deliver(deadline + 123)
     message = json.loads(app.sock.recv(1 << 16, socket.MSG_DONTWAIT))
     assert message["cq"] == cq
@@ -95,18 +94,24 @@ def test_the_host_agent_wakes_early_and_releases_at_the_start_on_the_clock(host,
     assert host.rnic.next_start() is None
 
 
+def _wire(rnic):
+    """The RNIC's monitored wire so far."""
+    return rnic.nic.fidelity_figures()[0]
+
+
 def _wire_with_a_full_kernel_queue(rnic, app, key, qpn) -> int:
     """Four frames go at 0, a fifth finds the kernel's queue full: returns when the four have left."""
+    nic = rnic.nic
     assert app({"op": "post_send", "qpn": qpn, "wrs": [write(key, wr_id=i) for i in range(4)]}) == {}
-    rnic.pump(0)
-    assert len(rnic.sock.sent) == 4 and rnic.wire.stall_ns == 0
-    frame_ns = len(rnic.sock.sent[0]) * 8_000_000_000 // rnic.rate_bps
-    assert rnic.wire_end == 4 * frame_ns
+    nic.after_events(0)
+    assert len(nic.sent()) == 4 and _wire(rnic).stall_ns == 0
+    frame_ns = len(nic.sent()[0]) * 8_000_000_000 // rnic.rate_bps
+    assert nic.wire_end == 4 * frame_ns
     assert app({"op": "post_send", "qpn": qpn, "wrs": [write(key, wr_id=9)]}) == {}
-    rnic.sock.refuse = lambda: BlockingIOError(errno.EAGAIN, "the kernel queue is full")
-    rnic.pump(1_000)
-    rnic.sock.refuse = None
-    return rnic.wire_end
+    nic.room(0)  # the kernel queue is full
+    nic.after_events(1_000)
+    nic.room(None)
+    return nic.wire_end
 
 
 def test_the_monitor_counts_the_wire_idle_while_a_frame_waited_for_the_agent(rnic, tmp_path):
@@ -114,26 +119,27 @@ def test_the_monitor_counts_the_wire_idle_while_a_frame_waited_for_the_agent(rni
     app = App(rnic, str(tmp_path / "h1.verbs"))
     qpn, _cq, key = connected_qp(app)
     free_at = _wire_with_a_full_kernel_queue(rnic, app, key, qpn)
-    rnic._on_writable(free_at + 2_000_000)
-    assert len(rnic.sock.sent) == 5
-    assert rnic.wire.stall_ns == rnic.wire.longest_stall_ns == 2_000_000
+    rnic.nic.writable(free_at + 2_000_000)
+    assert len(rnic.nic.sent()) == 5
+    assert _wire(rnic).stall_ns == _wire(rnic).longest_stall_ns == 2_000_000
 
 
 def test_a_pfc_hold_idles_the_rnic_wire_by_right(rnic, tmp_path):
     app = App(rnic, str(tmp_path / "h1.verbs"))
     qpn, _cq, key = connected_qp(app)
     free_at = _wire_with_a_full_kernel_queue(rnic, app, key, qpn)
-    rnic.wire_hold(2_000, True)  # paused with four frames' time still queued
-    rnic.wire_hold(free_at + 2_000_000, False)
-    rnic._on_writable(free_at + 2_000_000)  # the agent is back as the queue resumes: no stall
-    assert len(rnic.sock.sent) == 5 and rnic.wire.stall_ns == 0
+    rnic.nic.wire_hold(2_000, True)  # paused with four frames' time still queued
+    rnic.nic.wire_hold(free_at + 2_000_000, False)
+    rnic.nic.writable(free_at + 2_000_000)  # the agent is back as the queue resumes: no stall
+    assert len(rnic.nic.sent()) == 5 and _wire(rnic).stall_ns == 0
 
 
 def test_an_rnic_with_nothing_to_send_lets_its_wire_idle(rnic, tmp_path):
     app = App(rnic, str(tmp_path / "h1.verbs"))
     qpn, _cq, key = connected_qp(app)
     assert app({"op": "post_send", "qpn": qpn, "wrs": [write(key)]}) == {}
-    rnic.pump(0)
+    rnic.nic.after_events(0)
     assert app({"op": "post_send", "qpn": qpn, "wrs": [write(key, wr_id=2)]}) == {}
-    rnic.pump(50_000_000)  # posted 50 ms later: the wire was free, nothing waited
-    assert len(rnic.sock.sent) == 2 and rnic.wire.stall_ns == 0 and rnic.wire.frames == 2
+    rnic.nic.after_events(50_000_000)  # posted 50 ms later: the wire was free, nothing waited
+    wire = _wire(rnic)
+    assert len(rnic.nic.sent()) == 2 and wire.stall_ns == 0 and wire.frames == 2

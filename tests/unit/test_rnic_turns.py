@@ -8,7 +8,6 @@ experiment: its sender's incast flow outran the victim flow beside it, which the
 
 from __future__ import annotations
 
-import errno
 import os
 
 from emulator.agents.memory import ACCESS_ALL
@@ -38,22 +37,13 @@ def test_two_qps_alternate_when_the_kernel_queue_takes_one_frame_at_a_time(rnic,
     for i, qpn in enumerate(qps):  # 16 KiB each: 16 packets of 1 KiB
         wr = [i + 1, int(WrOpcode.RDMA_WRITE), 0x10000, 16 << 10, key, 0x5000, 0x77, 0, True]
         assert app({"op": "post_send", "qpn": qpn, "wrs": [wr]}) == {}
-    sock = rnic.sock
-    room = [0]  # frames the kernel's queue takes before it is full again
-    take = sock.send
-
-    def send(frame: bytes) -> int:
-        if not room[0]:
-            raise BlockingIOError(errno.EAGAIN, "queue full")
-        room[0] -= 1
-        return take(frame)
-
-    sock.send = send
-    rnic.pump(1_000)  # the queue is full from the start: one frame waits
+    nic = rnic.nic
+    nic.room(0)  # frames the kernel's queue takes before it is full again
+    nic.after_events(1_000)  # the queue is full from the start: one frame waits
     for step in range(20):  # a frame left the kernel's queue: room for one
-        room[0] = 1
-        rnic._on_writable(2_000 + step)
-    remotes = [decode(frame).packet.dest_qp for frame in sock.sent]
+        nic.room(1)
+        nic.writable(2_000 + step)
+    remotes = [decode(frame).packet.dest_qp for frame in nic.sent()]
     assert len(remotes) == 20
     assert remotes.count(0x91) == remotes.count(0x92) == 10, remotes
     assert all(a != b for a, b in zip(remotes, remotes[1:])), remotes  # one each in turn

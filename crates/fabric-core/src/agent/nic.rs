@@ -28,8 +28,6 @@ use crate::wire::transport::{opcode, Packet};
 pub const SOURCE_PORT_BASE: u16 = 49152;
 /// Rows of the DCQCN rate trace one RNIC keeps (about 0.7 MiB); later changes are only counted.
 pub const MAX_RATE_ROWS: usize = 10_000;
-/// The rate trace's header row.
-pub const RATE_HEADER: &str = "time_ns,host,qpn,remote,rate_bps,target_bps,alpha,event\n";
 /// The IP TTL of the RNIC's frames.
 const TTL: u8 = 64;
 
@@ -289,7 +287,8 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
         if self.qps.contains_key(&qpn) {
             return Err(format!("QP {qpn} is already connected"));
         }
-        let remote_gid = std::net::Ipv4Addr::from(remote_ip).to_string();
+        let [a, b, c, d] = remote_ip;
+        let remote_gid = format!("{a}.{b}.{c}.{d}");
         let framer = match &self.link {
             Link::Roce { .. } => {
                 let port = source_port(qpn, remote_qpn);
