@@ -451,7 +451,7 @@ impl Loop {
                     nic: NicDriver::watched(plane, NIC_TOKEN, registry)?,
                     python_due: None,
                     nic_due: None,
-                    python_called: false,
+                    python_called: true, // its first after_events applies what it watched after `add`
                 })),
             })
         })?;
