@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -579,7 +580,7 @@ def _unraisable(unraisable: Any) -> None:
     Once a stop is under way, other finalizer errors are dropped: the signal cut an object's construction
     short (an asyncio event loop inside pyroute2, collected without its ``_thread_id``, printed a traceback
     in 1 of 16 signal tests); that says nothing about the command, whose cleanup goes on and reports itself,
-    and the command's last line must stay its own.  Before a stop, Python's own hook prints them."""
+    and the command's last line must stay its own (asyncio's logger is silenced then too, in ``main``).  Before a stop, Python's own hook prints them."""
     if not _unwound and unraisable.exc_type is KeyboardInterrupt:
         _send_again(signal.SIGINT)
     elif (not _unwound and unraisable.exc_type is SystemExit and _stop_signal is not None
@@ -668,6 +669,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 signal.signal(stop, _exit_now)
         if not _unwound:
             sys.unraisablehook = _python_hook
+        else:
+            # The same noise through asyncio's logger: a pyroute2 task the signal cut short, collected as the
+            # interpreter exits, says "Task was destroyed but it is pending!" after the command's last line.
+            logging.getLogger("asyncio").disabled = True
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from typing import Any, Callable
 from emulator.agents.base import bind_private, trusted_peer
 from emulator.agents.config import HostConfig
 from emulator.errors import shown
-from emulator.agents.memory import MAX_MR_BYTES, check_memfd
+from emulator.agents.memory import MAX_MR_BYTES, register
 from emulator.agents.verbs_messages import (
     MESSAGE_MAX, U32, U64, BadRequest, decode, integer, ipv4, optional_integer, rows,
 )
@@ -261,11 +261,8 @@ class Rnic:
                 raise BadRequest("reg_mr needs the region's memfd")
             if self.nic.regions(client.pd) >= MAX_PER_CLIENT:
                 raise BadRequest(f"at most {MAX_PER_CLIENT} memory regions per context")
-            addr, length = integer(request, "addr", 0, U64), integer(request, "length", 0, U64)
-            access = integer(request, "access", 0, U32)
-            if 0 < length <= MAX_MR_BYTES:  # else the RNIC says what it takes, before anything is mapped
-                check_memfd(fds[0], length)
-            key = self.nic.register(client.pd, addr, length, access, fds[0])
+            key = register(self.nic, client.pd, integer(request, "addr", 0, U64), integer(request, "length", 0, U64),
+                           integer(request, "access", 0, U32), fds[0])
             return {"lkey": key, "rkey": key}
         if op == "dereg_mr":
             self.nic.deregister(integer(request, "key", 0, U32), client.pd)

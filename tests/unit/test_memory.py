@@ -1,93 +1,28 @@
-"""Memory regions: the key, domain, bound and access checks the RNIC relies on."""
+"""Memory regions: the memfd checks before the RNIC maps a region, and the mapping shared with the application.
+
+The key, domain, bound and access checks themselves are the compiled RNIC's (crates/fabric-core's
+``agent::regions``, with its cargo tests); here the regions are registered with a compiled RNIC on a wire in
+memory, as the verbs server registers them.
+"""
 
 from __future__ import annotations
 
 import fcntl
+import mmap
 import os
 import tempfile
 
 import pytest
 
-from emulator.agents.memory import (
-    ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, MAX_MR_BYTES, RegionTable,
-)
-from emulator._core.rc import AccessError
+from emulator.agents.memory import ACCESS_ALL, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE, MAX_MR_BYTES, register
+from emulator._core.dataplane import Nic
+from emulator._core.rc import RcConfig, WcStatus, WrOpcode
+from fake_agents import HOST_IP, host_config
 
 
-def test_keys_are_distinct_and_resolve_to_the_region_bytes():
-    table = RegionTable(seed=7)
-    a = table.register(1, 0x1000, 64, ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE, buffer=bytearray(64))
-    b = table.register(1, 0x9000, 64, ACCESS_LOCAL_WRITE, buffer=bytearray(64))
-    assert a.key != b.key
-    view = table.domain(1).remote(a.key, 0x1010, 16, write=True)
-    view[:] = b"x" * 16
-    assert bytes(a.view[16:32]) == b"x" * 16
-
-
-@pytest.mark.parametrize("addr,length", [(0x0fff, 1), (0x1000 + 60, 5), (0x1000, 65), (0x2000, 1)])
-def test_out_of_bounds_is_an_access_error(addr, length):
-    table = RegionTable()
-    region = table.register(1, 0x1000, 64, ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ, buffer=bytearray(64))
-    with pytest.raises(AccessError, match="outside the region"):
-        table.domain(1).remote(region.key, addr, length, write=True)
-
-
-def test_another_protection_domain_cannot_use_the_key():
-    table = RegionTable()
-    region = table.register(1, 0x1000, 64, ACCESS_REMOTE_WRITE, buffer=bytearray(64))
-    with pytest.raises(AccessError, match="not registered in this protection domain"):
-        table.domain(2).remote(region.key, 0x1000, 8, write=True)
-
-
-def test_access_flags_are_enforced():
-    table = RegionTable()
-    region = table.register(1, 0x1000, 64, ACCESS_REMOTE_READ, buffer=bytearray(64))
-    memory = table.domain(1)
-    assert len(memory.remote(region.key, 0x1000, 8, write=False)) == 8
-    with pytest.raises(AccessError, match="does not allow"):
-        memory.remote(region.key, 0x1000, 8, write=True)
-    with pytest.raises(AccessError, match="does not allow"):
-        memory.local(region.key, 0x1000, 8, write=True)  # no local write either
-
-
-def test_deregistered_and_released_keys_miss():
-    table = RegionTable()
-    a = table.register(1, 0x1000, 64, ACCESS_REMOTE_WRITE, buffer=bytearray(64))
-    b = table.register(2, 0x1000, 64, ACCESS_REMOTE_WRITE, buffer=bytearray(64))
-    table.deregister(a.key, 1)
-    with pytest.raises(AccessError):
-        table.domain(1).remote(a.key, 0x1000, 8, write=True)
-    with pytest.raises(ValueError, match="no memory region"):
-        table.deregister(b.key, 1)  # not the owner's
-    table.release_owner(2)
-    assert table.regions == {}
-
-
-def test_size_limits_and_flags():
-    table = RegionTable()
-    with pytest.raises(ValueError, match="1 byte to 1024 MiB"):
-        table.register(1, 0, 0, ACCESS_LOCAL_WRITE, buffer=bytearray(1))
-    with pytest.raises(ValueError, match="1 byte to 1024 MiB"):
-        table.register(1, 0, MAX_MR_BYTES + 1, ACCESS_LOCAL_WRITE, buffer=bytearray(1))
-    with pytest.raises(ValueError, match="unknown access flags"):
-        table.register(1, 0, 8, 0x100, buffer=bytearray(8))
-
-
-def test_a_memfd_region_shares_pages_with_its_owner():
-    """What the RNIC does with an application's memfd: both mappings see the same bytes."""
-    import mmap
-
-    fd = sealed_memfd(4096)
-    try:
-        app = mmap.mmap(fd, 4096)
-        table = RegionTable()
-        region = table.register(1, 0x7000, 4096, ACCESS_REMOTE_WRITE, fd=fd)
-        table.domain(1).remote(region.key, 0x7000 + 100, 4, write=True)[:] = b"rdma"
-        assert app[100:104] == b"rdma"
-        table.release_owner(1)
-        app.close()
-    finally:
-        os.close(fd)
+@pytest.fixture
+def nic(tmp_path):
+    return Nic.unwired(host_config(str(tmp_path)))
 
 
 def sealed_memfd(length: int, seals: int = fcntl.F_SEAL_SHRINK) -> int:
@@ -99,16 +34,61 @@ def sealed_memfd(length: int, seals: int = fcntl.F_SEAL_SHRINK) -> int:
     return fd
 
 
-def test_a_sealed_region_cannot_shrink_under_the_rnic():
+def loop_write(nic: Nic, source: int, target: int, addr: int, length: int, remote_addr: int) -> None:
+    """An RDMA WRITE from region ``source`` to region ``target`` of domain 1 through a QP connected to itself."""
+    nic.connect(0x11, 1, 100, RcConfig(mtu=1024), 0x11, 100, HOST_IP, [])
+    nic.post_send(0x11, [(1, int(WrOpcode.RDMA_WRITE), addr, length, source, remote_addr, target, 0, True)])
+    for step in range(10):
+        nic.after_events(step * 1000)
+        for frame in nic.take_sent():  # the wire loops back
+            nic.receive(step * 1000, frame)
+    [(_qp, _wr, status, *_rest)] = nic.completions()
+    assert status == WcStatus.SUCCESS
+
+
+def test_a_memfd_region_shares_pages_with_its_owner(nic):
+    """What the RNIC does with an application's memfd: both mappings see the same bytes."""
+    source_fd, target_fd = sealed_memfd(4096), sealed_memfd(4096)
+    try:
+        source, target = mmap.mmap(source_fd, 4096), mmap.mmap(target_fd, 4096)
+        source[:4] = b"rdma"
+        a = register(nic, 1, 0x1000, 4096, ACCESS_ALL, source_fd)
+        b = register(nic, 1, 0x7000, 4096, ACCESS_ALL, target_fd)
+        assert a != b
+        loop_write(nic, a, b, 0x1000, 4, 0x7000 + 100)
+        assert target[100:104] == b"rdma"
+        nic.release_owner(1)
+        assert nic.regions() == 0
+        source.close()
+        target.close()
+    finally:
+        os.close(source_fd)
+        os.close(target_fd)
+
+
+def test_a_sealed_region_cannot_shrink_under_the_rnic(nic):
     """What kept a shrunk memfd from killing the agent with SIGBUS at the next WRITE."""
     fd = sealed_memfd(8192)
     try:
-        table = RegionTable()
-        region = table.register(1, 0, 8192, ACCESS_REMOTE_WRITE, fd=fd)
+        key = register(nic, 1, 0, 8192, ACCESS_ALL, fd)
         with pytest.raises(PermissionError):
             os.ftruncate(fd, 0)
-        table.domain(1).remote(region.key, 8000, 192, write=True)[:] = bytes(192)  # the last page is still there
-        table.release_owner(1)
+        loop_write(nic, key, key, 0, 192, 8000)  # the last page is still there
+        nic.release_owner(1)
+    finally:
+        os.close(fd)
+
+
+def test_size_limits_and_flags(nic):
+    fd = sealed_memfd(8)
+    try:
+        with pytest.raises(ValueError, match="1 byte to 1024 MiB"):
+            register(nic, 1, 0, 0, ACCESS_LOCAL_WRITE, fd)
+        with pytest.raises(ValueError, match="1 byte to 1024 MiB"):
+            register(nic, 1, 0, MAX_MR_BYTES + 1, ACCESS_LOCAL_WRITE, fd)
+        with pytest.raises(ValueError, match="unknown access flags"):
+            register(nic, 1, 0, 8, 0x100, fd)
+        assert nic.regions() == 0
     finally:
         os.close(fd)
 
@@ -120,23 +100,23 @@ def test_a_sealed_region_cannot_shrink_under_the_rnic():
     (lambda: os.pipe()[0], "must be a memfd"),
     (lambda: os.open(tempfile.gettempdir(), os.O_TMPFILE | os.O_RDWR), "must be a memfd"),  # an unnamed file
 ])
-def test_descriptors_that_are_no_sealed_memfd_are_refused(make, message):
+def test_descriptors_that_are_no_sealed_memfd_are_refused(nic, make, message):
     fd = make()
     try:
-        table = RegionTable()
         with pytest.raises(ValueError, match=message):
-            table.register(1, 0, 4096, ACCESS_REMOTE_WRITE, fd=fd)
-        assert table.regions == {}
+            register(nic, 1, 0, 4096, ACCESS_REMOTE_WRITE, fd)
+        assert nic.regions() == 0
     finally:
         os.close(fd)
 
 
-def test_a_read_only_descriptor_of_a_sealed_memfd_is_refused_in_one_line():
+def test_a_read_only_descriptor_of_a_sealed_memfd_is_refused_in_one_line(nic):
     fd = sealed_memfd(4096)
     read_only = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
     try:
         with pytest.raises(ValueError, match="cannot map the region's memfd"):
-            RegionTable().register(1, 0, 4096, ACCESS_REMOTE_WRITE, fd=read_only)
+            register(nic, 1, 0, 4096, ACCESS_REMOTE_WRITE, read_only)
+        assert nic.regions() == 0
     finally:
         os.close(read_only)
         os.close(fd)

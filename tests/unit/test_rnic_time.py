@@ -48,10 +48,10 @@ def test_a_timed_post_is_released_at_the_now_that_reaches_its_start(rnic, tmp_pa
     assert rnic.next_start() == start and rnic.nic.next_deadline() is None
     rnic.release(start - 1)
     rnic.nic.after_events(start - 1)
-    assert rnic.nic.sent() == [] and app({"op": "query_qp", "qpn": qpn})["released_ns"] == 0
+    assert rnic.nic.take_sent() == [] and app({"op": "query_qp", "qpn": qpn})["released_ns"] == 0
     rnic.release(start + 7)
     rnic.nic.after_events(start + 7)
-    assert len(rnic.nic.sent()) == 1
+    assert len(rnic.nic.take_sent()) == 1
     assert app({"op": "query_qp", "qpn": qpn})["released_ns"] == start + 7
     assert rnic.next_start() is None
 
@@ -104,8 +104,9 @@ def _wire_with_a_full_kernel_queue(rnic, app, key, qpn) -> int:
     nic = rnic.nic
     assert app({"op": "post_send", "qpn": qpn, "wrs": [write(key, wr_id=i) for i in range(4)]}) == {}
     nic.after_events(0)
-    assert len(nic.sent()) == 4 and _wire(rnic).stall_ns == 0
-    frame_ns = len(nic.sent()[0]) * 8_000_000_000 // rnic.rate_bps
+    sent = nic.take_sent()
+    assert len(sent) == 4 and _wire(rnic).stall_ns == 0
+    frame_ns = len(sent[0]) * 8_000_000_000 // rnic.rate_bps
     assert nic.wire_end == 4 * frame_ns
     assert app({"op": "post_send", "qpn": qpn, "wrs": [write(key, wr_id=9)]}) == {}
     nic.room(0)  # the kernel queue is full
@@ -120,7 +121,7 @@ def test_the_monitor_counts_the_wire_idle_while_a_frame_waited_for_the_agent(rni
     qpn, _cq, key = connected_qp(app)
     free_at = _wire_with_a_full_kernel_queue(rnic, app, key, qpn)
     rnic.nic.writable(free_at + 2_000_000)
-    assert len(rnic.nic.sent()) == 5
+    assert len(rnic.nic.take_sent()) == 1  # the fifth
     assert _wire(rnic).stall_ns == _wire(rnic).longest_stall_ns == 2_000_000
 
 
@@ -131,7 +132,7 @@ def test_a_pfc_hold_idles_the_rnic_wire_by_right(rnic, tmp_path):
     rnic.nic.wire_hold(2_000, True)  # paused with four frames' time still queued
     rnic.nic.wire_hold(free_at + 2_000_000, False)
     rnic.nic.writable(free_at + 2_000_000)  # the agent is back as the queue resumes: no stall
-    assert len(rnic.nic.sent()) == 5 and _wire(rnic).stall_ns == 0
+    assert len(rnic.nic.take_sent()) == 1 and _wire(rnic).stall_ns == 0  # the fifth
 
 
 def test_an_rnic_with_nothing_to_send_lets_its_wire_idle(rnic, tmp_path):
@@ -142,4 +143,4 @@ def test_an_rnic_with_nothing_to_send_lets_its_wire_idle(rnic, tmp_path):
     assert app({"op": "post_send", "qpn": qpn, "wrs": [write(key, wr_id=2)]}) == {}
     rnic.nic.after_events(50_000_000)  # posted 50 ms later: the wire was free, nothing waited
     wire = _wire(rnic)
-    assert len(rnic.nic.sent()) == 2 and wire.stall_ns == 0 and wire.frames == 2
+    assert len(rnic.nic.take_sent()) == 2 and wire.stall_ns == 0 and wire.frames == 2

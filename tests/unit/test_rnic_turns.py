@@ -43,7 +43,7 @@ def test_two_qps_alternate_when_the_kernel_queue_takes_one_frame_at_a_time(rnic,
     for step in range(20):  # a frame left the kernel's queue: room for one
         nic.room(1)
         nic.writable(2_000 + step)
-    remotes = [decode(frame).packet.dest_qp for frame in nic.sent()]
+    remotes = [decode(frame).packet.dest_qp for frame in nic.take_sent()]
     assert len(remotes) == 20
     assert remotes.count(0x91) == remotes.count(0x92) == 10, remotes
     assert all(a != b for a, b in zip(remotes, remotes[1:])), remotes  # one each in turn

@@ -520,9 +520,9 @@ impl Nic {
             .map(|(at, kind)| (at, kind_name(kind)))
     }
 
-    /// The frames sent so far.
-    fn sent<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        self.on_memory(|_, wire| wire.sent.iter().map(|f| PyBytes::new(py, f)).collect())
+    /// The frames sent since the last call, oldest first.
+    fn take_sent<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        self.on_memory(|_, wire| wire.sent.drain(..).map(|f| PyBytes::new(py, &f)).collect())
     }
 
     /// The kernel queue takes `room` more frames, or any number with None.

@@ -1,7 +1,7 @@
 //! `emulator._core.rc`: the RC transport of one QP.
 //!
-//! The QP reaches the caller's memory through the Python object it is given (the RNIC's `DomainMemory`,
-//! the simulator's `FlatMemory`): its `local`/`remote` methods check keys and bounds and return a
+//! The QP reaches the caller's memory through the Python object it is given (a test's memory, the
+//! simulator's `FlatMemory`; the emulator's RNIC is compiled whole, `emulator._core.dataplane.Nic`): its `local`/`remote` methods check keys and bounds and return a
 //! memoryview, which the QP keeps as a buffer and reads and writes directly. A method that raises
 //! `AccessError` refuses the access; any other exception it raises stops the QP's call and is raised to the
 //! caller.

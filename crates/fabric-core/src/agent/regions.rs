@@ -285,6 +285,42 @@ mod tests {
         assert!(regions.deregister(key, 1).is_err());
     }
 
+    /// The cases tests/unit/test_memory.py checked on the Python region table this replaced.
+    #[test]
+    fn bounds_domains_and_access_are_checked_as_the_python_table_did() {
+        let mut regions = Regions::new(0);
+        let both = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
+        let key = regions
+            .register(1, 0x1000, 64, both, vec![0u8; 64])
+            .unwrap();
+        for (addr, length) in [(0x0fff, 1), (0x1000 + 60, 5), (0x1000, 65), (0x2000, 1)] {
+            assert!(
+                regions.domain(1).remote(key, addr, length, true).is_err(),
+                "{addr:#x} +{length}"
+            );
+        }
+        assert!(
+            regions.domain(2).remote(key, 0x1000, 8, true).is_err(),
+            "another domain"
+        );
+        let read_only = regions
+            .register(1, 0x1000, 64, ACCESS_REMOTE_READ, vec![0u8; 64])
+            .unwrap();
+        let mut memory = regions.domain(1);
+        assert!(memory.remote(read_only, 0x1000, 8, false).is_ok());
+        assert!(memory.remote(read_only, 0x1000, 8, true).is_err());
+        assert!(
+            memory.local(read_only, 0x1000, 8, true).is_err(),
+            "no local write either"
+        );
+        let other = regions
+            .register(2, 0x1000, 64, ACCESS_REMOTE_WRITE, vec![0u8; 64])
+            .unwrap();
+        assert!(regions.deregister(other, 1).is_err(), "not the owner's");
+        regions.release_owner(2);
+        assert_eq!(regions.count_of(2), 0);
+    }
+
     #[test]
     fn keys_are_never_given_twice_and_bad_registrations_are_refused() {
         let mut regions = Regions::new(9);
