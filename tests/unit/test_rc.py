@@ -25,7 +25,8 @@ from typing import Any, Callable, TypeVar
 
 import pytest
 
-from emulator.agents.memory import ACCESS_ALL, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, RegionTable
+from emulator.agents.memory import ACCESS_ALL, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE
+from region_table import RegionTable
 from emulator._core.rc import Completion, RcConfig, RcQueuePair, RecvWR, SendWR, WcOpcode, WcStatus, WrOpcode
 from emulator._core.transport import (
     HAS_IMM, NAK_PSN_SEQUENCE_ERROR, NAK_REMOTE_ACCESS_ERROR, Opcode, Packet, psn_add, psn_diff,
