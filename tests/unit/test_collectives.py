@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from emulator.collectives.algorithms import bus_factor, chunk_bytes, plan, victim_flow
-from emulator.collectives.coordinator import summarize
+from emulator.collectives.coordinator import MAX_START_MARGIN_NS, START_MARGIN_NS, next_margin, summarize
 from emulator.errors import FabricError
 from emulator.study.stats import percentile
 
@@ -192,3 +192,14 @@ def test_straggler_prediction_counts_packets_per_link_crossed():
     assert result["hit_probability"] == pytest.approx(1 - (1 - 1e-4) ** result["packets"], abs=1e-6)
     assert result["predicted_gbn_us"] == pytest.approx(1000.0 + result["hit_probability"] * result["recovery_gbn_us"],
                                                        abs=0.1)
+
+
+def test_the_start_margin_grows_by_twice_a_late_start_and_never_past_its_cap():
+    """fattree,4's all-to-all: 16 ranks posting 15 timed sends each took longer than the 10 ms margin, and every
+    start was late by what the posting took (80 to 154 ms at p99)."""
+    assert next_margin(START_MARGIN_NS, 50_000) == START_MARGIN_NS  # a wake-up's lateness: no change
+    assert next_margin(START_MARGIN_NS, START_MARGIN_NS // 10) == START_MARGIN_NS
+    grown = next_margin(START_MARGIN_NS, 80_000_000)
+    assert grown == START_MARGIN_NS + 160_000_000
+    assert next_margin(grown, 0) == grown  # never shrinks
+    assert next_margin(grown, 10**10) == MAX_START_MARGIN_NS

@@ -226,21 +226,28 @@ impl IbPort {
 
     /// lid, malformed, credit_violations and each VL's credit counters.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let dict = PyDict::new(py);
-        let port = self.get()?;
-        dict.set_item("lid", port.lid())?;
-        dict.set_item("malformed", port.malformed())?;
-        dict.set_item("credit_violations", port.credit_violations())?;
-        let credits = port.credits();
-        let per_vl = PyList::empty(py);
-        for vl in 0..credits.vl_count() {
-            if let Some(c) = credits.counters(vl) {
-                per_vl.append(crate::credits::counters_dict(py, c)?)?;
-            }
-        }
-        dict.set_item("credits", per_vl)?;
-        Ok(dict)
+        port_stats(py, self.get()?)
     }
+}
+
+/// `{"lid", "malformed", "credit_violations", "credits": [per VL]}` of `port` (an RNIC's link stats).
+pub(crate) fn port_stats<'py>(
+    py: Python<'py>,
+    port: &core::IbPort,
+) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("lid", port.lid())?;
+    dict.set_item("malformed", port.malformed())?;
+    dict.set_item("credit_violations", port.credit_violations())?;
+    let credits = port.credits();
+    let per_vl = PyList::empty(py);
+    for vl in 0..credits.vl_count() {
+        if let Some(c) = credits.counters(vl) {
+            per_vl.append(crate::credits::counters_dict(py, c)?)?;
+        }
+    }
+    dict.set_item("credits", per_vl)?;
+    Ok(dict)
 }
 
 /// Native IB framing of one QP: LIDs and SL fixed at connect.

@@ -13,13 +13,13 @@ use fabric_agents::nic::NicPlane;
 use fabric_core::agent::nic::{Nic as CoreNic, NicConfig, TimerKind, Wire};
 use fabric_core::agent::switch::Sent;
 use fabric_core::model::ib_port::IbPortConfig;
-use fabric_core::model::rc::{RcCounters, RecvWr, SendWr, WrOpcode};
+use fabric_core::model::rc::{RcCounters, RecvWr, SendWr};
 use fabric_core::model::rx_pipeline::RxPipeline;
 use fabric_core::wire::mac::ETH_LEN;
 use fabric_io::io::mapped::MappedFile;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict};
 
 use crate::fidelity::{Durations, EgressWire};
 use crate::roce::parse_mac;
@@ -449,20 +449,14 @@ impl Nic {
             dict.set_item("qps", nic.qp_count())?;
             dict.set_item("regions", nic.regions().len())?;
             dict.set_item("transport", counters_dict(py, &nic.transport_totals())?)?;
-            let link = PyDict::new(py);
-            link.set_item("malformed", nic.malformed())?;
-            if let Some(port) = nic.ib_port() {
-                link.set_item("lid", port.lid())?;
-                link.set_item("credit_violations", port.credit_violations())?;
-                let credits = port.credits();
-                let per_vl = PyList::empty(py);
-                for vl in 0..credits.vl_count() {
-                    if let Some(c) = credits.counters(vl) {
-                        per_vl.append(crate::credits::counters_dict(py, c)?)?;
-                    }
+            let link = match nic.ib_port() {
+                Some(port) => crate::ib_port::port_stats(py, port)?,
+                None => {
+                    let link = PyDict::new(py);
+                    link.set_item("malformed", nic.malformed())?;
+                    link
                 }
-                link.set_item("credits", per_vl)?;
-            }
+            };
             dict.set_item("link", link)?;
             let cc = PyDict::new(py);
             match nic.cc_figures() {
@@ -552,8 +546,7 @@ fn send_wr(row: SendRow) -> PyResult<SendWr> {
     let (wr_id, opcode, addr, length, lkey, remote_addr, rkey, imm, signaled) = row;
     Ok(SendWr {
         wr_id,
-        opcode: WrOpcode::from_u8(opcode)
-            .ok_or_else(|| PyValueError::new_err(format!("{opcode} is not a valid WrOpcode")))?,
+        opcode: crate::rc::wr_opcode(opcode)?,
         addr,
         length,
         lkey,

@@ -54,7 +54,7 @@ fn int_enum<'py>(
     Ok(class)
 }
 
-fn wr_opcode(value: u8) -> PyResult<core::WrOpcode> {
+pub(crate) fn wr_opcode(value: u8) -> PyResult<core::WrOpcode> {
     core::WrOpcode::from_u8(value)
         .ok_or_else(|| PyValueError::new_err(format!("{value} is not a valid WrOpcode")))
 }

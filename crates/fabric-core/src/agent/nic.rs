@@ -177,9 +177,7 @@ pub struct Nic<B> {
     slow: Option<RxPipeline<Vec<u8>>>,
     /// Pause changes the slow receiver asked of the host (true: XOFF), for the host's PFC to send.
     pause_changes: VecDeque<bool>,
-    rate_rows: String,
-    rate_row_count: usize,
-    rate_rows_dropped: u64,
+    rates: RateTrace,
     // the fidelity monitor
     monitor: bool,
     wire: EgressWire,
@@ -238,9 +236,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
             writable_wanted: false,
             slow: None,
             pause_changes: VecDeque::new(),
-            rate_rows: String::new(),
-            rate_row_count: 0,
-            rate_rows_dropped: 0,
+            rates: RateTrace::default(),
             monitor: config.monitor,
             wire: EgressWire::new(),
             wire_end: 0,
@@ -543,16 +539,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
             self.counters.cnps_received += 1;
             if let Some(rp) = &mut entry.rp {
                 rp.on_cnp(now);
-                trace(
-                    &mut self.rate_rows,
-                    &mut self.rate_row_count,
-                    &mut self.rate_rows_dropped,
-                    &self.name,
-                    now,
-                    qpn,
-                    entry,
-                    "cnp",
-                );
+                self.rates.record(&self.name, now, qpn, entry, "cnp");
             }
             return;
         }
@@ -649,19 +636,8 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
                 .and_then(|rp| rp.next_deadline())
                 .is_some_and(|d| d <= now);
             if let (true, Some(rp)) = (due, &mut entry.rp) {
-                let before = rp.rate_bps();
-                rp.on_timer(now);
-                if rp.rate_bps() != before {
-                    trace(
-                        &mut self.rate_rows,
-                        &mut self.rate_row_count,
-                        &mut self.rate_rows_dropped,
-                        &self.name,
-                        now,
-                        qpn,
-                        entry,
-                        "timer",
-                    );
+                if rate_moved(rp, |rp| rp.on_timer(now)) {
+                    self.rates.record(&self.name, now, qpn, entry, "timer");
                 }
             }
         }
@@ -853,19 +829,8 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
                     continue;
                 }
                 if let (Some(rp), false) = (&mut entry.rp, self.packet.opcode == opcode::ACK) {
-                    let before = rp.rate_bps();
-                    rp.on_sent(now, frame.len() as u64);
-                    if rp.rate_bps() != before {
-                        trace(
-                            &mut self.rate_rows,
-                            &mut self.rate_row_count,
-                            &mut self.rate_rows_dropped,
-                            &self.name,
-                            now,
-                            qpn,
-                            entry,
-                            "bytes",
-                        );
+                    if rate_moved(rp, |rp| rp.on_sent(now, frame.len() as u64)) {
+                        self.rates.record(&self.name, now, qpn, entry, "bytes");
                     }
                 }
                 if !self.send(now, frame, false, wire) {
@@ -982,47 +947,54 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
             .count();
         Some((
             np.ce_received(),
-            self.rate_row_count,
-            self.rate_rows_dropped,
+            self.rates.count,
+            self.rates.dropped,
             limited,
         ))
     }
 
     /// The rate trace's rows (CSV, no header).
     pub fn rate_rows(&self) -> &str {
-        &self.rate_rows
+        &self.rates.rows
     }
 }
 
-/// A row of the rate trace: QP `qpn`'s DCQCN state after `event` at `now` (counted, not kept, past
-/// [`MAX_RATE_ROWS`]).
-#[allow(clippy::too_many_arguments)]
-fn trace(
-    rows: &mut String,
-    count: &mut usize,
-    dropped: &mut u64,
-    name: &str,
-    now: u64,
-    qpn: u32,
-    entry: &NicQp,
-    event: &str,
-) {
-    let Some(rp) = &entry.rp else {
-        return;
-    };
-    if *count >= MAX_RATE_ROWS {
-        *dropped += 1;
-        return;
+/// The DCQCN rate trace: a CSV row per change of a QP's rate, up to [`MAX_RATE_ROWS`] (later ones counted).
+#[derive(Debug, Default)]
+struct RateTrace {
+    rows: String,
+    count: usize,
+    dropped: u64,
+}
+
+impl RateTrace {
+    /// A row: QP `qpn`'s (of host `host`) DCQCN state after `event` at `now`.
+    fn record(&mut self, host: &str, now: u64, qpn: u32, entry: &NicQp, event: &str) {
+        let Some(rp) = &entry.rp else {
+            return;
+        };
+        if self.count >= MAX_RATE_ROWS {
+            self.dropped += 1;
+            return;
+        }
+        self.count += 1;
+        let _ = writeln!(
+            self.rows,
+            "{now},{host},{qpn},{},{},{},{:.6},{}",
+            entry.remote_gid,
+            rp.rate_bps(),
+            rp.target_bps(),
+            rp.alpha(),
+            event
+        );
     }
-    *count += 1;
-    let _ = writeln!(
-        rows,
-        "{now},{name},{qpn},{},{},{},{:.6},{event}",
-        entry.remote_gid,
-        rp.rate_bps(),
-        rp.target_bps(),
-        rp.alpha()
-    );
+}
+
+/// `change` applied to `rp`: whether its rate moved.
+fn rate_moved(rp: &mut ReactionPoint, change: impl FnOnce(&mut ReactionPoint)) -> bool {
+    let before = rp.rate_bps();
+    change(rp);
+    rp.rate_bps() != before
 }
 
 #[cfg(test)]
