@@ -10,7 +10,7 @@ Only the models' work, without sockets or the event loop, per frame:
     1500 bytes (IPv4 check, priority, loss draw, ECMP hash, routing, MMU
     admission, head, loss at the head, pop), on a lossless MMU;
   * RNIC: one 4 KiB RDMA WRITE packet between two compiled RNICs on wires in
-    memory (``emulator._core.dataplane.Nic.unwired``, the agents' own RNIC
+    memory (``emulator._core.dataplane.UnwiredNic``, the agents' own RNIC
     without its socket): the requester's next packet and its RoCEv2 framing,
     the responder's decoding and its receive into its memfd region, and the
     ACKs back.  Driven from Python, one call per frame handed over: the
@@ -38,7 +38,7 @@ import emulator._core.rc as rc  # noqa: E402
 from emulator._core.link import Link  # noqa: E402
 from emulator._core.mmu import Mmu  # noqa: E402
 from emulator import flags  # noqa: E402
-from emulator._core.dataplane import Nic  # noqa: E402
+from emulator._core.dataplane import UnwiredNic  # noqa: E402
 from emulator.agents.config import HostConfig  # noqa: E402
 from emulator.agents.memory import ACCESS_ALL, register  # noqa: E402
 from emulator.model.switch_params import derive_config  # noqa: E402
@@ -81,7 +81,7 @@ def _host(name: str, ip: str, mac: str, peer_mac: str) -> HostConfig:
                       verbs="/nonexistent", ib=None)
 
 
-def _region(nic: Nic) -> tuple[int, int]:
+def _region(nic: UnwiredNic) -> tuple[int, int]:
     """A sealed memfd of REGION bytes registered with ``nic`` (domain 1): (descriptor, key)."""
     fd = os.memfd_create("bench-mr", os.MFD_ALLOW_SEALING)
     os.ftruncate(fd, REGION)
@@ -93,8 +93,8 @@ def _region(nic: Nic) -> tuple[int, int]:
 
 def rnic_ns() -> float:
     """Nanoseconds per 4 KiB WRITE packet from one compiled RNIC's QP into the other's region, ACKs back."""
-    a = Nic.unwired(_host("h1", "10.0.0.1", "02:00:00:00:01:00", "02:00:00:00:02:00"))
-    b = Nic.unwired(_host("h2", "10.0.0.2", "02:00:00:00:02:00", "02:00:00:00:01:00"))
+    a = UnwiredNic(_host("h1", "10.0.0.1", "02:00:00:00:01:00", "02:00:00:00:02:00"))
+    b = UnwiredNic(_host("h2", "10.0.0.2", "02:00:00:00:02:00", "02:00:00:00:01:00"))
     (fa, ka), (fb, kb) = _region(a), _region(b)
     config = rc.RcConfig(mtu=4096, max_msg=REGION, max_inflight=REGION // 4096)
     a.connect(0x11, 1, 0, config, 0x12, 0, "10.0.0.2", [])

@@ -55,7 +55,7 @@ class HostAgent(AgentBase):
 
     def __init__(self, config: HostConfig, loop: Loop, nic: Nic | None = None) -> None:
         # The compiled RNIC (opened in this node's namespace, where the worker builds its agents); tests hand
-        # in Nic.unwired(config).
+        # in UnwiredNic(config).
         self.nic = Nic(config) if nic is None else nic
         super().__init__(config, loop)
         ifname = config.ifname

@@ -1,7 +1,7 @@
 """Switches and RNICs with a fake wire, for unit tests of their per-frame paths (no root).
 
 The compiled switch runs on wires in memory (:class:`~emulator._core.dataplane.UnwiredSwitch`: frames handed
-in, frames sent kept, a port told to refuse), and so does the compiled RNIC (``Nic.unwired``: frames handed in
+in, frames sent kept, a port told to refuse), and so does the compiled RNIC (``UnwiredNic``: frames handed in
 with ``receive``, frames sent kept, the kernel queue's room set by the test).  A host agent's own raw
 AF_PACKET sockets (PFC) are replaced by :class:`FakeWire` objects: a real eventfd stands in for the descriptor
 (so epoll registration works), frames handed in are returned by ``recv``, and frames sent are recorded.  Everything else is the
@@ -27,7 +27,7 @@ import pytest
 from emulator.agents import base as agentlib
 from emulator.agents import host as host_agent
 from emulator.agents import rnic
-from emulator._core.dataplane import Loop, Nic, UnwiredSwitch
+from emulator._core.dataplane import Loop, UnwiredNic, UnwiredSwitch
 from emulator.agents.config import HostConfig, HostIbConfig, PortConfig, SwitchConfig, SwitchIbConfig
 from emulator.kernel import packet_socket
 from emulator.model.switch_params import derive_config
@@ -185,13 +185,13 @@ def make_rnic(tmp: str, **options: Any) -> tuple[rnic.Rnic, Registry]:
     """Host h1's verbs server over its compiled RNIC on a wire in memory (``rnic.nic``)."""
     loop = Registry()
     config = host_config(tmp, **options)
-    return rnic.Rnic(config, Nic.unwired(config), loop.watch, loop.modify, loop.unwatch), loop
+    return rnic.Rnic(config, UnwiredNic(config), loop.watch, loop.modify, loop.unwatch), loop
 
 
 def make_host(tmp: str, **options: Any) -> host_agent.HostAgent:
     """Host h1's agent: its RNIC on a wire in memory and its PFC reaction (gates faked)."""
     config = host_config(tmp, **options)
-    return host_agent.HostAgent(config, Loop(), nic=Nic.unwired(config))
+    return host_agent.HostAgent(config, Loop(), nic=UnwiredNic(config))
 
 
 class App:

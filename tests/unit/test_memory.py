@@ -15,14 +15,14 @@ import tempfile
 import pytest
 
 from emulator.agents.memory import ACCESS_ALL, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE, MAX_MR_BYTES, register
-from emulator._core.dataplane import Nic
+from emulator._core.dataplane import UnwiredNic
 from emulator._core.rc import RcConfig, WcStatus, WrOpcode
 from fake_agents import HOST_IP, host_config
 
 
 @pytest.fixture
 def nic(tmp_path):
-    return Nic.unwired(host_config(str(tmp_path)))
+    return UnwiredNic(host_config(str(tmp_path)))
 
 
 def sealed_memfd(length: int, seals: int = fcntl.F_SEAL_SHRINK) -> int:
@@ -34,7 +34,7 @@ def sealed_memfd(length: int, seals: int = fcntl.F_SEAL_SHRINK) -> int:
     return fd
 
 
-def loop_write(nic: Nic, source: int, target: int, addr: int, length: int, remote_addr: int) -> None:
+def loop_write(nic: UnwiredNic, source: int, target: int, addr: int, length: int, remote_addr: int) -> None:
     """An RDMA WRITE from region ``source`` to region ``target`` of domain 1 through a QP connected to itself."""
     nic.connect(0x11, 1, 100, RcConfig(mtu=1024), 0x11, 100, HOST_IP, [])
     nic.post_send(0x11, [(1, int(WrOpcode.RDMA_WRITE), addr, length, source, remote_addr, target, 0, True)])

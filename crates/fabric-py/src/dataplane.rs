@@ -29,7 +29,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 
 use crate::fidelity::{durations_summary, wire_summary, Durations, EgressWire};
 use crate::link::small_seed_words;
-use crate::nic::Nic;
+use crate::nic::{Nic, UnwiredNic};
 use crate::roce::parse_mac;
 
 /// An agent timer's value when it is not armed.
@@ -1078,5 +1078,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Switch>()?;
     m.add_class::<UnwiredSwitch>()?;
     m.add_class::<Nic>()?;
+    m.add_class::<UnwiredNic>()?;
     Ok(())
 }

@@ -2,8 +2,8 @@
 //!
 //! The host agent's Python verbs server holds one: it registers regions (their memfds checked first by
 //! `emulator.agents.memory.check_memfd`), connects QPs, posts work requests and takes completions through it.
-//! The loop serves the frames (`Loop.add_host`). `Nic.unwired(config)` is the same RNIC on a wire in memory,
-//! for unit tests: frames handed in with `receive`, frames sent kept, the kernel queue's room set by the test.
+//! The loop serves the frames (`Loop.add_host`). `UnwiredNic(config)` is the same RNIC on a wire in memory, for
+//! unit tests: frames handed in with `receive`, frames sent kept, the kernel queue's room set by the test.
 use std::net::Ipv4Addr;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
@@ -70,7 +70,7 @@ enum Handle {
 }
 
 /// One host's RNIC.
-#[pyclass(module = "emulator._core.dataplane", frozen)]
+#[pyclass(module = "emulator._core.dataplane", frozen, subclass)]
 pub struct Nic {
     handle: Handle,
 }
@@ -84,7 +84,7 @@ impl Nic {
         }
     }
 
-    /// `f` on an unwired RNIC and its wire (a RuntimeError on a wired one: its wire is the loop's).
+    /// `f` on an unwired RNIC and its wire (`UnwiredNic`'s; a RuntimeError on a wired one: its wire is the loop's).
     fn on_memory<R>(
         &self,
         f: impl FnOnce(&mut CoreNic<MappedFile>, &mut MemoryWire) -> R,
@@ -96,7 +96,7 @@ impl Nic {
                 Ok(f(nic, wire))
             }
             Handle::Wired(_) => Err(PyRuntimeError::new_err(
-                "a wired RNIC's wire is the loop's (this is for Nic.unwired)",
+                "a wired RNIC's wire is the loop's (this is for UnwiredNic)",
             )),
         }
     }
@@ -198,21 +198,6 @@ impl Nic {
             .map_err(|error| PyOSError::new_err(format!("{ifname}: {error}")))?;
         Ok(Nic {
             handle: Handle::Wired(Arc::new(Mutex::new(plane))),
-        })
-    }
-
-    /// The RNIC of `config` on a wire in memory (unit tests).
-    #[staticmethod]
-    fn unwired(config: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let (nic, _) = nic_of(config)?;
-        Ok(Nic {
-            handle: Handle::Unwired(Box::new(Mutex::new(Unwired {
-                nic,
-                wire: MemoryWire {
-                    readable: true,
-                    ..MemoryWire::default()
-                },
-            }))),
         })
     }
 
@@ -481,12 +466,34 @@ impl Nic {
             lock(plane).stop();
         }
     }
+}
 
-    // --- an unwired RNIC's wire (unit tests) ---
+/// An RNIC on a wire in memory, for unit tests: frames handed in with `receive`, frames sent kept (`take_sent`),
+/// the kernel queue's room set by the test (`room`), the loop's calls made by the test.
+#[pyclass(module = "emulator._core.dataplane", frozen, extends = Nic)]
+pub struct UnwiredNic;
+
+#[pymethods]
+impl UnwiredNic {
+    /// The RNIC of `config` (the agents' `HostConfig`) on a wire in memory.
+    #[new]
+    fn new(config: &Bound<'_, PyAny>) -> PyResult<PyClassInitializer<Self>> {
+        let (nic, _) = nic_of(config)?;
+        let base = Nic {
+            handle: Handle::Unwired(Box::new(Mutex::new(Unwired {
+                nic,
+                wire: MemoryWire {
+                    readable: true,
+                    ..MemoryWire::default()
+                },
+            }))),
+        };
+        Ok(PyClassInitializer::from(base).add_subclass(UnwiredNic))
+    }
 
     /// A frame from the wire at `now`.
-    fn receive(&self, now: u64, frame: &[u8]) -> PyResult<()> {
-        self.on_memory(|nic, wire| {
+    fn receive(slf: &Bound<'_, Self>, now: u64, frame: &[u8]) -> PyResult<()> {
+        slf.as_super().get().on_memory(|nic, wire| {
             if wire.readable {
                 nic.receive(now, frame);
             }
@@ -494,51 +501,66 @@ impl Nic {
     }
 
     /// After a batch of events: what can go is sent. The next deadline.
-    fn after_events(&self, now: u64) -> PyResult<Option<u64>> {
-        self.on_memory(|nic, wire| nic.after_events(now, wire))
+    fn after_events(slf: &Bound<'_, Self>, now: u64) -> PyResult<Option<u64>> {
+        slf.as_super()
+            .get()
+            .on_memory(|nic, wire| nic.after_events(now, wire))
     }
 
     /// The socket has room again at `now`.
-    fn writable(&self, now: u64) -> PyResult<()> {
-        self.on_memory(|nic, wire| nic.writable(now, wire))
+    fn writable(slf: &Bound<'_, Self>, now: u64) -> PyResult<()> {
+        slf.as_super()
+            .get()
+            .on_memory(|nic, wire| nic.writable(now, wire))
     }
 
     /// The deadline `deadline` came at `now`.
-    fn deadline(&self, deadline: u64, now: u64) -> PyResult<()> {
-        self.on_memory(|nic, _| nic.deadline(deadline, now))
+    fn deadline(slf: &Bound<'_, Self>, deadline: u64, now: u64) -> PyResult<()> {
+        slf.as_super()
+            .get()
+            .on_memory(|nic, _| nic.deadline(deadline, now))
     }
 
     /// (the earliest deadline, its kind: "link" or "timeout"), or None.
-    fn next_deadline(&self) -> Option<(u64, &'static str)> {
-        self.with(|nic| nic.next_deadline())
+    fn next_deadline(slf: &Bound<'_, Self>) -> Option<(u64, &'static str)> {
+        slf.as_super()
+            .get()
+            .with(|nic| nic.next_deadline())
             .map(|(at, kind)| (at, kind_name(kind)))
     }
 
     /// The frames sent since the last call, oldest first.
-    fn take_sent<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        self.on_memory(|_, wire| wire.sent.drain(..).map(|f| PyBytes::new(py, &f)).collect())
+    fn take_sent<'py>(
+        slf: &Bound<'py, Self>,
+        py: Python<'py>,
+    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        slf.as_super()
+            .get()
+            .on_memory(|_, wire| wire.sent.drain(..).map(|f| PyBytes::new(py, &f)).collect())
     }
 
     /// The kernel queue takes `room` more frames, or any number with None.
-    fn room(&self, room: Option<usize>) -> PyResult<()> {
-        self.on_memory(|_, wire| wire.room = room)
+    fn room(slf: &Bound<'_, Self>, room: Option<usize>) -> PyResult<()> {
+        slf.as_super().get().on_memory(|_, wire| wire.room = room)
     }
 
     /// The kernel refuses every frame for good (True: a link down) or takes them again.
-    fn refuse(&self, refuse: bool) -> PyResult<()> {
-        self.on_memory(|_, wire| wire.refuse = refuse)
+    fn refuse(slf: &Bound<'_, Self>, refuse: bool) -> PyResult<()> {
+        slf.as_super()
+            .get()
+            .on_memory(|_, wire| wire.refuse = refuse)
     }
 
     /// Whether the RNIC waits for room in the kernel queue.
     #[getter]
-    fn wants_writable(&self) -> PyResult<bool> {
-        self.on_memory(|_, wire| wire.writable)
+    fn wants_writable(slf: &Bound<'_, Self>) -> PyResult<bool> {
+        slf.as_super().get().on_memory(|_, wire| wire.writable)
     }
 
     /// When the monitor's virtual wire is next free.
     #[getter]
-    fn wire_end(&self) -> u64 {
-        self.with(|nic| nic.wire_end())
+    fn wire_end(slf: &Bound<'_, Self>) -> u64 {
+        slf.as_super().get().with(|nic| nic.wire_end())
     }
 }
 
