@@ -16,7 +16,7 @@ use fabric_core::wire::mac::ETH_LEN;
 use fabric_core::wire::roce::ROCE_PORT;
 use fabric_io::event_loop::{Agent, Registry};
 use fabric_io::io::mapped::MappedFile;
-use fabric_io::io::packet::{attach_filter, Batch, Insn, PacketSocket};
+use fabric_io::io::packet::{attach_filter, no_buffer, Batch, Insn, PacketSocket};
 use fabric_io::io::poll::{Ready, READABLE, WRITABLE};
 
 use crate::lock;
@@ -29,8 +29,6 @@ const RECV_BUFFER: usize = 4 << 20;
 /// Frames read per wake-up (the loop comes back while more wait).
 const BATCH: usize = 64;
 const ETH_P_IP: u16 = 0x0800;
-/// ENOBUFS: the device queue refused the frame for now, as a full socket buffer does.
-const ENOBUFS: i32 = 105;
 
 /// Classic BPF: accept IPv4 (no options) / UDP / destination port 4791, drop the rest.
 const ROCE_FILTER: [Insn; 10] = [
@@ -79,7 +77,7 @@ impl Wire for SocketWire<'_, '_> {
         match self.socket.send(&[frame]) {
             Ok(0) => Sent::Full,
             Ok(_) => Sent::Taken,
-            Err(error) if error.raw_os_error() == Some(ENOBUFS) => Sent::Full,
+            Err(error) if no_buffer(&error) => Sent::Full,
             Err(_) => Sent::Refused,
         }
     }

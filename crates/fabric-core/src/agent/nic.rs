@@ -11,6 +11,7 @@
 //! frame waits ([`Nic::writable`] sends it first) and the QPs wait behind it.
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
+use std::ops::Bound;
 
 use super::regions::{Regions, Window};
 use super::switch::Sent;
@@ -775,7 +776,11 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
         turn.clear();
         match self.served {
             Some(served) => {
-                turn.extend(self.qps.range(served + 1..).map(|(&q, _)| q));
+                turn.extend(
+                    self.qps
+                        .range((Bound::Excluded(served), Bound::Unbounded))
+                        .map(|(&q, _)| q),
+                );
                 turn.extend(self.qps.range(..=served).map(|(&q, _)| q));
             }
             None => turn.extend(self.qps.keys()),
@@ -1001,17 +1006,18 @@ fn rate_moved(rp: &mut ReactionPoint, change: impl FnOnce(&mut ReactionPoint)) -
 mod tests {
     use super::*;
     use crate::agent::regions::ACCESS_ALL;
-    use crate::model::rc::{WcStatus, WrOpcode};
+    use crate::model::ib_port::IbPortConfig;
+    use crate::model::rc::{Memory, WcStatus, WrOpcode};
 
     /// A wire that takes `room` frames, then is full.
     #[derive(Default)]
-    struct Memory {
+    struct TestWire {
         sent: Vec<Vec<u8>>,
         room: Option<usize>,
         writable: bool,
     }
 
-    impl Wire for Memory {
+    impl Wire for TestWire {
         fn send(&mut self, frame: &[u8]) -> Sent {
             match &mut self.room {
                 Some(0) => Sent::Full,
@@ -1035,8 +1041,8 @@ mod tests {
     const A: [u8; 4] = [10, 0, 0, 1];
     const B: [u8; 4] = [10, 0, 0, 2];
 
-    fn nic(ip: [u8; 4], mac: u8) -> Nic<Vec<u8>> {
-        Nic::new(NicConfig {
+    fn config_of(ip: [u8; 4], mac: u8) -> NicConfig {
+        NicConfig {
             name: format!("h{mac}"),
             mac: [2, 0, 0, 0, mac, 0],
             gateway_mac: [2, 1, 0, 0, 1, 1],
@@ -1046,8 +1052,11 @@ mod tests {
             ib: None,
             monitor: true,
             seed: u64::from(mac),
-        })
-        .unwrap()
+        }
+    }
+
+    fn nic(ip: [u8; 4], mac: u8) -> Nic<Vec<u8>> {
+        Nic::new(config_of(ip, mac)).unwrap()
     }
 
     fn config() -> RcConfig {
@@ -1093,11 +1102,11 @@ mod tests {
     #[test]
     fn a_write_crosses_between_two_rnics_and_completes() {
         let (mut a, mut b, ka, kb) = pair();
-        let (mut wa, mut wb) = (Memory::default(), Memory::default());
+        let (mut wa, mut wb) = (TestWire::default(), TestWire::default());
         let pattern: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
         let mut memory = a.regions_mut().domain(1);
-        let window = crate::model::rc::Memory::local(&mut memory, ka, 0x10000, 4096, true).unwrap();
-        crate::model::rc::Memory::write(&mut memory, &window, 0, &pattern);
+        let window = Memory::local(&mut memory, ka, 0x10000, 4096, true).unwrap();
+        Memory::write(&mut memory, &window, 0, &pattern);
         a.post_send(0x11, &[write(7, ka, kb, 4096)]).unwrap();
         let mut now = 1_000;
         for _ in 0..20 {
@@ -1117,9 +1126,8 @@ mod tests {
         assert_eq!((done[0].wr_id, done[0].status), (7, WcStatus::Success));
         let mut out = Vec::new();
         let mut memory = b.regions_mut().domain(1);
-        let window =
-            crate::model::rc::Memory::local(&mut memory, kb, 0x10000, 4096, false).unwrap();
-        crate::model::rc::Memory::read(&mut memory, &window, 0, 4096, &mut out);
+        let window = Memory::local(&mut memory, kb, 0x10000, 4096, false).unwrap();
+        Memory::read(&mut memory, &window, 0, 4096, &mut out);
         assert_eq!(out, pattern);
         assert_eq!(a.counters().frames_sent, 4);
         assert_eq!(b.counters().frames_received, 4);
@@ -1131,9 +1139,9 @@ mod tests {
         a.connect(0x12, 1, 0, config(), 0x12, 0, B, &[]).unwrap();
         a.post_send(0x11, &[write(1, ka, kb, 16 << 10)]).unwrap();
         a.post_send(0x12, &[write(2, ka, kb, 16 << 10)]).unwrap();
-        let mut wire = Memory {
+        let mut wire = TestWire {
             room: Some(0),
-            ..Memory::default()
+            ..TestWire::default()
         };
         a.after_events(1_000, &mut wire);
         assert!(wire.writable, "a full queue asks to hear of room");
@@ -1168,5 +1176,85 @@ mod tests {
         frame[last] ^= 1;
         a.receive(0, &frame);
         assert_eq!(a.counters().icrc_errors, 1);
+    }
+
+    /// An RNIC on native IB with QP 0x11 connected to LID 2's host.
+    fn ib_nic() -> Nic<Vec<u8>> {
+        let mut nic = Nic::new(NicConfig {
+            ib: Some(IbPortConfig {
+                mac: [2, 0, 0, 0, 1, 0],
+                gateway_mac: [2, 1, 0, 0, 1, 1],
+                lid: 1,
+                lids: vec![("10.0.0.1".into(), 1), ("10.0.0.2".into(), 2)],
+                sl: 0,
+                vl: 0,
+                vls: 4,
+                capacity: 64 << 10,
+                peer_capacity: 16 * 1514,
+                rate_bps: 100_000_000,
+                frame_bytes: 1514,
+                fc_floor_ns: 500_000,
+            }),
+            ..config_of(A, 1)
+        })
+        .unwrap();
+        nic.connect(0x11, 1, 100, config(), 0x11, 200, B, &[])
+            .unwrap();
+        nic
+    }
+
+    /// Every counter a received frame can move.
+    fn trace(nic: &Nic<Vec<u8>>) -> u64 {
+        let c = nic.counters();
+        let credits = nic.ib_port().map_or(0, |p| p.credit_violations());
+        nic.malformed() + c.frames_received + credits
+    }
+
+    proptest::proptest! {
+        /// Any bytes, or a valid frame with one byte changed, on RoCE or IB: never a panic, and each frame leaves
+        /// a trace in a counter (received, or dropped as malformed or past our credit).
+        #[test]
+        fn any_frame_is_counted_never_a_panic(
+            ib in proptest::prelude::any::<bool>(),
+            frames in proptest::collection::vec(
+                (proptest::collection::vec(proptest::prelude::any::<u8>(), 0..1600),
+                 proptest::option::of((0usize..200, proptest::prelude::any::<u8>()))),
+                1..24,
+            )
+        ) {
+            let (mut nic, peer) = if ib { (ib_nic(), None) } else { let (a, b, _, _) = pair(); (a, Some(b)) };
+            let mut wire = TestWire::default();
+            let valid = match peer {
+                Some(mut b) => {
+                    // a valid frame from the peer: its ACK-less SEND
+                    let mut out = TestWire::default();
+                    b.post_send(0x11, &[SendWr { opcode: WrOpcode::Send, length: 64, ..write(1, 0, 0, 0) }]).ok();
+                    b.after_events(0, &mut out);
+                    out.sent.pop().unwrap_or_default()
+                }
+                None => {
+                    let mut frame = Vec::new();
+                    let lrh = Lrh { dlid: 1, slid: 2, sl: 0, vl: 0 };
+                    encode_data_with_payload(&[2, 1, 0, 0, 1, 1], &[2, 0, 0, 0, 1, 0], &lrh,
+                                             &Packet::new(opcode::ACK, 0x11, 200), &[], &mut frame).unwrap();
+                    frame
+                }
+            };
+            for (bytes, mutation) in frames {
+                let frame = match mutation {
+                    Some((at, value)) if !valid.is_empty() => {
+                        let mut f = valid.clone();
+                        let at = at % f.len();
+                        f[at] = value;
+                        f
+                    }
+                    _ => bytes,
+                };
+                let before = trace(&nic);
+                nic.receive(0, &frame);
+                nic.after_events(0, &mut wire);
+                proptest::prop_assert!(trace(&nic) > before, "{:02x?} left no trace", frame);
+            }
+        }
     }
 }

@@ -446,6 +446,12 @@ pub fn attach_filter(fd: BorrowedFd<'_>, program: &[Insn]) -> io::Result<()> {
     check(rc)
 }
 
+/// Whether a send's `error` is ENOBUFS: the device queue refused the frame for now, as a full socket buffer
+/// does (the caller may keep the frame and wait for room).
+pub fn no_buffer(error: &io::Error) -> bool {
+    error.raw_os_error() == Some(libc::ENOBUFS)
+}
+
 fn taken(rc: libc::c_int) -> io::Result<usize> {
     if rc >= 0 {
         return Ok(usize::try_from(rc).unwrap_or(0));
