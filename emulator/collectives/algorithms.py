@@ -27,6 +27,22 @@ Collectives (N ranks, ``size`` bytes as nccl-tests counts them):
 - ``allgather``: ring, N-1 steps; each rank contributes ``size / N``.
 - ``allreduce``: ring reduce-scatter (N-1 steps, float32 sums) then ring
   all-gather (N-1 steps): 2(N-1) dependent steps.
+
+Pipelining.  A ring's step moves a chunk its next step depends on.  Sent
+whole, every step would wait for the whole chunk, and then for the ranks to
+react (the completion's way to the rank, the reduce, the next post), with
+the link idle meanwhile.  As NCCL's ring does, each step's chunk goes in
+``slices`` pieces (up to PIPELINE, none smaller than MIN_SLICE): a WRITE
+with immediate each, and slice j of step k is posted as soon as slice j of
+step k-1 arrived and was reduced, while the rest of step k-1 is still on
+the wire.  The plan's steps stay whole (what moves where); the slices are
+how a rank executes them, the same on both backends (:func:`slice_span`).
+The immediate's lower half numbers the slice, ``step * slices + j``.
+Two slices hide a reaction of up to a slice's link time; more would hide
+more, but every slice is a post and a completion through the verbs socket,
+and on two cores that CPU is what the emulated ranks lack (measured in
+docs/performance.md: one slice 1.14x the link time at 100 Mbit/s, two
+1.02x, four 1.07 to 1.14x).
 """
 
 from __future__ import annotations
@@ -39,6 +55,9 @@ COLLECTIVES = ("incast", "alltoall", "allreduce", "allgather", "victim", "shift"
 SHIFT = 2  # shift: rank r writes to rank r + SHIFT
 SENDER_COLLECTIVES = ("incast", "victim", "multijob")  # the collectives that take ``senders``
 ELEMENT = 4  # float32: all-reduce chunks are whole elements
+PIPELINE = 2  # a ring step's chunk goes in at most this many slices (measured: docs/performance.md)
+MIN_SLICE = 4096  # bytes: no slice below one default RDMA MTU (a smaller chunk goes whole)
+IMMEDIATE_SLICES = 1 << 16  # the immediate's lower half numbers a rank's slices of an iteration
 
 
 @dataclass(frozen=True)
@@ -67,6 +86,7 @@ class RankPlan:
     steps: list[Step] = field(default_factory=list)
     measured: bool = True  # its arrivals make the iteration's CCT (multijob: the all-reduce's ranks only)
     reduce_group: tuple[int, ...] = ()  # the ranks whose inputs it sums (all-reduce), none if it reduces nothing
+    slices: int = 1  # each send goes in this many WRITEs with immediate (:func:`slice_span`)
 
     @property
     def peers(self) -> set[int]:
@@ -74,7 +94,8 @@ class RankPlan:
 
     @property
     def receive_count(self) -> int:
-        return sum(len(step.receives) for step in self.steps)
+        """WRITEs with immediate it expects in an iteration (a slice each)."""
+        return sum(len(step.receives) for step in self.steps) * self.slices
 
     @property
     def receives_by_peer(self) -> dict[int, int]:
@@ -82,7 +103,7 @@ class RankPlan:
         counts: dict[int, int] = {}
         for step in self.steps:
             for src in step.receives:
-                counts[src] = counts.get(src, 0) + 1
+                counts[src] = counts.get(src, 0) + self.slices
         return counts
 
     def reduce_input(self, iteration: int) -> float:
@@ -92,6 +113,22 @@ class RankPlan:
     def reduce_result(self, iteration: int) -> float:
         """Every float32 of the data region after the iteration: the inputs of its reduction group summed."""
         return float((iteration + 1) * sum(rank + 1 for rank in self.reduce_group))
+
+
+def ring_slices(chunk: int, steps: int) -> int:
+    """How many slices a ring of ``steps`` steps of ``chunk`` bytes sends each chunk in."""
+    return max(1, min(PIPELINE, chunk // MIN_SLICE, IMMEDIATE_SLICES // max(steps, 1)))
+
+
+def slice_span(length: int, slices: int, j: int) -> tuple[int, int]:
+    """Slice ``j`` of a ``length``-byte send (or reduce) cut in ``slices``: (offset in it, length).
+
+    Whole float32s (a multiple of ELEMENT) but the last; sender and receiver cut the same length alike.
+    """
+    piece = -(-length // slices)
+    piece += -piece % ELEMENT
+    offset = min(j * piece, length)
+    return offset, min(piece, length - offset)
 
 
 def chunk_bytes(collective: str, size: int, ranks: int) -> int:
@@ -171,7 +208,7 @@ def _multijob(ranks: int, size: int, chunk: int, senders: int | None) -> list[Ra
         steps = [Step(tuple(Send(job[s.dst], s.offset, s.length, s.region, s.dst_offset) for s in step.sends),
                       tuple(job[r] for r in step.receives), step.reduce) for step in rank_plan.steps]
         plans.append(RankPlan(job[index], rank_plan.data_bytes, rank_plan.staging_bytes, steps,
-                              reduce_group=tuple(job)))
+                              reduce_group=tuple(job), slices=rank_plan.slices))
     receiver, sending = neighbours[-1], neighbours[:senders]
     for rank in neighbours:
         if rank == receiver:
@@ -214,7 +251,7 @@ def _ring(ranks: int, chunk: int, reduce: bool) -> list[RankPlan]:
             offset = ((first - k) % ranks) * chunk
             steps.append(Step((Send(nxt, offset, chunk, "data", offset),), (prev,)))
         plans.append(RankPlan(r, ranks * chunk, (ranks - 1) * chunk if reduce else 0, steps,
-                              reduce_group=tuple(range(ranks)) if reduce else ()))
+                              reduce_group=tuple(range(ranks)) if reduce else (), slices=ring_slices(chunk, len(steps))))
     return plans
 
 

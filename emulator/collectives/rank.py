@@ -12,7 +12,8 @@ socket (reachable from every namespace: it is a file in the run directory).
    the coordinator sends the common start instant T (CLOCK_MONOTONIC, shared
    by all namespaces); the rank posts its first sends *for T* (the RNIC
    holds them and releases them at T on its own timer, so the start does not
-   depend on when this process is scheduled), runs its steps, and reports
+   depend on when this process is scheduled), runs its steps (pipelined in
+   slices, see :mod:`emulator.collectives.algorithms`), and reports
    every arrival's time stamp (from the RNIC's completions), the release
    time of its first sends (the achieved start) and its QPs' counters.
 """
@@ -23,11 +24,12 @@ import os
 import socket
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from emulator.collectives.algorithms import RankPlan, plan
+from emulator.agents.verbs_messages import MAX_WRS
+from emulator.collectives.algorithms import RankPlan, Step, plan, slice_span
 from emulator.errors import FabricError
 from emulator.apps.jsonlines import JsonLines
 from emulator.apps.verbs import CQ, MR, PD, QP, Context, RecvWR, SendWR, VerbsError, WcOpcode, WcStatus, WrOpcode
@@ -83,56 +85,41 @@ class Rank:
 
     def post_receives(self) -> None:
         for src, count in self.plan.receives_by_peer.items():
-            self.qps[src].post_recv([RecvWR(0, 0, 0, 0) for _ in range(count)])
+            for first in range(0, count, MAX_WRS):  # a long ring's slices take more than one request
+                self.qps[src].post_recv([RecvWR(0, 0, 0, 0) for _ in range(min(MAX_WRS, count - first))])
 
     def run_iteration(self, iteration: int, start_ns: int) -> dict[str, Any]:
-        """Execute the plan once; every arrival and send with its time stamp.
+        """Execute the plan once, pipelined (:mod:`~emulator.collectives.algorithms`); every arrival and send with
+        its time stamp.
 
-        A step needs its own arrivals before the next may start (a ring's
-        dependency); a peer one step ahead may already have sent the next
-        step's data, so arrivals are kept by (source, step) as they come.
-        Send completions are only waited for at the end.
+        Slice j of a step is posted once slice j of the step before arrived from every rank it expects and was
+        reduced; the first step's slices all go at ``start_ns``.  A peer ahead may send a later slice before
+        this rank waits for it, so arrivals are kept by (source, slice number) as they come.  Send completions
+        are only waited for at the end.
         """
-        arrived: dict[tuple[int, int], int] = {}  # (src, step) -> time stamp
-        sends: list[list[int]] = []  # [dst, step, completion time stamp]
-        outstanding = 0
+        steps, slices = self.plan.steps, self.plan.slices
+        arrived: dict[tuple[int, int], int] = {}  # (src, step * slices + j) -> time stamp
+        sends: list[list[int]] = []  # [dst, slice number, completion time stamp]
+        cursor = [0] * slices  # per slice j: the step whose sends are posted and whose arrivals it waits for
         tag = (iteration & 0xFFFF) << 16
-        for index, step in enumerate(self.plan.steps):
-            by_dst: dict[int, list[SendWR]] = {}
-            for s in step.sends:
-                remote_addr, rkey = self.remote[s.dst][s.region]
-                by_dst.setdefault(s.dst, []).append(SendWR(index, WrOpcode.RDMA_WRITE_WITH_IMM, self.data.addr + s.offset,
-                                                           s.length, self.data.lkey, remote_addr + s.dst_offset,
-                                                           rkey, tag | index))
-            for dst, wrs in by_dst.items():
-                self.qps[dst].post_send(wrs, at=start_ns if index == 0 else None)
-                outstanding += len(wrs)
-            needed = [(src, index) for src in step.receives]
-            outstanding = self._collect(arrived, sends, outstanding, lambda _: all(k in arrived for k in needed),
-                                        tag, f"step {index}")
-            if step.reduce is not None and self.staging is not None:
-                staged, offset, length = step.reduce
-                mine = np.frombuffer(self.data.buf, dtype=np.float32, count=length // 4, offset=offset)
-                mine += np.frombuffer(self.staging.buf, dtype=np.float32, count=length // 4, offset=staged)
-        self._collect(arrived, sends, outstanding, lambda left: left == 0, tag, "the last sends")
-        arrivals = [[src, step, stamp] for (src, step), stamp in arrived.items()]
-        counters, released = {}, []
-        first_senders = {s.dst for s in self.plan.steps[0].sends} if self.plan.steps else set()
-        for peer, qp in self.qps.items():
-            query = qp.query()
-            counters[str(peer)] = [query["counters"].get("retransmitted_packets", 0), query["counters"].get("timeouts", 0)]
-            if peer in first_senders:
-                released.append(query["released_ns"])
-        # The achieved start: when the RNIC released this rank's first sends (None: it sends nothing at T).
-        return {"iteration": iteration, "released_ns": min(released) if released else None, "arrivals": arrivals,
-                "sends": sends, "counters": counters, "verified": self.verify(iteration)}
-
-    def _collect(self, arrived: dict[tuple[int, int], int], sends: list[list[int]], outstanding: int,
-                 done: Callable[[int], bool], tag: int, what: str) -> int:
-        """Take completions until ``done(sends outstanding)``; returns the sends still outstanding."""
+        outstanding = self._post([(0, j) for j in range(slices)], tag, start_ns) if steps else 0
         deadline = time.monotonic() + STEP_TIMEOUT_S
-        while not done(outstanding):
+        while True:
+            ready: list[tuple[int, int]] = []
+            for j in range(slices):
+                while cursor[j] < len(steps) and all((src, cursor[j] * slices + j) in arrived
+                                                     for src in steps[cursor[j]].receives):
+                    self._reduce(steps[cursor[j]], j)
+                    cursor[j] += 1
+                    if cursor[j] < len(steps):
+                        ready.append((cursor[j], j))
+            if ready:
+                outstanding += self._post(sorted(ready), tag, None)  # in slice-number order, as a QP would send them
+            if min(cursor) == len(steps) and outstanding == 0:
+                break
+            what = f"step {min(cursor)}" if min(cursor) < len(steps) else "the last sends"
             for wc in self.cq.wait(64, timeout=1.0):
+                deadline = time.monotonic() + STEP_TIMEOUT_S
                 if wc.status != WcStatus.SUCCESS:
                     raise VerbsError(f"rank {self.rank} {what}: {wc.opcode.name} {wc.status.name}")
                 if wc.opcode == WcOpcode.RECV_RDMA_WITH_IMM:
@@ -144,7 +131,42 @@ class Rank:
                     sends.append([self._peer_of(wc.qp_num), wc.wr_id, wc.timestamp])
             if time.monotonic() > deadline:
                 raise VerbsError(f"rank {self.rank}: {what} not done in {STEP_TIMEOUT_S:.0f} s")
-        return outstanding
+        arrivals = [[src, number, stamp] for (src, number), stamp in arrived.items()]
+        counters, released = {}, []
+        first_senders = {s.dst for s in steps[0].sends} if steps else set()
+        for peer, qp in self.qps.items():
+            query = qp.query()
+            counters[str(peer)] = [query["counters"].get("retransmitted_packets", 0), query["counters"].get("timeouts", 0)]
+            if peer in first_senders:
+                released.append(query["released_ns"])
+        # The achieved start: when the RNIC released this rank's first sends (None: it sends nothing at T).
+        return {"iteration": iteration, "released_ns": min(released) if released else None, "arrivals": arrivals,
+                "sends": sends, "counters": counters, "verified": self.verify(iteration)}
+
+    def _post(self, ready: list[tuple[int, int]], tag: int, at: int | None) -> int:
+        """Posts the sends of every (step, slice) of ``ready``, in order, one request per QP; how many."""
+        slices = self.plan.slices
+        by_dst: dict[int, list[SendWR]] = {}
+        for k, j in ready:
+            number = k * slices + j
+            for s in self.plan.steps[k].sends:
+                remote_addr, rkey = self.remote[s.dst][s.region]
+                offset, length = slice_span(s.length, slices, j)
+                by_dst.setdefault(s.dst, []).append(SendWR(number, WrOpcode.RDMA_WRITE_WITH_IMM,
+                                                           self.data.addr + s.offset + offset, length, self.data.lkey,
+                                                           remote_addr + s.dst_offset + offset, rkey, tag | number))
+        for dst, wrs in by_dst.items():
+            self.qps[dst].post_send(wrs, at=at)
+        return sum(len(wrs) for wrs in by_dst.values())
+
+    def _reduce(self, step: Step, j: int) -> None:
+        """Slice ``j`` of ``step``'s reduction, if it has one: data += staging."""
+        if step.reduce is None or self.staging is None:
+            return
+        staged, offset, length = step.reduce
+        at, count = slice_span(length, self.plan.slices, j)
+        mine = np.frombuffer(self.data.buf, dtype=np.float32, count=count // 4, offset=offset + at)
+        mine += np.frombuffer(self.staging.buf, dtype=np.float32, count=count // 4, offset=staged + at)
 
     def _peer_of(self, qp_num: int) -> int:
         for peer, qp in self.qps.items():

@@ -6,8 +6,9 @@ and the coordinator's iteration loop.  The ranks live in Rust
 each rank gets its host's memory laid out as the rank process lays out
 its regions (data, then staging), one RC QP per peer, and per iteration
 its receives posted, its first step's WRITEs with immediate posted at the
-start instant T, and each next step posted the moment the step's last
-expected arrival completes (after the all-reduce's float32 sum, done on
+start instant T, and each slice of the next step posted the moment the
+same slice of the step before has its last expected arrival (pipelined as
+the rank process runs its plan; after the all-reduce's float32 sum, done on
 the data in simulated memory, so ``verified`` means the bytes that crossed
 the simulated fabric add up).  Each iteration is summarized there as the
 coordinator's :func:`~emulator.collectives.coordinator.summarize` does; this module drives the run a slice

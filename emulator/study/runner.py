@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 
 from emulator.fabric.capacity import KEEP_FREE_BYTES, check_capacity, meminfo_bytes
 from emulator._core.sim import message_counts
-from emulator.collectives.algorithms import bus_factor, plan, victim_flow
+from emulator.collectives.algorithms import bus_factor, plan, slice_span, victim_flow
 from emulator.collectives.coordinator import CollectiveRun, IterationResult, run_collective
 from emulator.errors import FabricError
 from emulator.study.experiment import (Experiment, Fault, Variant, host_count, results_directory, run_config,
@@ -590,7 +590,8 @@ def prediction(variant: Variant, baseline_mean_us: float) -> dict[str, Any]:
     for rank, rank_plan in enumerate(rank_plans):
         for step in rank_plan.steps:
             for send in step.sends:
-                packets += max(1, math.ceil(send.length / variant.mtu)) * distances[hosts[send.dst]][hosts[rank]]
+                lengths = (slice_span(send.length, rank_plan.slices, j)[1] for j in range(rank_plan.slices))
+                packets += sum(max(1, math.ceil(n / variant.mtu)) for n in lengths) * distances[hosts[send.dst]][hosts[rank]]
     hit = 1 - (1 - p) ** packets
     frame_s = (variant.mtu + ROCE_OVERHEAD + 14) * 8 / params.bw_bps
     largest = max(s.length for rp in rank_plans for st in rp.steps for s in st.sends)

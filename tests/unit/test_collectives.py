@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from emulator.collectives.algorithms import bus_factor, chunk_bytes, plan, victim_flow
+from emulator.collectives.algorithms import (MIN_SLICE, PIPELINE, bus_factor, chunk_bytes, plan, ring_slices,
+                                            slice_span, victim_flow)
 from emulator.collectives.coordinator import MAX_START_MARGIN_NS, START_MARGIN_NS, next_margin, summarize
 from emulator.errors import FabricError
 from emulator.study.stats import percentile
@@ -43,6 +44,87 @@ def execute(collective: str, ranks: int, size: int, senders: int | None = None):
                 mine = data[r][offset:offset + length].view(np.float32)
                 mine += staging[r][staged:staged + length].view(np.float32)
     return plans, data
+
+
+def execute_pipelined(collective: str, ranks: int, size: int, seed: int):
+    """Run the plans as the rank processes do, slice by slice: slice j of step k is sent once slice j of step
+    k-1 arrived from everyone it expects and was reduced; the slices in flight land in a random order (as
+    ranks on different hosts run).  Every rank's data at the end."""
+    rng = np.random.default_rng(seed)
+    plans = plan(collective, ranks, size)
+    data = [np.zeros(p.data_bytes, dtype=np.uint8) for p in plans]
+    staging = [np.zeros(p.staging_bytes, dtype=np.uint8) for p in plans]
+    for r, p in enumerate(plans):
+        if p.reduce_group:
+            data[r].view(np.float32)[:] = r + 1
+        else:
+            data[r][:] = r + 1
+    arrived: set[tuple[int, int, int]] = set()  # (dst, src, slice number)
+    cursor = [[0] * p.slices for p in plans]
+    flight: list[tuple] = []
+
+    def send(r: int, k: int, j: int) -> None:
+        p = plans[r]
+        for s in p.steps[k].sends:
+            at, length = slice_span(s.length, p.slices, j)
+            payload = data[r][s.offset + at:s.offset + at + length].copy()  # read when posted
+            flight.append((s, at, payload, r, k * p.slices + j))
+
+    for r, p in enumerate(plans):
+        for j in range(p.slices):
+            if p.steps:
+                send(r, 0, j)
+    while True:
+        for r, p in enumerate(plans):
+            for j in range(p.slices):
+                while cursor[r][j] < len(p.steps) and all(
+                        (r, src, cursor[r][j] * p.slices + j) in arrived for src in p.steps[cursor[r][j]].receives):
+                    step = p.steps[cursor[r][j]]
+                    if step.reduce is not None:
+                        staged, offset, length = step.reduce
+                        at, count = slice_span(length, p.slices, j)
+                        data[r][offset + at:offset + at + count].view(np.float32)[:] += \
+                            staging[r][staged + at:staged + at + count].view(np.float32)
+                    cursor[r][j] += 1
+                    if cursor[r][j] < len(p.steps):
+                        send(r, cursor[r][j], j)
+        if not flight:
+            break
+        s, at, payload, src, number = flight.pop(int(rng.integers(len(flight))))
+        target = staging[s.dst] if s.region == "staging" else data[s.dst]
+        target[s.dst_offset + at:s.dst_offset + at + len(payload)] = payload
+        arrived.add((s.dst, src, number))
+    assert all(min(c) == len(p.steps) for c, p in zip(cursor, plans) if p.steps)
+    return plans, data
+
+
+@pytest.mark.parametrize("ranks,size", [(2, 2 * 4 * MIN_SLICE), (3, 3 * 4 * MIN_SLICE + 12), (8, 1 << 20),
+                                        (5, 5 * (2 * MIN_SLICE + 8))])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_pipelined_ring_allreduce_and_allgather_end_as_the_lock_step_ones(ranks, size, seed):
+    for collective in ("allreduce", "allgather"):
+        plans, data = execute_pipelined(collective, ranks, size, seed)
+        assert all(p.slices > 1 for p in plans)
+        _, expected = execute(collective, ranks, size)
+        assert all(np.array_equal(d, e) for d, e in zip(data, expected))
+        if collective == "allreduce":
+            assert all(np.all(d.view(np.float32) == ranks * (ranks + 1) / 2) for d in data)
+
+
+def test_slices_cover_a_send_in_whole_floats_and_only_rings_are_sliced():
+    for length in (MIN_SLICE, 2 * MIN_SLICE, 131072, 131076, 4 * MIN_SLICE + 4, 10 * MIN_SLICE + 12):
+        slices = ring_slices(length, 14)
+        spans = [slice_span(length, slices, j) for j in range(slices)]
+        assert spans[0][0] == 0 and sum(n for _, n in spans) == length and all(n > 0 for _, n in spans)
+        assert all(a + n == b for (a, n), (b, _) in zip(spans, spans[1:]))
+        assert all(n % 4 == 0 for _, n in spans[:-1]) and all(n >= MIN_SLICE for _, n in spans[:-1])
+    assert ring_slices(131072, 14) == PIPELINE and ring_slices(MIN_SLICE - 4, 14) == 1
+    assert ring_slices(1 << 20, 65534) == 1  # the immediate numbers at most 65,536 slices
+    assert plan("allreduce", 8, 1 << 20)[3].slices == PIPELINE
+    assert plan("allreduce", 8, 1 << 20)[3].receive_count == 14 * PIPELINE
+    assert all(p.slices == 1 for c in ("incast", "alltoall", "shift", "victim") for p in plan(c, 8, 1 << 20))
+    job = plan("multijob", 8, 1 << 20)
+    assert [p.slices for p in job] == [PIPELINE, 1] * 4
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4, 8])

@@ -2,7 +2,7 @@
 (fabric_core::sim::plans, through emulator._core.sim.plan), which the compiled simulation backend executes.
 
 The same (collective, ranks, size, senders) must give every rank the same regions, steps (sends, receives,
-reductions), measured flag and reduction group; and where Python's plan raises, the port raises with the same
+reductions), measured flag, reduction group and slices; and where Python's plan raises, the port raises with the same
 message.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from emulator.collectives.algorithms import COLLECTIVES, plan
+from emulator.collectives.algorithms import COLLECTIVES, plan, slice_span
 from emulator.errors import FabricError
 
 sim = pytest.importorskip("emulator._core.sim")
@@ -35,7 +35,7 @@ def python_plan(collective: str, ranks: int, size: int, senders: int | None) -> 
     return [(p.rank, p.data_bytes, p.staging_bytes,
              [([(s.dst, s.offset, s.length, s.region, s.dst_offset) for s in step.sends], list(step.receives),
                step.reduce) for step in p.steps],
-             p.measured, list(p.reduce_group)) for p in plans]
+             p.measured, list(p.reduce_group), p.slices) for p in plans]
 
 
 def rust_plan(collective: str, ranks: int, size: int, senders: int | None) -> Any:
@@ -67,7 +67,7 @@ def test_hundreds_of_ranks_agree(collective: str) -> None:
 
 def python_message_counts(collective: str, ranks: int, size: int, senders: int | None) -> Any:
     """What the runner's link-time bound counted from Python's plans: per rank, (length, count) of the measured
-    ranks' messages it sends and receives, lengths ascending; or the error's message."""
+    ranks' messages (a WRITE per slice) it sends and receives, lengths ascending; or the error's message."""
     try:
         plans = plan(collective, ranks, size, senders)
     except FabricError as error:
@@ -78,8 +78,10 @@ def python_message_counts(collective: str, ranks: int, size: int, senders: int |
         if p.measured:
             for step in p.steps:
                 for send in step.sends:
-                    sent[p.rank][send.length] = sent[p.rank].get(send.length, 0) + 1
-                    received[send.dst][send.length] = received[send.dst].get(send.length, 0) + 1
+                    for j in range(p.slices):
+                        _, length = slice_span(send.length, p.slices, j)
+                        sent[p.rank][length] = sent[p.rank].get(length, 0) + 1
+                        received[send.dst][length] = received[send.dst].get(length, 0) + 1
     return [sorted(c.items()) for c in sent], [sorted(c.items()) for c in received]
 
 

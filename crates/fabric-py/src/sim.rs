@@ -55,8 +55,8 @@ type SendTuple = (u32, u64, u64, &'static str, u64);
 /// A step as `algorithms.Step`'s fields: sends, receives, reduce.
 type StepTuple = (Vec<SendTuple>, Vec<u32>, Option<(u64, u64, u64)>);
 /// A rank's plan as `algorithms.RankPlan`'s fields: rank, data bytes, staging bytes, steps, measured, reduce
-/// group.
-type PlanTuple = (u32, u64, u64, Vec<StepTuple>, bool, Vec<u32>);
+/// group, slices.
+type PlanTuple = (u32, u64, u64, Vec<StepTuple>, bool, Vec<u32>, u32);
 /// Injected loss on a switch port's link: host-facing, loss probability, frame numbers always lost, seed.
 type LossArg = (bool, f64, Vec<u64>, i128);
 /// A fault: the host's index, when after each measured iteration's start (ns), for how long (None: for good).
@@ -297,7 +297,15 @@ fn plan(collective: &str, ranks: u32, size: u64, senders: Option<i64>) -> PyResu
                 })
                 .collect();
             let group = plans.reduce_group(rank).collect();
-            (rank, data, staging, steps, plans.measured(rank), group)
+            (
+                rank,
+                data,
+                staging,
+                steps,
+                plans.measured(rank),
+                group,
+                plans.slices(rank),
+            )
         })
         .collect())
 }

@@ -18,7 +18,7 @@ use crate::sim::frame::SimFrame;
 use crate::sim::host::SimHost;
 use crate::sim::ib::IbSpec;
 use crate::sim::memory::{FlatMemory, MEMORY_KEY};
-use crate::sim::plans::Plans;
+use crate::sim::plans::{slice_span, Plans};
 use crate::sim::ranks::{add_f32, reduce_input, reduce_result, Arrival, RankReport, SimRank};
 use crate::sim::summary::{summarize, IterationSummary};
 use crate::sim::switch::{PortLoss, SimSwitch, SwitchPort};
@@ -478,7 +478,7 @@ impl Fabric {
                     h.ib_timer(host, &mut self.engine, &mut self.wires);
                 }
             }
-            Event::StepBegins(rank) => self.step_begins(rank as usize),
+            Event::StepBegins(rank) => self.steps_begin(rank as usize),
             Event::Stall(host) => {
                 if let Some(h) = self.hosts.get_mut(host as usize) {
                     h.begin_stall(host, &mut self.engine, &self.wires);
@@ -618,8 +618,17 @@ impl Fabric {
         self.engine.after(delay, Event::StepBegins(rank as u32));
     }
 
-    /// Posts the current step's sends; moves on while a step expects nothing.
-    fn step_begins(&mut self, rank: usize) {
+    /// Every slice's first step posted (`rank.py`'s sends at T).
+    fn steps_begin(&mut self, rank: usize) {
+        let slices = self.ranks.get(rank).map_or(0, SimRank::slices);
+        for j in 0..slices {
+            self.slice_begins(rank, j);
+        }
+        self.maybe_done(rank);
+    }
+
+    /// Posts slice `j` of the step it is at; moves it on while its arrivals there are all in.
+    fn slice_begins(&mut self, rank: usize, j: u32) {
         let Some(plans) = self.run.plans else {
             return;
         };
@@ -627,26 +636,27 @@ impl Fabric {
             let Some(r) = self.ranks.get(rank) else {
                 return;
             };
-            let Some(step) = plans.step(r.rank, r.step) else {
-                self.maybe_done(rank);
+            let Some(step) = plans.step(r.rank, r.step_of(j)) else {
                 return;
             };
-            let (index, tag) = (r.step, r.tag());
+            let slices = r.slices();
+            let (number, tag) = (r.step_of(j) * slices + j, r.tag());
             for send in step.sends.iter() {
                 let base = if send.staging {
                     plans.data_bytes(send.dst) // the peer's layout: data, then staging
                 } else {
                     0
                 };
+                let (at, length) = slice_span(send.length, slices, j);
                 let wr = SendWr {
-                    wr_id: u64::from(index),
+                    wr_id: u64::from(number),
                     opcode: WrOpcode::RdmaWriteWithImm,
-                    addr: send.offset,
-                    length: send.length,
+                    addr: send.offset + at,
+                    length,
                     lkey: MEMORY_KEY,
-                    remote_addr: base.saturating_add(send.dst_offset),
+                    remote_addr: base.saturating_add(send.dst_offset + at),
                     rkey: MEMORY_KEY,
-                    imm: tag | index,
+                    imm: tag | number,
                     signaled: true,
                 };
                 let qpn = SimRank::qpn(send.dst);
@@ -657,26 +667,29 @@ impl Fabric {
                 self.ranks[rank].outstanding += 1;
                 self.hosts[rank].kick(rank as u32, &mut self.engine, &mut self.wires, qpn);
             }
-            if !self.ranks[rank].step_complete(&plans) {
+            if !self.ranks[rank].slice_complete(&plans, j) {
                 return;
             }
-            self.finish_step(rank, &plans);
+            self.finish_slice(rank, &plans, j);
         }
     }
 
-    /// The current step's arrivals are in: its reduction, then the next step.
-    fn finish_step(&mut self, rank: usize, plans: &Plans) {
+    /// Slice `j`'s arrivals at its step are in: that slice of the step's reduction, then its next step.
+    fn finish_slice(&mut self, rank: usize, plans: &Plans, j: u32) {
         let r = &mut self.ranks[rank];
-        if let Some((staged, offset, length)) = plans.step(r.rank, r.step).and_then(|s| s.reduce) {
-            let staging = plans.data_bytes(r.rank).saturating_add(staged);
+        if let Some((staged, offset, length)) =
+            plans.step(r.rank, r.step_of(j)).and_then(|s| s.reduce)
+        {
+            let (at, count) = slice_span(length, r.slices(), j);
+            let staging = plans.data_bytes(r.rank).saturating_add(staged + at);
             add_f32(
                 self.hosts[rank].memory.data_mut(),
-                offset as usize,
+                (offset + at) as usize,
                 staging as usize,
-                (length / 4) as usize,
+                (count / 4) as usize,
             );
         }
-        r.next_step(plans);
+        r.next_step(plans, j);
     }
 
     fn completion(&mut self, rank: usize, wc: Completion) {
@@ -704,9 +717,9 @@ impl Fabric {
                     r.iteration
                 ));
             }
-            if r.arrive(&plans, peer, imm & 0xFFFF, wc.timestamp) == Arrival::CompletesStep {
-                self.finish_step(rank, &plans);
-                self.step_begins(rank);
+            if let Arrival::CompletesSlice(j) = r.arrive(&plans, peer, imm & 0xFFFF, wc.timestamp) {
+                self.finish_slice(rank, &plans, j);
+                self.slice_begins(rank, j);
             }
         } else {
             self.ranks[rank].sent(peer, wc.wr_id, wc.timestamp);
@@ -719,7 +732,7 @@ impl Fabric {
             return;
         };
         let r = &mut self.ranks[rank];
-        if !r.done && r.step >= plans.steps(r.rank) && r.outstanding == 0 {
+        if !r.done && r.finished(&plans) && r.outstanding == 0 {
             r.done = true;
             self.rank_done(rank);
         }

@@ -97,6 +97,31 @@ fn py_repr(text: &str) -> String {
 pub const SHIFT: u32 = 2;
 /// An all-reduce's chunks are whole float32s (`algorithms.ELEMENT`).
 pub const ELEMENT: u64 = 4;
+/// A ring step's chunk goes in at most this many slices (`algorithms.PIPELINE`): slice j of step k is posted
+/// once slice j of step k-1 is in, so a step's reaction overlaps the rest of the step before it on the wire.
+pub const PIPELINE: u32 = 2;
+/// No slice below one default RDMA MTU (`algorithms.MIN_SLICE`).
+pub const MIN_SLICE: u64 = 4096;
+/// The immediate's lower half numbers a rank's slices of an iteration (`algorithms.IMMEDIATE_SLICES`).
+pub const IMMEDIATE_SLICES: u32 = 1 << 16;
+
+/// `algorithms.ring_slices`: how many slices a ring of `steps` steps of `chunk` bytes sends each chunk in.
+pub fn ring_slices(chunk: u64, steps: u32) -> u32 {
+    let by_size = u32::try_from(chunk / MIN_SLICE).unwrap_or(u32::MAX);
+    PIPELINE
+        .min(by_size)
+        .min(IMMEDIATE_SLICES / steps.max(1))
+        .max(1)
+}
+
+/// `algorithms.slice_span`: slice `j` of a `length`-byte send or reduce cut in `slices`, as (offset in it,
+/// length); whole float32s but the last.
+pub fn slice_span(length: u64, slices: u32, j: u32) -> (u64, u64) {
+    let mut piece = length.div_ceil(u64::from(slices.max(1)));
+    piece = piece.div_ceil(ELEMENT).saturating_mul(ELEMENT);
+    let offset = u64::from(j).saturating_mul(piece).min(length);
+    (offset, piece.min(length - offset))
+}
 
 /// One WRITE with immediate: `length` bytes at `offset` of my data region into `dst`'s region (its staging
 /// region when `staging`) at `dst_offset`.
@@ -549,6 +574,15 @@ impl Plans {
         }
     }
 
+    /// How many slices rank `rank` sends each of its sends in (`RankPlan.slices`): a ring's chunk is
+    /// pipelined, every other collective's single step goes whole.
+    pub fn slices(&self, rank: u32) -> u32 {
+        match self.role(rank) {
+            Role::Ring { .. } => ring_slices(self.chunk, self.steps(rank)),
+            _ => 1,
+        }
+    }
+
     /// Step `k` of rank `rank`, if it has one.
     pub fn step(&self, rank: u32, k: u32) -> Option<Step> {
         if k >= self.steps(rank) {
@@ -641,13 +675,17 @@ impl Plans {
         let mut sent: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); n];
         let mut received: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); n];
         for rank in (0..self.ranks).filter(|&rank| self.measured(rank)) {
+            let slices = self.slices(rank);
             for step in (0..self.steps(rank)).filter_map(|k| self.step(rank, k)) {
                 for send in step.sends.iter() {
-                    if let Some(counts) = sent.get_mut(rank as usize) {
-                        *counts.entry(send.length).or_default() += 1;
-                    }
-                    if let Some(counts) = received.get_mut(send.dst as usize) {
-                        *counts.entry(send.length).or_default() += 1;
+                    for j in 0..slices {
+                        let (_, length) = slice_span(send.length, slices, j);
+                        if let Some(counts) = sent.get_mut(rank as usize) {
+                            *counts.entry(length).or_default() += 1;
+                        }
+                        if let Some(counts) = received.get_mut(send.dst as usize) {
+                            *counts.entry(length).or_default() += 1;
+                        }
                     }
                 }
             }
@@ -684,21 +722,24 @@ impl Plans {
         matches!(self.role(rank), Role::Ring { reduce: true, .. })
     }
 
-    /// The slot of the arrival from `src` for step `k` among rank `rank`'s arrivals of an iteration (from 0 to
-    /// the number of its arrivals), if the plan expects one: its steps' receives, one after the other.
-    pub fn slot(&self, rank: u32, k: u32, src: u32) -> Option<u32> {
-        let index = self.step(rank, k)?.receives.index_of(src)?;
+    /// The slot of the arrival from `src` for slice number `number` (step x slices + slice, the immediate's
+    /// lower half) among rank `rank`'s arrivals of an iteration (from 0 to the number of its arrivals), if the
+    /// plan expects one: its steps' slices' receives, one after the other.
+    pub fn slot(&self, rank: u32, number: u32, src: u32) -> Option<u32> {
+        let slices = self.slices(rank);
+        let index = self.step(rank, number / slices)?.receives.index_of(src)?;
         match self.role(rank) {
-            Role::Ring { .. } => Some(k), // one arrival a step
-            _ => Some(index),             // one step
+            Role::Ring { .. } => Some(number), // one arrival a slice
+            _ => Some(index),                  // one step of one slice
         }
     }
 
-    /// The slots of step `k`'s arrivals: (first, count).
-    pub fn slots(&self, rank: u32, k: u32) -> (u32, u32) {
-        match (self.role(rank), self.step(rank, k)) {
+    /// The slots of the arrivals for slice number `number`: (first, count).
+    pub fn slots(&self, rank: u32, number: u32) -> (u32, u32) {
+        let slices = self.slices(rank);
+        match (self.role(rank), self.step(rank, number / slices)) {
             (_, None) => (0, 0),
-            (Role::Ring { .. }, Some(_)) => (k, 1),
+            (Role::Ring { .. }, Some(_)) => (number, 1),
             (_, Some(step)) => (0, step.receives.len()),
         }
     }
@@ -716,6 +757,7 @@ pub struct PeerPlan {
 
 /// Every rank rank `rank` talks to, ascending (the order its QPs are made in), with what it exchanges.
 pub fn peers(plans: &Plans, rank: u32) -> Vec<PeerPlan> {
+    let slices = plans.slices(rank); // a ring's peers cut their chunks alike
     let mut peers: Vec<PeerPlan> = Vec::new();
     for step in (0..plans.steps(rank)).filter_map(|k| plans.step(rank, k)) {
         for send in step.sends.iter() {
@@ -728,7 +770,7 @@ pub fn peers(plans: &Plans, rank: u32) -> Vec<PeerPlan> {
         for src in step.receives.iter() {
             peers.push(PeerPlan {
                 peer: src,
-                receives: 1,
+                receives: slices,
                 bytes: 0,
             });
         }
@@ -839,25 +881,36 @@ mod tests {
         fn sends_and_receives_pair_up(
             name in proptest::sample::select(NAMES.to_vec()),
             ranks in 2u32..40,
-            size in 0u64..5000,
+            size in prop_oneof![0u64..5000, 0u64..400_000],
             senders in proptest::option::of(-1i64..40),
         ) {
             let Ok(plans) = Plans::new(name, ranks, size, senders) else { return Ok(()); };
             let steps = every_step(&plans);
             let mut sent = Vec::new();
             for &(r, k, step) in &steps {
+                let slices = plans.slices(r);
                 for send in step.sends.iter() {
-                    prop_assert!(plans.slot(send.dst, k, r).is_some(), "{name}: {r} -> {} step {k}", send.dst);
-                    sent.push((send.dst, k, r));
+                    prop_assert_eq!(plans.slices(send.dst), slices, "{}: {} -> {}", name, r, send.dst);
+                    for j in 0..slices {
+                        let number = k * slices + j;
+                        prop_assert!(plans.slot(send.dst, number, r).is_some(), "{name}: {r} -> {} #{number}", send.dst);
+                        sent.push((send.dst, number, r));
+                    }
+                    let covered: u64 = (0..slices).map(|j| slice_span(send.length, slices, j).1).sum();
+                    prop_assert_eq!(covered, send.length);
                 }
             }
             let mut expected = Vec::new();
             for &(r, k, step) in &steps {
-                let (first, count) = plans.slots(r, k);
-                prop_assert_eq!(count, step.receives.len());
-                for (i, src) in step.receives.iter().enumerate() {
-                    prop_assert_eq!(plans.slot(r, k, src), Some(first + i as u32));
-                    expected.push((r, k, src));
+                let slices = plans.slices(r);
+                for j in 0..slices {
+                    let number = k * slices + j;
+                    let (first, count) = plans.slots(r, number);
+                    prop_assert_eq!(count, step.receives.len());
+                    for (i, src) in step.receives.iter().enumerate() {
+                        prop_assert_eq!(plans.slot(r, number, src), Some(first + i as u32));
+                        expected.push((r, number, src));
+                    }
                 }
             }
             sent.sort_unstable();
@@ -867,7 +920,7 @@ mod tests {
                 let from_peers: u32 = peers(&plans, r).iter().map(|p| p.receives).sum();
                 let in_steps: u32 = (0..plans.steps(r))
                     .filter_map(|k| plans.step(r, k))
-                    .map(|step| step.receives.len())
+                    .map(|step| step.receives.len() * plans.slices(r))
                     .sum();
                 prop_assert_eq!(from_peers, in_steps);
                 let (data, staging) = plans.regions(r);

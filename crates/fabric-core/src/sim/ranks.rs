@@ -52,12 +52,21 @@ pub struct RankLog {
 /// What an arrival was to the plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arrival {
-    /// Expected, and it completes the current step.
-    CompletesStep,
+    /// Expected, and it completes slice `j` of the step that slice is at.
+    CompletesSlice(u32),
     /// Expected (this or a later step).
     Expected,
     /// Not in the plan, or a second one from the same peer for the same step: the rank fails.
     Unexpected,
+}
+
+/// Where one slice of a rank's steps is (`rank.py`'s `cursor`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Cursor {
+    /// The step whose slice is posted and whose arrivals it waits for.
+    step: u32,
+    /// Those arrivals so far.
+    arrived: u32,
 }
 
 /// One rank's state during an iteration.
@@ -66,10 +75,8 @@ pub struct SimRank {
     pub rank: u32,
     pub iteration: u32,
     pub start: u64,
-    /// The step it is at.
-    pub step: u32,
-    /// The current step's arrivals so far.
-    step_arrived: u32,
+    /// Per slice (`Plans::slices`): its step, pipelined apart from the others'.
+    cursors: Vec<Cursor>,
     /// One bit per arrival the iteration expects, at its slot ([`Plans::slot`]): whether it came.
     arrived: Vec<u64>,
     /// Arrivals in this iteration, and in all that it expects.
@@ -102,6 +109,7 @@ impl SimRank {
         let receives: usize = peers.iter().map(|p| p.receives as usize).sum();
         SimRank {
             rank,
+            cursors: vec![Cursor::default(); plans.slices(rank) as usize],
             receives,
             arrived: vec![0; receives.div_ceil(64)],
             peer_ranks: peers.iter().map(|p| p.rank).collect(),
@@ -140,8 +148,7 @@ impl SimRank {
             log.sends.clear();
         }
         self.outstanding = 0;
-        self.step = 0;
-        self.step_arrived = 0;
+        self.cursors.fill(Cursor::default());
         self.done = false;
         self.failure = None;
     }
@@ -151,18 +158,34 @@ impl SimRank {
         (self.iteration & 0xFFFF) << 16
     }
 
-    /// Records an arrival from `src` for step `step` at `stamp`.
-    pub fn arrive(&mut self, plans: &Plans, src: u32, step: u32, stamp: u64) -> Arrival {
+    /// How many slices each send goes in.
+    pub fn slices(&self) -> u32 {
+        self.cursors.len() as u32
+    }
+
+    /// The step slice `j` is at (past the last when it is done).
+    pub fn step_of(&self, j: u32) -> u32 {
+        self.cursors.get(j as usize).map_or(u32::MAX, |c| c.step)
+    }
+
+    /// Whether every slice is past the last step.
+    pub fn finished(&self, plans: &Plans) -> bool {
+        let steps = plans.steps(self.rank);
+        self.cursors.iter().all(|c| c.step >= steps)
+    }
+
+    /// Records an arrival from `src` for slice number `number` (step x slices + slice) at `stamp`.
+    pub fn arrive(&mut self, plans: &Plans, src: u32, number: u32, stamp: u64) -> Arrival {
         if let Some(log) = &mut self.log {
-            log.arrivals.push((src, step, stamp));
+            log.arrivals.push((src, number, stamp));
         }
         let fresh = plans
-            .slot(self.rank, step, src)
+            .slot(self.rank, number, src)
             .filter(|&slot| !self.bit(slot))
             .and_then(|slot| Some((slot, self.peer_at(src)?)));
         let Some((slot, at)) = fresh else {
             self.failure = Some(format!(
-                "rank {}: an arrival from {src} for step {step} it does not expect",
+                "rank {}: an arrival from {src} for slice {number} it does not expect",
                 self.rank
             ));
             return Arrival::Unexpected;
@@ -176,12 +199,14 @@ impl SimRank {
             None => (stamp, self.arrivals),
         });
         self.arrivals += 1;
-        if step != self.step {
-            return Arrival::Expected;
+        let slices = self.slices().max(1);
+        let j = number % slices;
+        match self.cursors.get_mut(j as usize) {
+            Some(cursor) if cursor.step == number / slices => cursor.arrived += 1,
+            _ => return Arrival::Expected,
         }
-        self.step_arrived += 1;
-        if self.step_complete(plans) {
-            Arrival::CompletesStep
+        if self.slice_complete(plans, j) {
+            Arrival::CompletesSlice(j)
         } else {
             Arrival::Expected
         }
@@ -193,19 +218,33 @@ impl SimRank {
             .is_some_and(|word| word & (1 << (slot % 64)) != 0)
     }
 
-    /// Whether the current step's expected arrivals are all in (false past the last step).
-    pub fn step_complete(&self, plans: &Plans) -> bool {
-        let (_, count) = plans.slots(self.rank, self.step);
-        self.step < plans.steps(self.rank) && self.step_arrived == count
+    /// Whether slice `j`'s expected arrivals at its step are all in (false past the last step).
+    pub fn slice_complete(&self, plans: &Plans, j: u32) -> bool {
+        let Some(cursor) = self.cursors.get(j as usize) else {
+            return false;
+        };
+        let number = cursor.step.saturating_mul(self.slices()).saturating_add(j);
+        let (_, count) = plans.slots(self.rank, number);
+        cursor.step < plans.steps(self.rank) && cursor.arrived == count
     }
 
-    /// On to the next step, with the arrivals that came for it ahead of time.
-    pub fn next_step(&mut self, plans: &Plans) {
-        self.step += 1;
-        let (first, count) = plans.slots(self.rank, self.step);
-        self.step_arrived = (first..first.saturating_add(count))
+    /// Slice `j` on to its next step, with the arrivals that came for it ahead of time.
+    pub fn next_step(&mut self, plans: &Plans, j: u32) {
+        let slices = self.slices();
+        let Some(step) = self
+            .cursors
+            .get(j as usize)
+            .map(|c| c.step.saturating_add(1))
+        else {
+            return;
+        };
+        let (first, count) = plans.slots(self.rank, step.saturating_mul(slices).saturating_add(j));
+        let arrived = (first..first.saturating_add(count))
             .filter(|&slot| self.bit(slot))
             .count() as u32;
+        if let Some(cursor) = self.cursors.get_mut(j as usize) {
+            *cursor = Cursor { step, arrived };
+        }
     }
 
     /// A WRITE to `peer` completed.
@@ -277,12 +316,13 @@ mod tests {
         let mut rank = SimRank::new(&plans, 1, true);
         rank.reset(0, 100);
         assert_eq!(rank.arrive(&plans, 0, 1, 7), Arrival::Expected); // step 1's, ahead of time
-        assert!(!rank.step_complete(&plans));
-        assert_eq!(rank.arrive(&plans, 0, 0, 5), Arrival::CompletesStep);
-        rank.next_step(&plans);
-        assert!(rank.step_complete(&plans)); // step 1's arrival was already in
-        rank.next_step(&plans);
-        assert!(!rank.step_complete(&plans)); // past the last step
+        assert!(!rank.slice_complete(&plans, 0));
+        assert_eq!(rank.arrive(&plans, 0, 0, 5), Arrival::CompletesSlice(0));
+        rank.next_step(&plans, 0);
+        assert!(rank.slice_complete(&plans, 0)); // step 1's arrival was already in
+        rank.next_step(&plans, 0);
+        assert!(!rank.slice_complete(&plans, 0)); // past the last step
+        assert!(rank.finished(&plans));
         assert_eq!(rank.peer(0).unwrap().last, Some((7, 0)));
         assert_eq!(rank.arrivals, 2);
         assert_eq!(
@@ -296,12 +336,30 @@ mod tests {
         let plans = Plans::new("allgather", 3, 12, None).unwrap();
         let mut rank = SimRank::new(&plans, 1, false);
         rank.reset(0, 0);
-        assert_eq!(rank.arrive(&plans, 0, 0, 5), Arrival::CompletesStep);
+        assert_eq!(rank.arrive(&plans, 0, 0, 5), Arrival::CompletesSlice(0));
         assert_eq!(rank.arrive(&plans, 0, 0, 6), Arrival::Unexpected);
         assert!(rank.failure.is_some());
         rank.reset(1, 0);
         assert_eq!(rank.arrive(&plans, 2, 0, 5), Arrival::Unexpected); // rank 2 is not its sender
         assert_eq!(rank.arrive(&plans, 0, 9, 5), Arrival::Unexpected); // no step 9
+    }
+
+    #[test]
+    fn slices_advance_apart() {
+        // 3 ranks of 3 x 64 KiB: chunks of 64 KiB in 2 slices of 32 KiB; rank 1 hears from rank 0.
+        let plans = Plans::new("allgather", 3, 3 << 16, None).unwrap();
+        let mut rank = SimRank::new(&plans, 1, false);
+        rank.reset(0, 0);
+        assert_eq!(rank.slices(), 2);
+        assert_eq!(rank.arrive(&plans, 0, 1, 1), Arrival::CompletesSlice(1)); // step 0, slice 1
+        rank.next_step(&plans, 1);
+        assert_eq!((rank.step_of(0), rank.step_of(1)), (0, 1));
+        assert_eq!(rank.arrive(&plans, 0, 2, 2), Arrival::Expected); // step 1, slice 0: slice 0 is at step 0
+        assert_eq!(rank.arrive(&plans, 0, 0, 3), Arrival::CompletesSlice(0));
+        rank.next_step(&plans, 0);
+        assert!(rank.slice_complete(&plans, 0)); // its step 1 arrival came ahead
+        assert_eq!(rank.arrive(&plans, 0, 4, 4), Arrival::Unexpected); // an all-gather of 3 has 2 steps
+        assert!(!rank.finished(&plans));
     }
 
     #[test]
