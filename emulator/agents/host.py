@@ -162,8 +162,15 @@ class HostAgent(AgentBase):
     def command(self, request: list[str]) -> dict[str, Any]:
         """``stall``: the NIC stops receiving and pauses its switch port without end; ``slow FRACTION``: it
         takes frames at that fraction of its link rate, pausing its port when its buffer fills; ``resume``
-        ends either."""
+        ends either.  ``paused`` (the time paused so far per priority) and ``received`` (the RNIC's frames
+        received) are the figures of ``stats`` a collective reads around every iteration and a deadlock watch
+        every 100 ms: ``stats`` reads the kernel's counters too, and meanwhile every host of this process
+        waits."""
         now = self.now()
+        if request == ["paused"]:
+            return {"paused_ns": [self.state.paused_time(p, now) for p in range(PRIORITIES)]}
+        if request == ["received"]:
+            return {"frames_received": self.nic.stats()["frames_received"]}
         if request == ["stall"]:
             if "stall" not in self.pausing:
                 self.nic.stall(True)

@@ -43,7 +43,7 @@ from emulator.agents.config import HostConfig
 from emulator.errors import shown
 from emulator.agents.memory import MAX_MR_BYTES, register
 from emulator.agents.verbs_messages import (
-    MESSAGE_MAX, U32, U64, BadRequest, decode, integer, ipv4, optional_integer, rows,
+    MESSAGE_MAX, U32, U64, BadRequest, decode, integer, ipv4, optional_integer, quiet, rows,
 )
 from emulator._core.dataplane import Nic
 from emulator._core.transport import PSN_MASK
@@ -192,20 +192,24 @@ class Rnic:
                 return
             except OSError:
                 data, fds, flags = b"", [], 0
+            silent = False  # a quiet request is answered only if it fails, with its error marked quiet
             try:
                 if not data:
                     self._drop_client(client)
                     return
                 if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
                     raise BadRequest(f"request over {MESSAGE_MAX} bytes or with more than one descriptor")
-                reply = self._handle(client, decode(data), fds, now)
+                request = decode(data)
+                silent = quiet(request)
+                reply = self._handle(client, request, fds, now)
             except ValueError as err:  # BadRequest, and the models' own refusals (VerbsError on the client)
-                reply = {"error": str(err)}
+                reply = {"error": str(err), "quiet": True} if silent else {"error": str(err)}
                 self.counters["bad_requests"] += 1
             finally:
                 for fd in fds:
                     os.close(fd)
-            self._post_message(client, reply)
+            if not silent or "error" in reply:
+                self._post_message(client, reply)
 
     def _post_message(self, client: Client, message: dict[str, Any]) -> None:
         if len(client.outbox) >= MAX_OUTBOX:  # an application that reads none of its completions: let it go

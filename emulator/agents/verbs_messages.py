@@ -73,6 +73,14 @@ def optional_integer(request: dict[str, Any], key: str, low: int, high: int) -> 
     return None if key not in request else integer(request, key, low, high)
 
 
+def quiet(request: dict[str, Any]) -> bool:
+    """Whether the request asks for no reply unless it fails (``"quiet": true``; absent is false)."""
+    value = request.get("quiet", False)
+    if type(value) is not bool:
+        raise BadRequest(f"quiet must be true or false, not {shown(value)}")
+    return value
+
+
 def ipv4(request: dict[str, Any], key: str) -> str:
     """A dotted-quad IPv4 address field (the RNIC's GIDs), in its canonical text."""
     value = _field(request, key)

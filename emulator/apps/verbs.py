@@ -86,12 +86,7 @@ class Context:
 
     def request(self, message: dict[str, Any], fds: Iterable[int] = ()) -> dict[str, Any]:
         """Send one request, wait for its reply; completions arriving meanwhile are kept."""
-        data = json.dumps(message, separators=(",", ":")).encode()
-        fds = list(fds)
-        if fds:
-            socket.send_fds(self.sock, [data], fds)
-        else:
-            self.sock.send(data)
+        self._send(message, fds)
         while True:
             reply = self._receive(block=True)
             if reply is not None:
@@ -99,8 +94,22 @@ class Context:
                     raise VerbsError(reply["error"])
                 return reply
 
+    def post(self, message: dict[str, Any]) -> None:
+        """Send a request without waiting: the RNIC answers only if it fails, and that error is raised by the
+        next call that reads from the device (as a real post is a doorbell, its errors come later)."""
+        self._send({**message, "quiet": True}, ())
+
+    def _send(self, message: dict[str, Any], fds: Iterable[int]) -> None:
+        data = json.dumps(message, separators=(",", ":")).encode()
+        fds = list(fds)
+        if fds:
+            socket.send_fds(self.sock, [data], fds)
+        else:
+            self.sock.send(data)
+
     def _receive(self, block: bool) -> dict[str, Any] | None:
-        """Read one message; file completions under their CQ, return anything else."""
+        """Read one message; file completions under their CQ, raise a quiet request's error, return anything
+        else."""
         try:
             data = self.sock.recv(MESSAGE_MAX, 0 if block else socket.MSG_DONTWAIT)
         except BlockingIOError:
@@ -108,6 +117,8 @@ class Context:
         if not data:
             raise VerbsError(f"the RDMA device of {self.node} went away (was the fabric torn down?)")
         message = json.loads(data)
+        if message.get("quiet"):
+            raise VerbsError(f"an earlier post failed: {message.get('error')}")
         if "wc" not in message:
             return message
         queue = self._pending.setdefault(message["cq"], deque())
@@ -212,8 +223,11 @@ class QP:
         self.ctx.request({"op": "connect", "qpn": self.qp_num, "remote_qpn": remote_qpn, "remote_psn": remote_psn,
                           "remote_gid": remote_gid, "mtu": mtu, **options})
 
-    def post_send(self, wrs: SendWR | list[SendWR], at: int | None = None) -> None:
+    def post_send(self, wrs: SendWR | list[SendWR], at: int | None = None, wait: bool = True) -> None:
         """Post work requests; with ``at`` (CLOCK_MONOTONIC ns) the RNIC starts them at that instant.
+
+        ``wait=False`` does not wait for the RNIC's answer (:meth:`Context.post`): a refused post raises at
+        the next call that reads from the device.
 
         ``at`` is the emulator's synchronized start: the RNIC's own timer
         releases the requests, so hosts start together whatever their
@@ -225,12 +239,19 @@ class QP:
             for w in items]}
         if at is not None:
             request["at"] = int(at)
-        self.ctx.request(request)
+        if wait:
+            self.ctx.request(request)
+        else:
+            self.ctx.post(request)
 
-    def post_recv(self, wrs: RecvWR | list[RecvWR]) -> None:
+    def post_recv(self, wrs: RecvWR | list[RecvWR], wait: bool = True) -> None:
+        """Post receives; ``wait=False`` as for :meth:`post_send`."""
         items = [wrs] if isinstance(wrs, RecvWR) else wrs
-        self.ctx.request({"op": "post_recv", "qpn": self.qp_num,
-                          "wrs": [[w.wr_id, w.addr, w.length, w.lkey] for w in items]})
+        request = {"op": "post_recv", "qpn": self.qp_num, "wrs": [[w.wr_id, w.addr, w.length, w.lkey] for w in items]}
+        if wait:
+            self.ctx.request(request)
+        else:
+            self.ctx.post(request)
 
     def query(self) -> dict[str, Any]:
         """State (INIT, RTS, ERROR) and the transport's counters."""

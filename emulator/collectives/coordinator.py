@@ -182,7 +182,7 @@ def _accept(listener: socket.socket, count: int, procs: list[subprocess.Popen], 
 
 def _paused_ns(net: "Fabric", hosts: list[str]) -> dict[str, int]:
     """Each host's total pause time so far (all priorities), from its agent."""
-    return {host: sum(query_agent(net.control_path(host), "stats")["paused_ns"]) for host in hosts}
+    return {host: sum(query_agent(net.control_path(host), "paused")["paused_ns"]) for host in hosts}
 
 
 def _iteration(net: "Fabric", links: dict[str, JsonLines], hosts: list[str], plans: list, i: int,

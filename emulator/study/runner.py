@@ -14,9 +14,11 @@ import contextlib
 import csv
 import io
 import multiprocessing
+import multiprocessing.connection
 import json
 import math
 import os
+import pickle
 import shutil
 import signal
 import statistics
@@ -269,18 +271,54 @@ def _run_simulated(variants: list[Variant], workers: int,
         for variant in variants:
             yield _sim_rows(variant, log)
         return
-    # A fresh process per variant (maxtasksperchild): one that ran an all-to-all keeps its heap, and the next
-    # variant's would come on top of it.
-    pool = multiprocessing.get_context("fork").Pool(workers, initializer=_worker_init, initargs=(log,),
-                                                    maxtasksperchild=1)
+    # A fresh process per variant: one that ran an all-to-all keeps its heap, and the next variant's would come
+    # on top of it.  Processes of our own, not a Pool: Pool.terminate raced its own worker handler, which could
+    # start a replacement worker that then waited forever on a queue lock a killed worker held.
+    context = multiprocessing.get_context("fork")
+    waiting = deque(variants)
+    running: dict[Any, Any] = {}  # the result pipe's reading end -> its process
     try:
-        yield from pool.imap_unordered(_sim_worker, variants)
-        pool.close()
-    except BaseException:  # Ctrl-C or a failed variant: the others stop now, not when they finish
-        pool.terminate()
-        raise
-    finally:
-        pool.join()
+        while waiting or running:
+            while waiting and len(running) < workers:
+                reader, writer = context.Pipe(duplex=False)
+                process = context.Process(target=_sim_child, args=(waiting.popleft(), log, writer), daemon=True)
+                process.start()
+                writer.close()
+                running[reader] = process
+            for reader in multiprocessing.connection.wait(list(running)):
+                process = running.pop(reader)
+                try:
+                    ok, value = reader.recv()
+                except EOFError:
+                    process.join()
+                    raise FabricError(f"a simulation process ended without a result (exit code {process.exitcode})"
+                                      ) from None
+                finally:
+                    reader.close()
+                process.join()
+                if not ok:
+                    raise value
+                yield value
+    finally:  # Ctrl-C or a failed variant: the others stop now, not when they finish
+        for process in running.values():
+            process.terminate()
+        for reader, process in running.items():
+            process.join()
+            reader.close()
+
+
+def _sim_child(variant: Variant, log: Callable[[str], None], writer: Any) -> None:
+    """A simulation process: the variant's rows, or its error, through ``writer``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle: it stops every process
+    try:
+        result: tuple[bool, Any] = (True, _sim_rows(variant, log))
+    except Exception as error:  # handed to the runner, which raises it
+        result = (False, error)
+    try:
+        writer.send(result)
+    except (TypeError, AttributeError, pickle.PicklingError):  # an error that does not pickle: its text
+        writer.send((False, FabricError(f"variant {variant.name}: {type(result[1]).__name__}: {result[1]}")))
+    writer.close()
 
 
 def _longest_first(variants: list[Variant]) -> list[Variant]:
@@ -288,18 +326,6 @@ def _longest_first(variants: list[Variant]) -> list[Variant]:
     of equal size an IB one first (its credit updates make it the slowest: a third more events than on
     Ethernet at fattree,16, docs/performance.md); the sort is stable, so the experiment's order otherwise."""
     return sorted(variants, key=lambda variant: (sim_variant_bytes(variant), variant.fabric == "ib"), reverse=True)
-
-
-_LOG: list[Callable[[str], None]] = []  # a pool worker's log: the runner's, inherited through fork
-
-
-def _worker_init(log: Callable[[str], None]) -> None:
-    _LOG[:] = [log]
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle: it stops every worker
-
-
-def _sim_worker(variant: Variant) -> tuple[dict[str, Any], tuple[bytes, bytes]]:
-    return _sim_rows(variant, _LOG[0])
 
 
 def _sim_rows(variant: Variant, log: Callable[[str], None]) -> tuple[dict[str, Any], tuple[bytes, bytes]]:
@@ -395,7 +421,7 @@ class FaultSchedule:
 
 def _delivered(net: Fabric) -> int:
     """RDMA frames every host's RNIC has received so far (the goodput watch's measure of progress)."""
-    return sum(query_agent(net.control_path(host.name), "stats")["rnic"]["frames_received"] for host in net.hosts)
+    return sum(query_agent(net.control_path(host.name), "received")["frames_received"] for host in net.hosts)
 
 
 def stopped_summary(variant: Variant, run: CollectiveRun, counters: dict[str, int],

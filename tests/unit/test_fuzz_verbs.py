@@ -380,3 +380,40 @@ def test_slow_again_changes_the_rate_and_the_range_is_the_command_lines(fake_wir
     finally:
         agent.rnic.close()
         close_agent(agent)
+
+
+def test_a_quiet_request_is_answered_only_when_it_fails(app):
+    """A rank's posts do not wait for the RNIC: a quiet request that succeeds gets no reply, one that fails gets
+    its error marked quiet (the application raises it at its next read), and a quiet flag that is no boolean is
+    an ordinary bad request."""
+    cq = app({"op": "create_cq"})["cq"]
+    qpn = app({"op": "create_qp", "send_cq": cq, "recv_cq": cq})["qpn"]
+    app.sock.send(json.dumps({"op": "post_recv", "qpn": qpn, "wrs": [[1, 0, 0, 0]], "quiet": True}).encode())
+    app.rnic._on_client(app.client, select.EPOLLIN, time.monotonic_ns())
+    with pytest.raises(BlockingIOError):
+        app.sock.recv(1 << 16, socket.MSG_DONTWAIT)
+    assert len(app.rnic.qps[qpn].early_recvs) == 1  # it was done
+    reply = app({"op": "post_send", "qpn": qpn, "wrs": [[1, int(WrOpcode.RDMA_WRITE), 0, 8, 1, 0, 1, 0, True]],
+                 "quiet": True})
+    assert reply.pop("quiet") is True and "is not connected" in error_of(reply)
+    assert "quiet must be true or false" in error_of(app({"op": "create_cq", "quiet": "yes"}))
+    still_transfers(app)
+
+
+def test_the_application_raises_a_quiet_error_at_its_next_read():
+    from emulator.apps.verbs import Context, VerbsError
+
+    ours, rnics = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    ctx = Context.__new__(Context)
+    ctx.sock, ctx.node, ctx._pending = ours, "h1", {}
+    try:
+        ctx.post({"op": "post_recv", "qpn": 17, "wrs": [[1, 0, 0, 0]]})
+        assert json.loads(rnics.recv(1 << 16))["quiet"] is True
+        rnics.send(b'{"cq":1,"wc":[[1,0,128,17,8,null,5]]}')
+        rnics.send(b'{"error":"QP 17 is not connected","quiet":true}')
+        assert [wc.wr_id for wc in ctx._completions(1, 8, 1.0)] == [1]  # the completion before it
+        with pytest.raises(VerbsError, match="an earlier post failed: QP 17 is not connected"):
+            ctx._completions(1, 8, 1.0)
+    finally:
+        ours.close()
+        rnics.close()
