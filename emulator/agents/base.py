@@ -36,10 +36,10 @@ SO_PEERCRED = 17
 CONTROL_REQUEST_MAX = 256  # bytes of one control request
 CONTROL_TIMEOUT_NS = 2_000_000_000  # a control client has this long to send its request and take the reply
 CONTROL_CLIENTS_MAX = 16
-# Kinds of timer, judged apart by the fidelity monitor (emulator._core.fidelity.Thresholds): "link" (PFC hold
-# expiry, paced departures, delay lines, credit updates, samples), "start" (timed starts, measured at the
-# release), "timeout" (retransmission and RNR timers).
-TIMER_KINDS = ("link", "start", "timeout")
+# Kinds of a Python agent's timers, judged apart by the fidelity monitor (emulator._core.fidelity.Thresholds):
+# "link" (PFC hold expiry, the pause storm's refresh).  Timed starts and retransmission and RNR timers are the
+# compiled RNIC's (crates/fabric-core/src/agent/nic.rs, TimerKind), which measures their lateness itself.
+TIMER_KINDS = ("link",)
 
 
 def bind_private(sock: socket.socket, path: str) -> None:

@@ -46,7 +46,6 @@ from emulator.kernel.netns import entered
 from emulator.kernel.tc import PauseGates, leaf_class
 from emulator.kernel.drop_counters import NamespaceDrops
 
-EARLY_WAKE_NS = 1_000_000  # a timed post wakes the agent this much before its start (see _start_timed_posts)
 RX_BUFFER = 256 << 10  # the slow receiver's NIC buffer (a ConnectX-class NIC has a few hundred KiB per port)
 
 
@@ -121,8 +120,6 @@ class HostAgent(AgentBase):
             deadlines.append((expiry, "link"))
         if self.storm_refresh is not None:
             deadlines.append((self.storm_refresh, "link"))
-        if (start := self.rnic.next_start()) is not None:
-            deadlines.append((start - EARLY_WAKE_NS, None))  # judged at its release (_start_timed_posts)
         deadline, self.timer_kind = min(deadlines, key=lambda d: d[0]) if deadlines else (None, None)
         self.arm(deadline, now)
 
@@ -135,29 +132,6 @@ class HostAgent(AgentBase):
             self.gates.resume(priority)
         if resumed:
             self.nic.wire_hold(now, self._held())
-        self._start_timed_posts(now)
-
-    def _start_timed_posts(self, now: int) -> None:
-        """Release the RNIC's timed posts that start within EARLY_WAKE_NS of ``now``, each at its start.
-
-        Every host's RNIC starts at the same instant, and they share a few
-        cores: woken at that instant, each would first pay its wake-up (tens
-        of microseconds of Python) while the others wait for the core.  So
-        the timer fires EARLY_WAKE_NS before the start and the agent waits
-        the rest yielding the core (the others get to their wait too), and
-        after releasing it yields once more, so that no RNIC fills its send
-        queue before the next one on that core has started.
-        """
-        released = False
-        while (start := self.rnic.next_start()) is not None and start - EARLY_WAKE_NS <= now:
-            clock = self.now()
-            while clock < start:
-                os.sched_yield()
-                clock = self.now()
-            self.timer_lateness["start"].add(clock - start)
-            released = self.rnic.release(clock) or released
-        if released:
-            os.sched_yield()
 
     def command(self, request: list[str]) -> dict[str, Any]:
         """``stall``: the NIC stops receiving and pauses its switch port without end; ``slow FRACTION``: it
@@ -248,9 +222,9 @@ class HostAgent(AgentBase):
 
     def _fidelity(self) -> dict[str, Any]:
         """The monitor's figures of this host (its RNIC's wire and its timers so far) and their verdict."""
-        wire, link, timeouts, shortest_timeout_ns = self.nic.fidelity_figures()
+        wire, link, timeouts, shortest_timeout_ns, starts = self.nic.fidelity_figures()
         link.merge(self.timer_lateness["link"])  # the RNIC's link timers and the pause gates'
-        starts = self.timer_lateness["start"]
+
         judged = verdict(wire, Durations(), link, self.frame_ns, starts=starts, timeouts=timeouts,
                          timeout_ns=shortest_timeout_ns, monitored=self.monitor)
         return {"faithful": judged.faithful, "reasons": list(judged.reasons), "wire": wire.summary(),

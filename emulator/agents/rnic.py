@@ -28,7 +28,6 @@ compiled RNIC (``drops.malformed`` in the host's stats).
 
 from __future__ import annotations
 
-import bisect
 import json
 import os
 import random
@@ -76,8 +75,6 @@ class QpEntry:
     initial_psn: int
     connected: bool = False
     early_recvs: list[tuple[int, ...]] = field(default_factory=list)
-    deferred: int = 0  # WRs posted with a start time and not yet handed to the RNIC
-    released_ns: int = 0  # when the last post with a start time was handed to the RNIC
 
 
 class Client:
@@ -95,9 +92,9 @@ class Rnic:
 
     ``watch(fd, mask, handler)``, ``modify(fd, mask)`` and ``unwatch(fd)``
     are the host agent's epoll registration; the agent calls :meth:`deliver`
-    after every batch of events and :meth:`release` when :meth:`next_start`
-    comes.  It reads no clock: every time it uses is the ``now`` its caller
-    passes.
+    after every batch of events.  A post with a start time is the compiled
+    RNIC's to release, on its own deadline (``Nic.post_send_at``).  It reads
+    no clock: every time it uses is the ``now`` its caller passes.
     """
 
     def __init__(self, config: HostConfig, nic: Nic, watch: Callable, modify: Callable, unwatch: Callable) -> None:
@@ -112,7 +109,6 @@ class Rnic:
         self._next_qpn = 0x11
         self._next_pd = 1
         self._next_cq = 1
-        self._deferred: list[tuple[int, int, list[tuple[int, ...]]]] = []  # (start ns, qpn, WRs), by start
         self.counters = {"bad_requests": 0, "clients_refused": 0, "clients_dropped": 0}
         self.rates_file = config.rates_file if config.cc is not None and config.ib is None else None
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -122,25 +118,6 @@ class Rnic:
         watch(self.server.fileno(), select.EPOLLIN, self._on_accept)
 
     # --- timed posts and completions ------------------------------------------------------
-
-    def next_start(self) -> int | None:
-        """The start time of the earliest timed post not yet released, or None."""
-        return self._deferred[0][0] if self._deferred else None
-
-    def release(self, now: int) -> bool:
-        """Hand the timed posts whose start time has come by ``now`` to their QPs; whether there were any.
-
-        ``now`` is the released time the QPs report (``released_ns``).
-        """
-        released = False
-        while self._deferred and self._deferred[0][0] <= now:
-            _start, qpn, wrs = self._deferred.pop(0)
-            entry = self.qps[qpn]  # a destroyed QP's posts left with it
-            entry.deferred -= len(wrs)
-            entry.released_ns = now
-            self.nic.post_send(qpn, wrs)
-            released = True
-        return released
 
     def deliver(self, now: int) -> None:
         """Send the QPs' new completions to their applications, time-stamped ``now``.
@@ -245,7 +222,6 @@ class Rnic:
 
     def _destroy_qp(self, qpn: int) -> None:
         del self.qps[qpn]
-        self._deferred = [item for item in self._deferred if item[1] != qpn]
         self.nic.destroy_qp(qpn)  # its counters stay in the RNIC's totals
 
     def _entry(self, client: Client, request: dict[str, Any]) -> QpEntry:
@@ -314,7 +290,7 @@ class Rnic:
             if status is None:
                 return {"state": "INIT", "counters": {}}
             state, counters = status
-            return {"state": state, "counters": counters, "released_ns": entry.released_ns}
+            return {"state": state, "counters": counters, "released_ns": self.nic.released_ns(entry.qpn) or 0}
         if op == "destroy_qp":
             self._destroy_qp(self._entry(client, request).qpn)
             return {}
@@ -326,11 +302,10 @@ class Rnic:
             raise BadRequest(f"QP {entry.qpn} is not connected (post_send needs RTS)")
         wrs = [(*row[:8], bool(row[8])) for row in rows(request, "wrs", SEND_WR_COLUMNS)]
         at = optional_integer(request, "at", 0, now + MAX_START_AHEAD_NS)
-        if lengths[0] + entry.deferred + len(wrs) > MAX_QP_WR:
+        if lengths[0] + len(wrs) > MAX_QP_WR:  # the timed posts count (queue_lengths)
             raise BadRequest(f"send queue of QP {entry.qpn} full ({MAX_QP_WR} work requests)")
-        if at is not None:  # a synchronized start: released by our timer (at once if already past)
-            entry.deferred += len(wrs)
-            bisect.insort(self._deferred, (at, entry.qpn, wrs), key=lambda item: item[0])
+        if at is not None:  # a synchronized start: released by the RNIC's timer (at once if already past)
+            self.nic.post_send_at(entry.qpn, wrs, at)
         else:
             self.nic.post_send(entry.qpn, wrs)
         return {}

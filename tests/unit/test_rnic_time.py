@@ -1,8 +1,7 @@
-"""The RNIC's times come from its caller: timed posts are released at the ``now`` they are given, completions
-carry the ``now`` of their delivery; the host agent wakes before a start and waits for it on the clock.
+"""The RNIC's times come from its caller: timed posts are released at the ``now`` of the deadline that reaches
+their start, completions carry the ``now`` of their delivery.
 
-The RNIC runs with a fake wire (fake_agents.py); the clock is the test's, except where the host agent's
-wait for a start is checked.
+The RNIC runs with a fake wire (fake_agents.py); the clock is the test's.
 """
 
 from __future__ import annotations
@@ -12,12 +11,10 @@ import os
 import socket
 import time
 
-import pytest
 
-from emulator.agents import host as host_agent
 from emulator.agents.memory import ACCESS_ALL
 from emulator._core.rc import WcStatus, WrOpcode
-from fake_agents import App, close_agent, fake_wire, make_host, sealed_memfd
+from fake_agents import App, fake_wire, sealed_memfd
 
 assert fake_wire  # a fixture, used by name below (rnic: conftest.py)
 
@@ -41,19 +38,35 @@ def write(key: int, wr_id: int = 1) -> list[int]:
 
 
 def test_a_timed_post_is_released_at_the_now_that_reaches_its_start(rnic, tmp_path):
+    """The RNIC holds a post with a start on its own deadline (no Python wakes for it) and releases it with the
+    ``now`` the deadline came at; its lateness is the monitor's ``starts``."""
     app = App(rnic, str(tmp_path / "h1.verbs"))
     qpn, _cq, key = connected_qp(app)
     start = time.monotonic_ns() + 10**9
     assert app({"op": "post_send", "qpn": qpn, "wrs": [write(key)], "at": start}) == {}
-    assert rnic.next_start() == start and rnic.nic.next_deadline() is None
-    rnic.release(start - 1)
     rnic.nic.after_events(start - 1)
+    assert rnic.nic.next_deadline() == (start, "start")
+    assert rnic.nic.queue_lengths(qpn) == (1, 0)  # a timed post counts against the send queue
     assert rnic.nic.take_sent() == [] and app({"op": "query_qp", "qpn": qpn})["released_ns"] == 0
-    rnic.release(start + 7)
+    rnic.nic.deadline(start, start + 7)
     rnic.nic.after_events(start + 7)
     assert len(rnic.nic.take_sent()) == 1
     assert app({"op": "query_qp", "qpn": qpn})["released_ns"] == start + 7
-    assert rnic.next_start() is None
+    assert rnic.nic.next_deadline()[1] != "start"
+    starts = rnic.nic.fidelity_figures()[4]
+    assert starts.count == 1 and 7 <= starts.quantile(0.5) <= 8
+
+
+def test_a_destroyed_qps_timed_posts_leave_with_it(rnic, tmp_path):
+    app = App(rnic, str(tmp_path / "h1.verbs"))
+    qpn, _cq, key = connected_qp(app)
+    start = time.monotonic_ns() + 10**9
+    assert app({"op": "post_send", "qpn": qpn, "wrs": [write(key)], "at": start}) == {}
+    assert app({"op": "destroy_qp", "qpn": qpn}) == {}
+    assert rnic.nic.next_deadline() is None
+    rnic.nic.deadline(start, start)  # a stale wake-up releases nothing
+    rnic.nic.after_events(start)
+    assert rnic.nic.take_sent() == []
 
 
 def test_completions_carry_the_now_of_their_delivery(rnic, tmp_path):
@@ -69,29 +82,6 @@ def test_completions_carry_the_now_of_their_delivery(rnic, tmp_path):
     assert message["cq"] == cq
     [[wr_id, status, _opcode, qp_num, _length, _imm, stamp]] = message["wc"]
     assert (wr_id, status, qp_num, stamp) == (42, WcStatus.RETRY_EXC_ERR, qpn, deadline + 123)
-
-
-@pytest.fixture
-def host(fake_wire, tmp_path):
-    agent = make_host(str(tmp_path))
-    yield agent
-    agent.rnic.close()
-    close_agent(agent)
-
-
-def test_the_host_agent_wakes_early_and_releases_at_the_start_on_the_clock(host, tmp_path):
-    app = App(host.rnic, str(tmp_path / "h1.verbs"))
-    qpn, _cq, key = connected_qp(app)
-    start = time.monotonic_ns() + 300_000
-    assert app({"op": "post_send", "qpn": qpn, "wrs": [write(key)], "at": start}) == {}
-    host.after_events(start - 2 * host_agent.EARLY_WAKE_NS)
-    assert host.timer.deadline == start - host_agent.EARLY_WAKE_NS
-    host.on_timer(start - 2 * host_agent.EARLY_WAKE_NS)  # too early to wait for it
-    assert host.rnic.next_start() == start
-    host.on_timer(start - host_agent.EARLY_WAKE_NS)
-    released = app({"op": "query_qp", "qpn": qpn})["released_ns"]
-    assert start <= released <= time.monotonic_ns()
-    assert host.rnic.next_start() is None
 
 
 def _wire(rnic):

@@ -175,6 +175,7 @@ fn kind_name(kind: TimerKind) -> &'static str {
     match kind {
         TimerKind::Link => "link",
         TimerKind::Timeout => "timeout",
+        TimerKind::Start => "start",
     }
 }
 
@@ -285,6 +286,22 @@ impl Nic {
             .map_err(PyValueError::new_err)
     }
 
+    /// Holds send work requests for QP `qpn` until `at` (CLOCK_MONOTONIC ns), when the RNIC's own deadline
+    /// posts them (`Nic::post_send_at`).
+    fn post_send_at(&self, qpn: u32, rows: Vec<SendRow>, at: u64) -> PyResult<()> {
+        let wrs = rows
+            .into_iter()
+            .map(send_wr)
+            .collect::<PyResult<Vec<SendWr>>>()?;
+        self.with(|nic| nic.post_send_at(qpn, wrs, at))
+            .map_err(PyValueError::new_err)
+    }
+
+    /// When QP `qpn`'s last timed post was released, or None.
+    fn released_ns(&self, qpn: u32) -> Option<u64> {
+        self.with(|nic| nic.released_ns(qpn))
+    }
+
     /// Queues receive work requests (rows of RECV_WR_COLUMNS) on QP `qpn`.
     fn post_recv(&self, qpn: u32, rows: Vec<RecvRow>) -> PyResult<()> {
         let wrs: Vec<RecvWr> = rows.into_iter().map(recv_wr).collect();
@@ -393,7 +410,7 @@ impl Nic {
     }
 
     /// (the monitor's wire, link timers' lateness, timeout timers' lateness, the shortest QP timeout).
-    fn fidelity_figures(&self) -> (EgressWire, Durations, Durations, u64) {
+    fn fidelity_figures(&self) -> (EgressWire, Durations, Durations, u64, Durations) {
         self.with(|nic| {
             let (wire, link, timeout, shortest) = nic.fidelity();
             (
@@ -401,6 +418,7 @@ impl Nic {
                 Durations::of(link.clone()),
                 Durations::of(timeout.clone()),
                 shortest,
+                Durations::of(nic.starts().clone()),
             )
         })
     }

@@ -53,6 +53,8 @@ pub enum TimerKind {
     Link,
     /// Retransmission and RNR timers.
     Timeout,
+    /// A timed post's start ([`Nic::post_send_at`]): how late it fires shifts the collective's start.
+    Start,
 }
 
 /// What the RNIC is built from.
@@ -91,6 +93,9 @@ struct NicQp {
     framer: QpFramer,
     /// DCQCN's rate limiter of this QP, when the fabric runs it.
     rp: Option<ReactionPoint>,
+    /// Work requests posted for a later start, and when the last of them was released.
+    timed: usize,
+    released_ns: Option<u64>,
 }
 
 /// The link the RNIC's frames go on.
@@ -173,6 +178,9 @@ pub struct Nic<B> {
     control: VecDeque<Vec<u8>>,
     /// QPs with data held back by their rate limiter.
     paced: BTreeSet<u32>,
+    /// Timed posts by (start, order posted): (QP, its work requests), released by the RNIC's own timer.
+    timed: BTreeMap<(u64, u64), (u32, Vec<SendWr>)>,
+    timed_posted: u64,
     receiving: bool,
     writable_wanted: bool,
     slow: Option<RxPipeline<Vec<u8>>>,
@@ -186,7 +194,7 @@ pub struct Nic<B> {
     backlogged: bool,
     held_since: Option<u64>,
     shortest_timeout_ns: u64,
-    lateness: [Durations; 2],
+    lateness: [Durations; 3],
     next_kind: TimerKind,
     // reused buffers
     packet: Packet,
@@ -233,6 +241,8 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
             link_waiting: false,
             control: VecDeque::new(),
             paced: BTreeSet::new(),
+            timed: BTreeMap::new(),
+            timed_posted: 0,
             receiving: true,
             writable_wanted: false,
             slow: None,
@@ -244,7 +254,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
             backlogged: false,
             held_since: None,
             shortest_timeout_ns: 0,
-            lateness: [Durations::new(), Durations::new()],
+            lateness: [Durations::new(), Durations::new(), Durations::new()],
             next_kind: TimerKind::Link,
             packet: Packet::default(),
             frame: Vec::new(),
@@ -334,6 +344,8 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
                 remote_gid,
                 framer,
                 rp,
+                timed: 0,
+                released_ns: None,
             },
         );
         Ok(())
@@ -360,6 +372,42 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
         Ok(())
     }
 
+    /// Holds `wrs` for QP `qpn` until `at` (CLOCK_MONOTONIC ns): the RNIC's own deadline posts them then, so that
+    /// hosts start together whatever their applications' and agents' scheduling (at its next deadline if `at`
+    /// has passed). [`Self::released_ns`] tells when.
+    pub fn post_send_at(&mut self, qpn: u32, wrs: Vec<SendWr>, at: u64) -> Result<(), String> {
+        let entry = self
+            .qps
+            .get_mut(&qpn)
+            .ok_or_else(|| format!("QP {qpn} is not connected (post_send needs RTS)"))?;
+        entry.timed = entry.timed.saturating_add(wrs.len());
+        self.timed.insert((at, self.timed_posted), (qpn, wrs));
+        self.timed_posted += 1;
+        Ok(())
+    }
+
+    /// When QP `qpn`'s last timed post was released, if one was.
+    pub fn released_ns(&self, qpn: u32) -> Option<u64> {
+        self.qps.get(&qpn)?.released_ns
+    }
+
+    /// Releases the timed posts whose start has come by `now`.
+    fn release(&mut self, now: u64) {
+        while let Some(entry) = self.timed.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let (qpn, wrs) = entry.remove();
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                qp.timed = qp.timed.saturating_sub(wrs.len());
+                qp.released_ns = Some(now);
+            }
+            // Connected when posted, and a QP never goes back to INIT: this cannot fail (a destroyed QP's
+            // timed posts left with it).
+            let _ = self.post_send(qpn, &wrs);
+        }
+    }
+
     /// Queues `wrs` on QP `qpn`'s receive queue.
     pub fn post_recv(&mut self, qpn: u32, wrs: &[RecvWr]) -> Result<(), String> {
         let entry = self
@@ -372,10 +420,13 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
         Ok(())
     }
 
-    /// QP `qpn`'s send and receive queues' lengths.
+    /// QP `qpn`'s send (with its timed posts) and receive queues' lengths.
     pub fn queue_lengths(&self, qpn: u32) -> Option<(usize, usize)> {
-        let qp = &self.qps.get(&qpn)?.qp;
-        Some((qp.send_queue_len(), qp.recv_queue_len()))
+        let entry = self.qps.get(&qpn)?;
+        Some((
+            entry.qp.send_queue_len().saturating_add(entry.timed),
+            entry.qp.recv_queue_len(),
+        ))
     }
 
     /// QP `qpn`'s state and counters.
@@ -387,6 +438,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
     /// Destroys QP `qpn`: its counters are kept in the RNIC's totals.
     pub fn destroy_qp(&mut self, qpn: u32) {
         self.paced.remove(&qpn);
+        self.timed.retain(|_, (owner, _)| *owner != qpn);
         if let Some(np) = &mut self.np {
             np.forget(u64::from(qpn));
         }
@@ -610,6 +662,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
     }
 
     fn on_timer(&mut self, now: u64) {
+        self.release(now);
         if let Some(slow) = &mut self.slow {
             let mut taken = std::mem::take(&mut self.taken);
             let change = slow.take(now, &mut taken);
@@ -654,6 +707,10 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
                 }
             }
         };
+        offer(
+            self.timed.keys().next().map(|&(at, _)| at),
+            TimerKind::Start,
+        );
         for entry in self.qps.values() {
             offer(entry.qp.next_deadline(), TimerKind::Timeout);
         }
@@ -893,10 +950,15 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
         )
     }
 
+    /// How late the timed posts were released.
+    pub fn starts(&self) -> &Durations {
+        &self.lateness[TimerKind::Start as usize]
+    }
+
     /// Starts the monitor's figures afresh (a new measurement).
     pub fn reset_fidelity(&mut self) {
         self.wire = EgressWire::new();
-        self.lateness = [Durations::new(), Durations::new()];
+        self.lateness = [Durations::new(), Durations::new(), Durations::new()];
     }
 
     /// When the virtual wire is next free (tests).
