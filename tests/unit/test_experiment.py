@@ -78,8 +78,8 @@ def test_headline():
         collective, fabric = name.split("-")
         assert (v.collective, v.fabric, v.topo) == (collective, fabric, "star,8")
         assert v.size == (256 * 1024 if collective == "incast" else 1024 * 1024)
-        assert (v.iterations, v.warmup, v.seed, v.params) == (20, 2, 1, {})
-        assert v.link["bw"] == "20mbit" and (v.link["mtu"], v.mtu) == ("4200", 4096)
+        assert (v.iterations, v.warmup, v.seed, v.params) == (14, 2, 1, {})
+        assert v.link["bw"] == "50mbit" and (v.link["mtu"], v.mtu) == ("4200", 4096)
         assert v.switch == {"buffer": "1MiB", "headroom": "72KiB"}
         assert v.senders == (7 if collective == "incast" else None)
 

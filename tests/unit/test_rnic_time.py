@@ -57,6 +57,22 @@ def test_a_timed_post_is_released_at_the_now_that_reaches_its_start(rnic, tmp_pa
     assert starts.count == 1 and 7 <= starts.quantile(0.5) <= 8
 
 
+def test_a_post_after_its_start_goes_at_once_and_is_late_by_what_it_missed(rnic, tmp_path):
+    """Its deadline is armed for the moment it came (never before ``now``, as every deadline of the RNIC), but
+    the monitor's ``starts`` count from the start it missed."""
+    app = App(rnic, str(tmp_path / "h1.verbs"))
+    qpn, _cq, key = connected_qp(app)
+    now = time.monotonic_ns()
+    assert app({"op": "post_send", "qpn": qpn, "wrs": [write(key)], "at": now - 1_000}) == {}
+    assert rnic.nic.after_events(now) == now
+    rnic.nic.deadline(now, now + 5)
+    rnic.nic.after_events(now + 5)
+    assert len(rnic.nic.take_sent()) == 1
+    starts = rnic.nic.fidelity_figures()[4]
+    assert starts.count == 1 and 1_005 <= starts.quantile(0.5) <= 1_300  # its bucket's upper bound
+    assert rnic.nic.fidelity_figures()[1].count == 0  # no link timer was late
+
+
 def test_a_destroyed_qps_timed_posts_leave_with_it(rnic, tmp_path):
     app = App(rnic, str(tmp_path / "h1.verbs"))
     qpn, _cq, key = connected_qp(app)

@@ -391,13 +391,15 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
         self.qps.get(&qpn)?.released_ns
     }
 
-    /// Releases the timed posts whose start has come by `now`.
+    /// Releases the timed posts whose start has come by `now`, each late by `now` minus its start.
     fn release(&mut self, now: u64) {
         while let Some(entry) = self.timed.first_entry() {
-            if entry.key().0 > now {
+            let at = entry.key().0;
+            if at > now {
                 break;
             }
             let (qpn, wrs) = entry.remove();
+            self.lateness[TimerKind::Start as usize].add(now - at);
             if let Some(qp) = self.qps.get_mut(&qpn) {
                 qp.timed = qp.timed.saturating_sub(wrs.len());
                 qp.released_ns = Some(now);
@@ -646,17 +648,22 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
                 self.transmit(now, wire);
             }
         }
+        // A deadline already past (a credit grant that grew urgent meanwhile, a start posted late) is armed for
+        // now, as the switch arms its own: it fires at once, and its lateness counts from when it became known.
         self.next_deadline().map(|(at, kind)| {
             self.next_kind = kind;
-            at
+            at.max(now)
         })
     }
 
     /// The deadline `deadline` came at `now`: its lateness counted, the timers that are due run.
     pub fn deadline(&mut self, deadline: u64, now: u64) {
-        let kind = self.next_kind as usize;
-        if let Some(lateness) = self.lateness.get_mut(kind) {
-            lateness.add(now.saturating_sub(deadline));
+        // A start's lateness is each timed post's own, from its start (`release`): a post that came after its
+        // start is late by that much, though its deadline was armed for the moment it came.
+        if self.next_kind != TimerKind::Start {
+            if let Some(lateness) = self.lateness.get_mut(self.next_kind as usize) {
+                lateness.add(now.saturating_sub(deadline));
+            }
         }
         self.on_timer(now);
     }
