@@ -9,6 +9,7 @@
 //! Egress pacing is the kernel's: the data socket's small send buffer is the RNIC's transmit queue, and the
 //! host's tc tree (with its PFC pause gates) paces it at the link rate. When a send finds the queue full the
 //! frame waits ([`Nic::writable`] sends it first) and the QPs wait behind it.
+use crate::agent::frame_ns;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 use std::ops::Bound;
@@ -203,12 +204,6 @@ pub struct Nic<B> {
     turn: Vec<u32>,
     ready: Vec<u32>,
     taken: Vec<Vec<u8>>,
-}
-
-/// The frame time of `size` bytes at `rate_bps`.
-fn frame_ns(size: usize, rate_bps: u64) -> u64 {
-    let ns = (size as u128) * 8_000_000_000 / u128::from(rate_bps.max(1));
-    u64::try_from(ns).unwrap_or(u64::MAX)
 }
 
 impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {

@@ -13,8 +13,10 @@
 //!
 //! The fidelity monitor's figures are kept as the frames go: each port's virtual wire (did it idle while
 //! frames waited?), the processing lag the driver samples, and how late each link timer fired.
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 
+use crate::agent::frame_ns;
 use crate::model::fidelity::{Durations, EgressWire};
 use crate::model::forwarding;
 use crate::model::forwarding::{
@@ -22,7 +24,7 @@ use crate::model::forwarding::{
 };
 use crate::model::ib_plane::IbPlane;
 use crate::model::link::{Link, LinkError, SameFrame};
-use crate::model::mmu::{Mmu, MmuConfig, MmuError, MmuFrame, PfcRequest};
+use crate::model::mmu::{Held, Mmu, MmuConfig, MmuError, MmuFrame, PfcRequest};
 use crate::model::rng::CpythonRandom;
 use crate::model::routes::{Egress, Routes};
 use crate::wire::ib::ETH_IB;
@@ -218,6 +220,10 @@ struct Port {
     wire_frames_before: u64,
     /// The port's queue held frames the kernel had no room for.
     waiting: bool,
+    /// Frames the kernel took and the modelled wire has not sent yet: still in the switch's buffer, freed
+    /// when their last bit has left (`Mmu::release`), in order; and when the last of them leaves.
+    in_kernel: VecDeque<(u64, Held)>,
+    kernel_end: u64,
     /// Kernel receive time stamp to the agent's read, first frame of a batch.
     lag: Durations,
     lag_due: u64,
@@ -299,6 +305,8 @@ impl Switch {
                 writable_armed: false,
                 wire: EgressWire::new(),
                 wire_end: 0,
+                in_kernel: VecDeque::new(),
+                kernel_end: 0,
                 wire_bytes: 0,
                 wire_frames_before: 0,
                 waiting: false,
@@ -407,6 +415,7 @@ impl Switch {
         if self.link_timer {
             self.timer_lateness.add(now.saturating_sub(deadline));
         }
+        self.release_sent(now);
         for port in self.mmu.on_timer(now) {
             self.drain(now, port, wires);
         }
@@ -428,6 +437,7 @@ impl Switch {
     /// what a control request decided too), an occupancy sample taken if one is due, the IB flow-control
     /// packets due sent; the next deadline (never before `now`).
     pub fn after_events(&mut self, now: u64, wires: &mut impl Wires) -> Option<u64> {
+        self.release_sent(now);
         self.send_pfc_decided(wires);
         if self.next_sample != 0 && now >= self.next_sample {
             self.sample(now);
@@ -443,6 +453,15 @@ impl Switch {
             }
             self.ib_ports = ports;
             deadline = earliest(deadline, self.ib.as_mut().and_then(IbPlane::next_deadline));
+        }
+        // A frame the wire has not sent yet frees its buffer lazily, at the next wake-up; on time only while an
+        // ingress waits for that to resume its sender (an XON).
+        if self.mmu.ingress().iter().any(|i| i.xoff.iter().any(|&x| x)) {
+            let leaves = self
+                .ports
+                .iter()
+                .filter_map(|p| p.in_kernel.front().map(|&(at, _)| at));
+            deadline = earliest(deadline, leaves.min());
         }
         let backlog = self.mmu.backlog();
         for (port, &queued) in self.ports.iter().zip(backlog) {
@@ -766,7 +785,7 @@ impl Switch {
         } else {
             let (room, mut sent) = self.drain_ib(index, wires);
             if room {
-                sent += self.drain_mmu(index, wires);
+                sent += self.drain_mmu(now, index, wires);
             }
             if sent > 0 && self.monitor {
                 self.wire_took(now, index, sent);
@@ -787,8 +806,23 @@ impl Switch {
         }
     }
 
+    /// Frees the buffer of every frame the modelled wire has sent by `now` (an XON may follow, sent by the
+    /// caller's `send_pfc_decided`).
+    fn release_sent(&mut self, now: u64) {
+        for port in &mut self.ports {
+            while let Some(&(at, held)) = port.in_kernel.front() {
+                if at > now {
+                    break;
+                }
+                port.in_kernel.pop_front();
+                self.mmu.release(held);
+            }
+        }
+    }
+
     /// Hands the MMU's choices for `index` to the kernel until it is full or they run out: the bytes it took.
-    fn drain_mmu(&mut self, index: usize, wires: &mut impl Wires) -> usize {
+    /// A frame the kernel took holds its buffer until the modelled wire has sent it (`release_sent`).
+    fn drain_mmu(&mut self, now: u64, index: usize, wires: &mut impl Wires) -> usize {
         let mut sent = 0;
         loop {
             let Some(port) = self.ports.get_mut(index) else {
@@ -804,9 +838,22 @@ impl Switch {
                 }
                 continue;
             }
+            let size = head.bytes.len();
             match wires.send(index, &head.bytes) {
                 Sent::Full => return sent,
-                Sent::Taken => sent += head.bytes.len(),
+                Sent::Taken => {
+                    sent += size;
+                    let start = port.kernel_end.max(now);
+                    port.kernel_end = start.saturating_add(frame_ns(size, port.rate_bps));
+                    let leaves = port.kernel_end;
+                    if let Ok(Some((frame, held))) = self.mmu.pop_held(index, prio) {
+                        if let Some(port) = self.ports.get_mut(index) {
+                            port.in_kernel.push_back((leaves, held));
+                        }
+                        self.recycle(frame);
+                    }
+                    continue;
+                }
                 Sent::Refused => port.counters.tx_errors += 1, // lost for good (e.g. ENOBUFS); the port goes on
             }
             if let Ok(Some(frame)) = self.mmu.pop(index, prio) {
@@ -1133,13 +1180,25 @@ mod tests {
         assert_eq!(drops, 0);
         w.full[2] = false;
         s.writable(now, 2, &mut w);
-        s.after_events(now, &mut w);
+        let mut at = s.after_events(now, &mut w);
         assert_eq!(w.sent[2].len(), offered);
-        let xon = w.control[0]
-            .iter()
-            .filter(|f| decode_pfc(f).is_some_and(|q| q[LOSSLESS] == Some(0)))
-            .count();
-        assert!(xon >= 1, "no XON once the queue drained");
+        let xon = |w: &Memory| {
+            w.control[0]
+                .iter()
+                .filter(|f| decode_pfc(f).is_some_and(|q| q[LOSSLESS] == Some(0)))
+                .count()
+        };
+        // The kernel took the whole queue at once; it is in the switch's buffer until the wire has sent it.
+        assert_eq!(xon(&w), 0, "an XON before the wire sent anything");
+        let mut wakes = 0;
+        while xon(&w) == 0 {
+            let due = at.expect("a deadline while an ingress waits for its XON");
+            assert!(due > now, "its frames leave the wire one after the other");
+            s.deadline(due, due, &mut w);
+            at = s.after_events(due, &mut w);
+            wakes += 1;
+            assert!(wakes < 100, "no XON once the wire sent the queue");
+        }
     }
 
     #[test]

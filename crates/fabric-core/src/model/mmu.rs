@@ -189,6 +189,14 @@ pub struct Ingress {
     pub refresh_at: [Option<u64>; PRIORITIES],
 }
 
+/// The buffer a frame handed on still holds ([`Mmu::pop_held`]), freed by [`Mmu::release`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    ingress: usize,
+    priority: usize,
+    size: i64,
+}
+
 /// A PFC frame the MMU asks its caller to send: out of `port`, `quanta` for `priority` (0 is XON).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PfcRequest {
@@ -604,8 +612,22 @@ impl<F: MmuFrame> Mmu<F> {
     /// The head frame of (`egress`, `priority`) went to the wire: it leaves the buffer and is returned;
     /// `Ok(None)` if that queue is empty.
     pub fn pop(&mut self, egress: usize, priority: usize) -> Result<Option<F>, NoSuchQueue> {
+        Ok(self.pop_held(egress, priority)?.map(|(frame, held)| {
+            self.release(held);
+            frame
+        }))
+    }
+
+    /// [`Self::pop`] for a frame that still holds its buffer until it has left the wire: an emulated switch
+    /// hands frames to a kernel queue ahead of the wire, and they are in its buffer until they have gone
+    /// ([`Self::release`] then). The egress queue is done with it at once.
+    pub fn pop_held(
+        &mut self,
+        egress: usize,
+        priority: usize,
+    ) -> Result<Option<(F, Held)>, NoSuchQueue> {
         self.check(egress, priority)?;
-        let Some((frame, size)) = self.remove_head(egress, priority) else {
+        let Some((frame, ingress, size)) = self.unqueue_head(egress, priority) else {
             return Ok(None);
         };
         if !self.config.strict.contains(priority) {
@@ -633,11 +655,32 @@ impl<F: MmuFrame> Mmu<F> {
         if self.watchdog.as_mut().is_some_and(|wd| wd.progressed(key)) {
             self.deadline_stale = true;
         }
-        Ok(Some(frame))
+        Ok(Some((
+            frame,
+            Held {
+                ingress,
+                priority,
+                size,
+            },
+        )))
+    }
+
+    /// A held frame ([`Self::pop_held`]) has left the wire: its buffer is free (an XON may follow).
+    pub fn release(&mut self, held: Held) {
+        if held.ingress < self.ingress.len() && held.priority < PRIORITIES {
+            self.free_ingress(held.ingress, held.priority, held.size);
+        }
     }
 
     /// Take the head frame of a queue out of the buffer (sent or flushed): the frame and its size.
     fn remove_head(&mut self, egress: usize, priority: usize) -> Option<(F, i64)> {
+        let (frame, ingress, size) = self.unqueue_head(egress, priority)?;
+        self.free_ingress(ingress, priority, size);
+        Some((frame, size))
+    }
+
+    /// Take the head frame of a queue out of its egress queue: the frame, its ingress port and its size.
+    fn unqueue_head(&mut self, egress: usize, priority: usize) -> Option<(F, usize, i64)> {
         let queue = &mut self.queues[egress][priority];
         let (frame, ingress) = queue.frames.pop_front()?;
         let size = i64::try_from(frame.size()).unwrap_or(i64::MAX);
@@ -646,6 +689,11 @@ impl<F: MmuFrame> Mmu<F> {
             self.held[egress] &= !(1 << priority);
         }
         self.backlog[egress] -= 1;
+        Some((frame, ingress, size))
+    }
+
+    /// `size` bytes that came in on `ingress` at `priority` leave the buffer.
+    fn free_ingress(&mut self, ingress: usize, priority: usize, size: i64) {
         let reserve = self.config.reserve;
         let ing = &mut self.ingress[ingress];
         let before = (ing.used[priority] - ing.headroom[priority] - reserve).max(0);
@@ -657,7 +705,6 @@ impl<F: MmuFrame> Mmu<F> {
         if self.ingress[ingress].xoff[priority] {
             self.maybe_xon(ingress, priority);
         }
-        Some((frame, size))
     }
 
     // --- PFC reception and timers --------------------------------------------------------------------------
