@@ -25,7 +25,6 @@ taken at once.
 
 from __future__ import annotations
 
-import os
 import select
 import socket
 from typing import Any
@@ -224,7 +223,6 @@ class HostAgent(AgentBase):
         """The monitor's figures of this host (its RNIC's wire and its timers so far) and their verdict."""
         wire, link, timeouts, shortest_timeout_ns, starts = self.nic.fidelity_figures()
         link.merge(self.timer_lateness["link"])  # the RNIC's link timers and the pause gates'
-
         judged = verdict(wire, Durations(), link, self.frame_ns, starts=starts, timeouts=timeouts,
                          timeout_ns=shortest_timeout_ns, monitored=self.monitor)
         return {"faithful": judged.faithful, "reasons": list(judged.reasons), "wire": wire.summary(),

@@ -47,6 +47,8 @@ def next_margin(margin_ns: int, late_ns: int) -> int:
     if late_ns <= margin_ns // 10:
         return margin_ns
     return min(MAX_START_MARGIN_NS, margin_ns + 2 * late_ns)
+
+
 REPLY_TIMEOUT_S = 120.0
 
 

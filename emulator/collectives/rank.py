@@ -122,20 +122,22 @@ class Rank:
                 outstanding += self._post(sorted(ready), tag, None)  # in slice-number order, as a QP would send them
             if min(cursor) == len(steps) and outstanding == 0:
                 break
-            what = f"step {min(cursor)}" if min(cursor) < len(steps) else "the last sends"
-            for wc in self.cq.wait(64, timeout=1.0):
+            completions = self.cq.wait(64, timeout=1.0)
+            if completions:
                 deadline = time.monotonic() + STEP_TIMEOUT_S
+            for wc in completions:
                 if wc.status != WcStatus.SUCCESS:
-                    raise VerbsError(f"rank {self.rank} {what}: {wc.opcode.name} {wc.status.name}")
+                    raise VerbsError(f"rank {self.rank} {_at(cursor, steps)}: {wc.opcode.name} {wc.status.name}")
                 if wc.opcode == WcOpcode.RECV_RDMA_WITH_IMM:
                     if wc.imm & 0xFFFF0000 != tag:
-                        raise VerbsError(f"rank {self.rank} {what}: immediate {wc.imm:#x} is not of this iteration")
+                        raise VerbsError(f"rank {self.rank} {_at(cursor, steps)}: immediate {wc.imm:#x} is not of "
+                                         "this iteration")
                     arrived[(self._peer_of(wc.qp_num), wc.imm & 0xFFFF)] = wc.timestamp
                 else:
                     outstanding -= 1
                     sends.append([self._peer_of(wc.qp_num), wc.wr_id, wc.timestamp])
             if time.monotonic() > deadline:
-                raise VerbsError(f"rank {self.rank}: {what} not done in {STEP_TIMEOUT_S:.0f} s")
+                raise VerbsError(f"rank {self.rank}: {_at(cursor, steps)} not done in {STEP_TIMEOUT_S:.0f} s")
         arrivals = [[src, number, stamp] for (src, number), stamp in arrived.items()]
         counters, released = {}, []
         first_senders = {s.dst for s in steps[0].sends} if steps else set()
@@ -180,6 +182,11 @@ class Rank:
             if qp.qp_num == qp_num:
                 return peer
         raise VerbsError(f"a completion for unknown QP {qp_num}")
+
+
+def _at(cursor: list[int], steps: list[Step]) -> str:
+    """Where a rank is, for its error: the earliest step a slice waits at, or its last sends."""
+    return f"step {min(cursor)}" if min(cursor) < len(steps) else "the last sends"
 
 
 def _run_before_applications() -> None:

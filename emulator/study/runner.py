@@ -26,6 +26,8 @@ import threading
 import time
 from collections import deque
 from datetime import datetime, timezone
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any, Callable, Iterator
 
 from emulator.fabric.capacity import KEEP_FREE_BYTES, check_capacity, meminfo_bytes
@@ -276,7 +278,7 @@ def _run_simulated(variants: list[Variant], workers: int,
     # start a replacement worker that then waited forever on a queue lock a killed worker held.
     context = multiprocessing.get_context("fork")
     waiting = deque(variants)
-    running: dict[Any, Any] = {}  # the result pipe's reading end -> its process
+    running: dict[Connection, BaseProcess] = {}  # the result pipe's reading end -> its process
     try:
         while waiting or running:
             while waiting and len(running) < workers:
@@ -307,7 +309,7 @@ def _run_simulated(variants: list[Variant], workers: int,
             reader.close()
 
 
-def _sim_child(variant: Variant, log: Callable[[str], None], writer: Any) -> None:
+def _sim_child(variant: Variant, log: Callable[[str], None], writer: Connection) -> None:
     """A simulation process: the variant's rows, or its error, through ``writer``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle: it stops every process
     try:

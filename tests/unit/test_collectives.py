@@ -14,6 +14,18 @@ from emulator.errors import FabricError
 from emulator.study.stats import percentile
 
 
+def inputs(plans: list) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Every rank's data and staging before an iteration: rank r's float32 value r + 1, or bytes r + 1."""
+    data = [np.zeros(p.data_bytes, dtype=np.uint8) for p in plans]
+    staging = [np.zeros(p.staging_bytes, dtype=np.uint8) for p in plans]
+    for r, p in enumerate(plans):
+        if p.reduce_group:
+            data[r].view(np.float32)[:] = r + 1
+        else:
+            data[r][:] = r + 1
+    return data, staging
+
+
 def execute(collective: str, ranks: int, size: int, senders: int | None = None):
     """Run the plans step by step on numpy buffers: every rank's data and staging at the end.
 
@@ -21,13 +33,7 @@ def execute(collective: str, ranks: int, size: int, senders: int | None = None):
     step's sends happen before anyone reduces what they received in it.
     """
     plans = plan(collective, ranks, size, senders)
-    data = [np.zeros(p.data_bytes, dtype=np.uint8) for p in plans]
-    staging = [np.zeros(p.staging_bytes, dtype=np.uint8) for p in plans]
-    for r, p in enumerate(plans):  # inputs: rank r's float32 value r + 1, or bytes r + 1
-        if p.reduce_group:
-            data[r].view(np.float32)[:] = r + 1
-        else:
-            data[r][:] = r + 1
+    data, staging = inputs(plans)
     steps = max(len(p.steps) for p in plans)
     for k in range(steps):
         outgoing = []
@@ -52,13 +58,7 @@ def execute_pipelined(collective: str, ranks: int, size: int, seed: int):
     ranks on different hosts run).  Every rank's data at the end."""
     rng = np.random.default_rng(seed)
     plans = plan(collective, ranks, size)
-    data = [np.zeros(p.data_bytes, dtype=np.uint8) for p in plans]
-    staging = [np.zeros(p.staging_bytes, dtype=np.uint8) for p in plans]
-    for r, p in enumerate(plans):
-        if p.reduce_group:
-            data[r].view(np.float32)[:] = r + 1
-        else:
-            data[r][:] = r + 1
+    data, staging = inputs(plans)
     arrived: set[tuple[int, int, int]] = set()  # (dst, src, slice number)
     cursor = [[0] * p.slices for p in plans]
     flight: list[tuple] = []

@@ -213,17 +213,16 @@ struct Port {
     /// The virtual wire at the port's rate, fed with each frame the kernel takes: while the port's queue
     /// held frames it should never idle; if it did, the agent was late.
     wire: EgressWire,
-    /// When the frames handed to the kernel so far have left, at the port's rate.
+    /// When the frames handed to the kernel so far have left, at the port's rate (`wire_took`).
     wire_end: u64,
     wire_bytes: u64,
     /// Frames the port had sent when the monitor was last reset.
     wire_frames_before: u64,
     /// The port's queue held frames the kernel had no room for.
     waiting: bool,
-    /// Frames the kernel took and the modelled wire has not sent yet: still in the switch's buffer, freed
-    /// when their last bit has left (`Mmu::release`), in order; and when the last of them leaves.
+    /// Frames the kernel took from the MMU and the virtual wire has not sent yet: still in the switch's
+    /// buffer, freed when their last bit has left (`Mmu::release`), in order.
     in_kernel: VecDeque<(u64, Held)>,
-    kernel_end: u64,
     /// Kernel receive time stamp to the agent's read, first frame of a batch.
     lag: Durations,
     lag_due: u64,
@@ -306,7 +305,6 @@ impl Switch {
                 wire: EgressWire::new(),
                 wire_end: 0,
                 in_kernel: VecDeque::new(),
-                kernel_end: 0,
                 wire_bytes: 0,
                 wire_frames_before: 0,
                 waiting: false,
@@ -775,7 +773,7 @@ impl Switch {
             return;
         };
         let backlog = if paced {
-            let kernel_full = self.ib.is_some() && !self.drain_ib(index, wires).0; // IB: no modelled delay
+            let kernel_full = self.ib.is_some() && !self.drain_ib(now, index, wires); // IB: no modelled delay
             self.drain_paced(now, index, wires);
             kernel_full
                 || self
@@ -783,12 +781,9 @@ impl Switch {
                     .get(index)
                     .is_some_and(|p| !p.link.departures().is_empty())
         } else {
-            let (room, mut sent) = self.drain_ib(index, wires);
+            let room = self.drain_ib(now, index, wires);
             if room {
-                sent += self.drain_mmu(now, index, wires);
-            }
-            if sent > 0 && self.monitor {
-                self.wire_took(now, index, sent);
+                self.drain_mmu(now, index, wires);
             }
             // IB packets waiting for credit wake the port when credit comes, not when the socket turns writable.
             // The MMU is asked first and always: asking moves its DWRR turn, and the order of frames with it.
@@ -820,16 +815,15 @@ impl Switch {
         }
     }
 
-    /// Hands the MMU's choices for `index` to the kernel until it is full or they run out: the bytes it took.
-    /// A frame the kernel took holds its buffer until the modelled wire has sent it (`release_sent`).
-    fn drain_mmu(&mut self, now: u64, index: usize, wires: &mut impl Wires) -> usize {
-        let mut sent = 0;
+    /// Hands the MMU's choices for `index` to the kernel until it is full or they run out. A frame the kernel
+    /// took holds its buffer until the virtual wire has sent it (`release_sent`).
+    fn drain_mmu(&mut self, now: u64, index: usize, wires: &mut impl Wires) {
         loop {
             let Some(port) = self.ports.get_mut(index) else {
-                return sent;
+                return;
             };
             let Some((prio, head)) = self.mmu.head(index) else {
-                return sent;
+                return;
             };
             let lossy = port.link.lossy();
             if lossy && port.link.lost_at_head(Frame::handle(head.id), prio) {
@@ -840,12 +834,9 @@ impl Switch {
             }
             let size = head.bytes.len();
             match wires.send(index, &head.bytes) {
-                Sent::Full => return sent,
+                Sent::Full => return,
                 Sent::Taken => {
-                    sent += size;
-                    let start = port.kernel_end.max(now);
-                    port.kernel_end = start.saturating_add(frame_ns(size, port.rate_bps));
-                    let leaves = port.kernel_end;
+                    let leaves = self.wire_took(now, index, size);
                     if let Ok(Some((frame, held))) = self.mmu.pop_held(index, prio) {
                         if let Some(port) = self.ports.get_mut(index) {
                             port.in_kernel.push_back((leaves, held));
@@ -862,46 +853,46 @@ impl Switch {
         }
     }
 
-    /// The kernel took `sent` bytes of frames from port `index` at `now`: its virtual wire carries them back
-    /// to back from when it is free. Only the first can find the wire idle; had the port been waiting, that
-    /// idle time was a stall the modelled link would not have had.
-    fn wire_took(&mut self, now: u64, index: usize, sent: usize) {
+    /// The kernel took a frame of `size` bytes from port `index` at `now`: the virtual wire carries it after
+    /// the frames before it, from when it is free; when its last bit leaves. Only the first of a wake-up can
+    /// find the wire idle; had the port been waiting, that idle time was a stall the modelled link would not
+    /// have had (the monitor's).
+    fn wire_took(&mut self, now: u64, index: usize, size: usize) -> u64 {
+        let monitor = self.monitor;
         let Some(port) = self.ports.get_mut(index) else {
-            return;
+            return now;
         };
-        let mut wire_end = port.wire_end;
-        if now > wire_end {
-            if port.waiting {
-                port.wire.stalled(now - wire_end);
+        if now > port.wire_end {
+            if port.waiting && monitor {
+                port.wire.stalled(now - port.wire_end);
             }
-            wire_end = now;
+            port.wire_end = now;
         }
-        let bits_ns = (sent as u128).saturating_mul(8_000_000_000);
-        let busy = u64::try_from(bits_ns / u128::from(port.rate_bps.max(1))).unwrap_or(u64::MAX);
-        port.wire_end = wire_end.saturating_add(busy);
-        port.wire_bytes = port.wire_bytes.saturating_add(sent as u64);
+        port.wire_end = port.wire_end.saturating_add(frame_ns(size, port.rate_bps));
+        port.wire_bytes = port.wire_bytes.saturating_add(size as u64);
+        port.wire_end
     }
 
-    /// Sends what the IB plane lets go: whether the kernel queue has room left, and the bytes it took.
-    fn drain_ib(&mut self, index: usize, wires: &mut impl Wires) -> (bool, usize) {
-        let Some(ib) = self.ib.as_mut() else {
-            return (true, 0);
-        };
-        let mut sent = 0;
-        while let Some((_, frame)) = ib.head(index) {
-            let len = frame.len();
+    /// Sends what the IB plane lets go: whether the kernel queue has room left.
+    fn drain_ib(&mut self, now: u64, index: usize, wires: &mut impl Wires) -> bool {
+        while let Some((_, frame)) = self.ib.as_mut().and_then(|ib| ib.head(index)) {
+            let size = frame.len();
             match wires.send(index, frame) {
-                Sent::Full => return (false, sent),
+                Sent::Full => return false,
                 Sent::Refused => {
-                    let _ = ib.refused(index);
+                    if let Some(ib) = self.ib.as_mut() {
+                        let _ = ib.refused(index);
+                    }
                 }
                 Sent::Taken => {
-                    sent += len;
-                    let _ = ib.sent(index);
+                    if let Some(ib) = self.ib.as_mut() {
+                        let _ = ib.sent(index);
+                    }
+                    self.wire_took(now, index, size);
                 }
             }
         }
-        (true, sent)
+        true
     }
 
     /// A host-facing port with delay: the link model's virtual wire and delay line say what goes now.
