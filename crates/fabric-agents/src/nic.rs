@@ -216,7 +216,13 @@ impl Agent for NicDriver {
     }
 
     fn after_events(&mut self, now: u64, registry: &Registry<'_>) -> Option<u64> {
-        lock(&self.plane).with_wire(registry, self.token, |nic, wire| {
+        let mut plane = lock(&self.plane);
+        if let Some(stalled) = plane.stall.take() {
+            // Receiving again: the socket is watched for reading once more, and the frames the kernel held
+            // through the stall are read at the next wake-up, all at once.
+            plane.with_wire(registry, self.token, |nic, wire| nic.stall(stalled, wire));
+        }
+        plane.with_wire(registry, self.token, |nic, wire| {
             nic.after_events(now, wire)
         })
     }
