@@ -194,8 +194,9 @@ impl Nic {
     fn new(config: &Bound<'_, PyAny>) -> PyResult<Self> {
         let (nic, mtu) = nic_of(config)?;
         let ifname: String = config.getattr("ifname")?.extract()?;
+        let rate_bps: u64 = config.getattr("rate_bps")?.extract()?;
         let ib = !config.getattr("ib")?.is_none();
-        let plane = NicPlane::open(nic, &ifname, mtu, ib)
+        let plane = NicPlane::open(nic, &ifname, mtu, rate_bps, ib)
             .map_err(|error| PyOSError::new_err(format!("{ifname}: {error}")))?;
         Ok(Nic {
             handle: Handle::Wired(Arc::new(Mutex::new(plane))),

@@ -504,7 +504,7 @@ impl SimFabric {
     }
 
     /// Port `port` of switch `switch` (the plan's switch and port order) now: "paused_ns" (per priority, the
-    /// peer's PFC), "mmu_drops", "injected_drops", "ib_drops", "tx_frames", "credit_interval_ns" (IB's least
+    /// peer's PFC), "mmu_drops", "injected_drops", "ib_drops", "tx_frames", "pfc_sent" (XOFFs and XONs), "credit_interval_ns" (IB's least
     /// time between grown grants on its link, None on Ethernet): what the totals sum, one port at a time.
     /// IndexError for a port the fabric does not have.
     fn port_figures<'py>(
@@ -523,6 +523,7 @@ impl SimFabric {
         dict.set_item("injected_drops", figures.injected_drops)?;
         dict.set_item("ib_drops", figures.ib_drops)?;
         dict.set_item("tx_frames", figures.tx_frames)?;
+        dict.set_item("pfc_sent", figures.pfc_sent)?;
         dict.set_item("credit_interval_ns", figures.credit_interval_ns)?;
         Ok(dict)
     }

@@ -220,8 +220,9 @@ struct Port {
     wire_frames_before: u64,
     /// The port's queue held frames the kernel had no room for.
     waiting: bool,
-    /// Frames the kernel took from the MMU and the virtual wire has not sent yet: still in the switch's
-    /// buffer, freed when their last bit has left (`Mmu::release`), in order.
+    /// Frames the kernel took from the MMU that the virtual wire has not sent yet: still in the switch's
+    /// buffer until their last bit has left (`Mmu::release`), in order, as in the simulated switch. The kernel
+    /// takes a frame or two ahead of the wire, and freeing them there sent XONs early.
     in_kernel: VecDeque<(u64, Held)>,
     /// Kernel receive time stamp to the agent's read, first frame of a batch.
     lag: Durations,
@@ -366,6 +367,17 @@ impl Switch {
             .min()
     }
 
+    /// The port whose first frame received and not yet processed is due first, if one is due by `now`.
+    fn first_arrival(&self, now: u64) -> Option<usize> {
+        self.ports
+            .iter()
+            .enumerate()
+            .filter_map(|(index, p)| p.link.arrivals().front().map(|&(due, _)| (due, index)))
+            .filter(|&(due, _)| due <= now)
+            .min()
+            .map(|(_, index)| index)
+    }
+
     /// Port `port`'s data socket turned writable.
     pub fn writable(&mut self, now: u64, port: usize, wires: &mut impl Wires) {
         self.drain(now, port, wires);
@@ -413,17 +425,20 @@ impl Switch {
         if self.link_timer {
             self.timer_lateness.add(now.saturating_sub(deadline));
         }
-        self.release_sent(now);
         for port in self.mmu.on_timer(now) {
             self.drain(now, port, wires);
         }
-        for index in 0..self.ports.len() {
-            while let Some((due, frame)) =
-                self.ports.get_mut(index).and_then(|p| p.link.arrived(now))
-            {
-                self.process(due, index, frame, wires);
-            }
+        // The arrivals in the order of their last bits, each after the buffers the wire freed by then, as the
+        // simulated switch meets them.
+        while let Some(index) = self.first_arrival(now) {
+            let Some((due, frame)) = self.ports.get_mut(index).and_then(|p| p.link.arrived(now))
+            else {
+                break;
+            };
+            self.release_sent(due);
+            self.process(due, index, frame, wires);
         }
+        self.release_sent(now);
         for at in 0..self.paced.len() {
             let index = self.paced[at];
             self.drain(now, index, wires);

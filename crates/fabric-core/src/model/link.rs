@@ -70,6 +70,9 @@ pub struct Link<F> {
     /// The seeded draws; created only when `loss > 0`, the only case that draws (boxed: 2.5 KB of state).
     random: Option<Box<CpythonRandom>>,
     arrivals: VecDeque<Due<F>>,
+    /// When the last frame handed over whole had arrived (its last bit): the next arrives at least its own
+    /// time on the wire later.
+    arrived_at: u64,
     departures: VecDeque<Due<F>>,
     wire_free_at: u64,
     /// The head frame that already passed the loss draw, kept so no later frame can be that same one.
@@ -124,6 +127,7 @@ impl<F> Link<F> {
             drop_seq,
             random: (loss > 0.0).then(|| Box::new(CpythonRandom::from_int_seed(seed))),
             arrivals: VecDeque::new(),
+            arrived_at: 0,
             departures: VecDeque::new(),
             wire_free_at: 0,
             cleared: None,
@@ -238,15 +242,16 @@ impl<F> Link<F> {
     /// A frame of `len` bytes was handed over at `now` by a link that has no wire (a veth delivers a frame
     /// when its sender's qdisc lets it go, the moment its first bit would leave): it is processed when its
     /// last bit would have arrived, its time on the wire at the port's rate and the link's delay later, and
-    /// not before the frame ahead of it (a wire delivers in order).
+    /// not before a wire would have carried it after the frame ahead of it. A sender's qdisc may let two
+    /// frames go at once (a burst, a late wake-up); a wire delivers them one frame time apart, and so does
+    /// this.
     pub fn arrive_whole(&mut self, now: u64, len: usize, frame: F) {
+        let wire_ns = self.wire_ns(len);
         let due = now
             .saturating_add(self.delay_ns)
-            .saturating_add(self.wire_ns(len));
-        let due = self
-            .arrivals
-            .back()
-            .map_or(due, |&(ahead, _)| due.max(ahead));
+            .saturating_add(wire_ns)
+            .max(self.arrived_at.saturating_add(wire_ns));
+        self.arrived_at = due;
         self.arrivals.push_back((due, frame));
     }
 
@@ -426,6 +431,24 @@ mod tests {
         assert!(line.arrived(10 + DELAY + 5).is_none());
         assert_eq!(line.arrived(20 + DELAY), Some((20 + DELAY, frame(2, 1250))));
         assert_eq!(line.next_deadline(false), None);
+    }
+
+    #[test]
+    fn frames_handed_over_at_once_arrive_whole_one_wire_time_apart() {
+        let mut line = link(DELAY, false, 0.0, &[], 1);
+        line.arrive_whole(10, 1250, frame(1, 1250));
+        line.arrive_whole(10, 500, frame(2, 500)); // the sender's qdisc let both go together
+        line.arrive_whole(400_000, 500, frame(3, 500)); // long after: its own time on the wire only
+        let last_bit = 10 + DELAY + 100_000;
+        assert_eq!(line.arrived(u64::MAX), Some((last_bit, frame(1, 1250))));
+        assert_eq!(
+            line.arrived(u64::MAX),
+            Some((last_bit + 40_000, frame(2, 500)))
+        );
+        assert_eq!(
+            line.arrived(u64::MAX),
+            Some((400_000 + DELAY + 40_000, frame(3, 500)))
+        );
     }
 
     #[test]

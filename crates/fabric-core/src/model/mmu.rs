@@ -618,9 +618,10 @@ impl<F: MmuFrame> Mmu<F> {
         }))
     }
 
-    /// [`Self::pop`] for a frame that still holds its buffer until it has left the wire: an emulated switch
-    /// hands frames to a kernel queue ahead of the wire, and they are in its buffer until they have gone
-    /// ([`Self::release`] then). The egress queue is done with it at once.
+    /// [`Self::pop`] for a frame that still holds its buffer until its last bit has left the wire
+    /// ([`Self::release`] then): a store-and-forward switch reads a frame out of its memory while it sends
+    /// it, and the emulated switch hands frames to a kernel queue a frame or two ahead of its wire. Both
+    /// switches free a frame there. The egress queue is done with it at once.
     pub fn pop_held(
         &mut self,
         egress: usize,

@@ -145,6 +145,9 @@ pub struct PortFigures {
     pub ib_drops: u64,
     /// Frames sent, through the MMU or the IB plane: which way ECMP took a flow.
     pub tx_frames: u64,
+    /// PFC frames the port sent to its peer, XOFFs (refreshes included) and XONs, all priorities: the
+    /// emulator's `stats` splits them so too, and the two backends' counts compare port by port.
+    pub pfc_sent: (u64, u64),
     /// IB: the least time between two grown credit grants on the port's link, as the switch's `fc_floor` and
     /// the link's rate set it; `None` on Ethernet.
     pub credit_interval_ns: Option<u64>,
@@ -995,6 +998,9 @@ impl Fabric {
                 .map_or(0, |d| d.iter().sum()),
             tx_frames: counters.iter().map(|c| c.tx_frames).sum::<u64>()
                 + plane.and_then(|p| p.forwarded(port)).unwrap_or(0),
+            pfc_sent: counters.iter().fold((0, 0), |(xoff, xon), c| {
+                (xoff + c.pfc_xoff_sent, xon + c.pfc_xon_sent)
+            }),
             credit_interval_ns: plane
                 .and_then(|p| p.link(port))
                 .map(|link| link.min_interval_ns()),
@@ -1139,6 +1145,38 @@ pub(crate) mod tests {
         assert_eq!(raw.reports[0].arrivals, vec![(1, 0, first.last)]);
         assert_eq!(raw.reports[1].sends.len(), 1);
         assert_eq!(fabric.progress(), (2, 2, 1, 1));
+    }
+
+    #[test]
+    fn a_frame_holds_the_switch_buffer_until_its_last_bit_has_left() {
+        let mut fabric = star();
+        fabric
+            .begin_collective(one_write(1024), 1, 0, 1024, true)
+            .unwrap();
+        let frame_ns = crate::sim::wire::serialization_ns(1102, RATE);
+        // h2's frame is in the switch from its last bit's arrival (1 us of h2's wire after it) until its last
+        // bit has left the switch's port to h1, a frame time later; the reserve is what an idle port holds.
+        let held = |fabric: &Fabric| -> i64 {
+            (0..PRIORITIES)
+                .map(|p| fabric.switches[0].mmu.ingress_bytes(1, p))
+                .sum()
+        };
+        let idle = held(&fabric);
+        let mut seen = Vec::new();
+        while !fabric.advance(Some(1)).unwrap() {
+            seen.push((fabric.engine.now(), held(&fabric) > idle));
+        }
+        let start = fabric.take_records()[0].summary.start;
+        let (arrives, leaves) = (start + frame_ns + 1000, start + 2 * frame_ns + 1000);
+        assert!(
+            seen.iter().any(|&(at, holds)| at == arrives && holds),
+            "{seen:?}"
+        );
+        assert!(
+            seen.iter()
+                .all(|&(at, holds)| holds == (arrives..leaves).contains(&at)),
+            "{seen:?}"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use crate::model::forwarding::{ecmp_index, ipv4_ok_len, priority, route_in_place, ETH_IPV4};
 use crate::model::ib_plane::IbPlane;
 use crate::model::link::{Link, SameFrame};
-use crate::model::mmu::{Mmu, PfcRequest};
+use crate::model::mmu::{Held, Mmu, PfcRequest};
 use crate::model::routes::{Egress, Routes};
 use crate::sim::engine::{Engine, EventId, TimerId};
 use crate::sim::fabric::Event;
@@ -85,6 +85,10 @@ pub struct SimSwitch {
     /// The MMU's PFC decisions being sent (kept to reuse its allocation).
     decided: Vec<PfcRequest>,
     drain_at: Vec<Option<EventId>>,
+    /// Per port, the buffer of the frame on its wire: held until the frame's last bit has left, as a
+    /// store-and-forward switch reads a frame out of its memory while it sends it (the emulated switch
+    /// frees it at the same point of its virtual wire).
+    on_wire: Vec<Option<Held>>,
     timer: TimerId,
     /// The IB plane on an IB fabric (`sim::ib::attach` gives it), else none.
     pub ib: Option<IbPlane>,
@@ -113,6 +117,7 @@ impl SimSwitch {
             links: None,
             decided: Vec::new(),
             drain_at: vec![None; count],
+            on_wire: vec![None; count],
             timer: engine.timer(Event::SwitchTimer(index)),
             ib: None,
             ib_ports: Vec::new(),
@@ -344,6 +349,9 @@ impl SimSwitch {
             }
             return;
         }
+        if let Some(held) = self.on_wire.get_mut(port).and_then(Option::take) {
+            self.mmu.release(held); // its last bit has left
+        }
         if let Some(frame) = self.pfc_out[port].pop_front() {
             wire.send(wire_id, engine, SimFrame::copied(&frame));
         } else if self.ib.as_mut().is_some_and(|ib| ib.head(port).is_some()) {
@@ -361,14 +369,18 @@ impl SimSwitch {
                 }
                 let _ = self.mmu.pop(port, prio); // injected loss: the frame never reaches the wire
             };
-            match self.mmu.pop(port, prio) {
-                Ok(Some(frame)) => {
+            match self.mmu.pop_held(port, prio) {
+                Ok(Some((frame, held))) => {
                     wire.send(wire_id, engine, frame);
+                    if let Some(slot) = self.on_wire.get_mut(port) {
+                        *slot = Some(held);
+                    }
                 }
                 _ => return,
             }
         }
         if !self.pfc_out[port].is_empty()
+            || self.on_wire.get(port).is_some_and(Option::is_some)
             || self.mmu.backlog().get(port).is_some_and(|&n| n > 0)
             || self.ib.as_ref().is_some_and(|ib| port_waiting(ib, port))
         {
