@@ -39,6 +39,7 @@ fn send_frames(rate_bps: u64, frame: usize) -> usize {
     let frames = usize::try_from(bits.div_ceil(frame_bits)).unwrap_or(usize::MAX);
     frames.clamp(SEND_FRAMES.0, SEND_FRAMES.1)
 }
+
 /// A NIC's receive ring: the loop may be scheduled out for a few ms.
 const RECV_BUFFER: usize = 4 << 20;
 /// Frames read per wake-up (the loop comes back while more wait).
@@ -239,8 +240,8 @@ impl Agent for NicDriver {
     fn after_events(&mut self, now: u64, registry: &Registry<'_>) -> Option<u64> {
         let mut plane = lock(&self.plane);
         if let Some(stalled) = plane.stall.take() {
-            // Receiving again: the socket is watched for reading once more, and the frames the kernel held
-            // through the stall are read at the next wake-up, all at once.
+            // Stalled, the socket is no longer watched for reading and frames wait in the kernel; resumed,
+            // it is watched again and what waited is read at the next wake-up, all at once.
             plane.with_wire(registry, self.token, |nic, wire| nic.stall(stalled, wire));
         }
         plane.with_wire(registry, self.token, |nic, wire| {
