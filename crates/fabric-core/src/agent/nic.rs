@@ -9,7 +9,6 @@
 //! Egress pacing is the kernel's: the data socket's small send buffer is the RNIC's transmit queue, and the
 //! host's tc tree (with its PFC pause gates) paces it at the link rate. When a send finds the queue full the
 //! frame waits ([`Nic::writable`] sends it first) and the QPs wait behind it.
-use crate::agent::frame_ns;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 use std::ops::Bound;
@@ -19,6 +18,7 @@ use super::switch::Sent;
 use crate::model::dcqcn::{DcqcnParams, NotificationPoint, ReactionPoint};
 use crate::model::fidelity::{Durations, EgressWire};
 use crate::model::ib_port::{IbPort, IbPortConfig};
+use crate::model::link::wire_ns;
 use crate::model::rc::{Completion, QpState, RcConfig, RcCounters, RcQueuePair, RecvWr, SendWr};
 use crate::model::rx_pipeline::{PauseChange, RxPipeline};
 use crate::wire::ib::{encode_data_with_payload, Lrh, MIN_FRAME as IB_FC_FRAME};
@@ -919,7 +919,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
         if !self.monitor {
             return;
         }
-        let frame_ns = frame_ns(size, self.rate_bps);
+        let frame_ns = wire_ns(size, self.rate_bps);
         let start = now.max(self.wire_end);
         let ideal = if self.backlogged {
             self.wire_end

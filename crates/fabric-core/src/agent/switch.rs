@@ -16,14 +16,13 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 
-use crate::agent::frame_ns;
 use crate::model::fidelity::{Durations, EgressWire};
 use crate::model::forwarding;
 use crate::model::forwarding::{
     arp_reply, ecmp_index, ipv4_ok, priority, route_in_place, ETH_ARP, ETH_CONTROL, ETH_IPV4,
 };
 use crate::model::ib_plane::IbPlane;
-use crate::model::link::{Link, LinkError, SameFrame};
+use crate::model::link::{wire_ns, Link, LinkError, SameFrame};
 use crate::model::mmu::{Held, Mmu, MmuConfig, MmuError, MmuFrame, PfcRequest};
 use crate::model::rng::CpythonRandom;
 use crate::model::routes::{Egress, Routes};
@@ -293,14 +292,12 @@ impl Switch {
             )
             .map_err(|error| SwitchError::Link { port: index, error })?;
             let max_frame = ETH_LEN.saturating_add(setup.mtu);
-            let bits_ns = (max_frame as u128).saturating_mul(8_000_000_000);
             built.push(Port {
                 mac: setup.mac,
                 peer_mac: setup.peer_mac,
                 rate_bps: setup.rate_bps,
                 max_frame,
-                frame_ns: u64::try_from(bits_ns / u128::from(setup.rate_bps.max(1)))
-                    .unwrap_or(u64::MAX),
+                frame_ns: wire_ns(max_frame, setup.rate_bps),
                 link,
                 writable_armed: false,
                 wire: EgressWire::new(),
@@ -883,7 +880,7 @@ impl Switch {
             }
             port.wire_end = now;
         }
-        port.wire_end = port.wire_end.saturating_add(frame_ns(size, port.rate_bps));
+        port.wire_end = port.wire_end.saturating_add(wire_ns(size, port.rate_bps));
         port.wire_bytes = port.wire_bytes.saturating_add(size as u64);
         port.wire_end
     }

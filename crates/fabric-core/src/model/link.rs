@@ -27,6 +27,13 @@ pub trait SameFrame {
     fn same_frame(&self, other: &Self) -> bool;
 }
 
+/// How long `len` bytes hold a wire of `rate_bps` (at least 1 bit/s), in ns, rounded down as the Python model
+/// did: the link model's, and the emulated agents' virtual wires.
+pub fn wire_ns(len: usize, rate_bps: u64) -> u64 {
+    let bits_ns = (len as u128).saturating_mul(8_000_000_000);
+    u64::try_from(bits_ns / u128::from(rate_bps.max(1))).unwrap_or(u64::MAX)
+}
+
 /// The head of a port's egress queue, taken off it by [`EgressQueue::take_head`].
 #[derive(Debug)]
 pub struct Dequeued<F> {
@@ -281,8 +288,7 @@ impl<F> Link<F> {
 
     /// How long `len` bytes hold the wire at the port's rate, in ns (rounded down, as the Python model).
     fn wire_ns(&self, len: usize) -> u64 {
-        let bits_ns = (len as u128).saturating_mul(8_000_000_000);
-        u64::try_from(bits_ns / u128::from(self.rate_bps)).unwrap_or(u64::MAX)
+        wire_ns(len, self.rate_bps)
     }
 
     /// Moves frames from port `index`'s queue onto the virtual wire while it is free at `now`.
