@@ -1,14 +1,12 @@
-"""The host agent: the emulated RNIC, and PFC reaction by pause gates.
+"""The host agent: the emulated RNIC's verbs, its faults and its figures.
 
-One per host, in a data-plane process (:mod:`emulator.agents.worker`).  It runs the host's RNIC
-(:mod:`emulator.agents.rnic`: verbs for applications, RC transport on the
-wire) and listens for MAC control frames
-(EtherType 0x8808) on the host's NIC, feeds them to a sans-I/O
-:class:`~emulator._core.pause.PauseState`, closes the tc pause gate of each paused
-priority and opens it again at XON or when the quanta run out (a timerfd,
-not a poll timeout: quanta are microseconds).  Because the gate is in the
-kernel, every application on the host, iperf3 or a kernel UDP socket, is
-held back and never dropped, the RNIC's own frames included.
+One per host, in a data-plane process (:mod:`emulator.agents.worker`).  It serves the host's RNIC
+(:mod:`emulator.agents.rnic`: verbs for applications) over the compiled one, which the loop drives on the
+wire with RC transport and obeys PFC: the MAC control frames (EtherType 0x8808) the switch sends are read
+with their kernel time stamps, and each paused priority's tc pause gate (:mod:`emulator.kernel.tc`) is
+closed from the frame's arrival until an XON or until its quanta run out, all in the loop, no frame through
+Python.  Because the gate is in the kernel, every application on the host, iperf3 or a kernel UDP socket,
+is held back and never dropped, the RNIC's own frames included.
 
 A fault can be injected through the control socket: ``stall`` makes the
 NIC's receive pipeline hang (the RNIC takes no frame from the wire) and the
@@ -25,7 +23,6 @@ taken at once.
 
 from __future__ import annotations
 
-import select
 import socket
 from typing import Any
 
@@ -34,15 +31,14 @@ from emulator.agents.base import AgentBase
 from emulator._core.dataplane import Loop, Nic
 from emulator.agents.config import HostConfig
 from emulator._core.fidelity import Durations, verdict
-from emulator._core.pause import PauseState
 from emulator.model.switch_params import DEFAULT_LOSSLESS, default_headroom
 from emulator._core.mac import mac_bytes
-from emulator._core.pfc import ETHERTYPE_MAC_CONTROL, MAX_QUANTA, PRIORITIES, decode_pfc, encode_pfc, pause_ns
+from emulator._core.pfc import MAX_QUANTA, PRIORITIES, encode_pfc, pause_ns
 from emulator.agents.rnic import Rnic
 from emulator.kernel.packet_socket import unbound_packet_socket
 from emulator.kernel.rps import keep_flows_in_order
 from emulator.kernel.netns import entered
-from emulator.kernel.tc import PauseGates, leaf_class
+from emulator.kernel.tc import gate_requests, leaf_class
 from emulator.kernel.drop_counters import NamespaceDrops
 
 RX_BUFFER = 256 << 10  # the slow receiver's NIC buffer (a ConnectX-class NIC has a few hundred KiB per port)
@@ -52,22 +48,16 @@ class HostAgent(AgentBase):
     """The RNIC and the PFC reaction of one host NIC."""
 
     def __init__(self, config: HostConfig, loop: Loop, nic: Nic | None = None) -> None:
-        # The compiled RNIC (opened in this node's namespace, where the worker builds its agents); tests hand
-        # in UnwiredNic(config).
-        self.nic = Nic(config) if nic is None else nic
-        super().__init__(config, loop)
+        # The compiled RNIC and its pause gates (opened in this node's namespace, where the worker builds its
+        # agents); tests hand in UnwiredNic(config), whose gate changes stay in memory.
         ifname = config.ifname
-        self.gates = PauseGates(config.netns, ifname, socket.if_nametoindex(ifname), config.rate_bps,
-                                config.mtu, config.mac, config.peer_mac)
-        self.gates.sender()  # opened now, in the node's namespace: the first PFC pause must not wait for it
-        self.state = PauseState(config.rate_bps)
+        if nic is None:
+            nic = Nic(config)
+            nic.wire_gates(*gate_requests(socket.if_nametoindex(ifname), config.rate_bps, config.mtu, config.mac,
+                                          config.peer_mac))
+        self.nic = nic
+        super().__init__(config, loop)
         self.frame_ns = (config.mtu + 14) * 8_000_000_000 // config.rate_bps  # the fidelity monitor's unit
-        self.pfc_received = [0] * PRIORITIES
-        self.malformed = 0  # MAC control frames that are no PFC frame enabling a class
-        self.sock = unbound_packet_socket()
-        self.sock.bind((ifname, ETHERTYPE_MAC_CONTROL))
-        self.sock.setblocking(False)
-        self.watch(self.sock.fileno(), select.EPOLLIN, self._on_frame)
         self.rnic = Rnic(config, self.nic, self.watch, self.modify, self.unwatch)
         self.mac = mac_bytes(config.mac)
         self.pfc_sock = None  # the stall fault's PFC sender, opened at its first use (in priority 7's class)
@@ -80,57 +70,24 @@ class HostAgent(AgentBase):
         self.unordered = keep_flows_in_order([ifname], whole_link=config.ib is not None, rx_cpus=[config.rx_cpu])
         self.kernel_counters: NamespaceDrops | None = None  # opened at the first stats request (most never come)
 
-    def _on_frame(self, _fd: int, _mask: int, now: int) -> None:
-        while True:
-            try:
-                frame = self.sock.recv(2048)
-            except BlockingIOError:
-                return
-            quanta = decode_pfc(frame)
-            if not quanta:  # too short, another opcode (802.3x PAUSE), or PFC that enables no class
-                self.malformed += 1
-                continue
-            for priority in quanta:
-                self.pfc_received[priority] += 1
-            paused, resumed = self.state.on_pfc(now, quanta)
-            for priority in paused:
-                self.gates.pause(priority)
-            for priority in resumed:
-                self.gates.resume(priority)
-            self.nic.wire_hold(now, self._held())
-
     def join(self, loop: Loop) -> None:
         loop.add_host(self, self.nic)
-
-    def _held(self) -> bool:
-        """Whether PFC holds any priority (the monitor's RNIC wire then idles by right)."""
-        return any(self.state.is_paused(p) for p in range(PRIORITIES))
 
     def after_events(self, now: int) -> None:
         """Completions to their applications, the slow receiver's pause changes to the wire, the timer armed.
 
-        The compiled RNIC's own deadlines are the loop's (``Loop.add_host``).
+        The compiled RNIC's own deadlines (its pauses' expiries among them) are the loop's (``Loop.add_host``).
         """
         self.rnic.deliver(self.now())  # completions carry the time they are delivered
         for on in self.nic.pause_changes():
             self._nic_pause("slow", on)
-        deadlines = []
-        if (expiry := self.state.next_expiry()) is not None:
-            deadlines.append((expiry, "link"))
-        if self.storm_refresh is not None:
-            deadlines.append((self.storm_refresh, "link"))
-        deadline, self.timer_kind = min(deadlines, key=lambda d: d[0]) if deadlines else (None, None)
-        self.arm(deadline, now)
+        self.timer_kind = "link" if self.storm_refresh is not None else None
+        self.arm(self.storm_refresh, now)
 
     def on_timer(self, now: int) -> None:
         if self.storm_refresh is not None and self.storm_refresh <= now:
             self._storm_pfc(MAX_QUANTA)
             self.storm_refresh = now + self.storm_refresh_ns
-        resumed = self.state.expire(now)
-        for priority in resumed:
-            self.gates.resume(priority)
-        if resumed:
-            self.nic.wire_hold(now, self._held())
 
     def command(self, request: list[str]) -> dict[str, Any]:
         """``stall``: the NIC stops receiving and pauses its switch port without end; ``slow FRACTION``: it
@@ -141,7 +98,7 @@ class HostAgent(AgentBase):
         waits."""
         now = self.now()
         if request == ["paused"]:
-            return {"paused_ns": [self.state.paused_time(p, now) for p in range(PRIORITIES)]}
+            return {"paused_ns": self.nic.pfc_figures(now)["paused_ns"]}
         if request == ["received"]:
             return {"frames_received": self.nic.stats()["frames_received"]}
         if request == ["stall"]:
@@ -193,17 +150,18 @@ class HostAgent(AgentBase):
         self.storm_pfc_sent += 1
 
     def stats(self) -> dict[str, Any]:
-        now = self.now()
+        pfc = self.nic.pfc_figures(self.now())
         return {
             "fault": {"stalled": "stall" in self.pausing, "pfc_sent": self.storm_pfc_sent,
                       "slow": self.nic.slow_figures()},
             "host": self.name,
             "scheduling": self.scheduling,
             "cpu": self.cpu,
-            "pfc_received": list(self.pfc_received),
-            "paused_ns": [self.state.paused_time(p, now) for p in range(PRIORITIES)],
-            "paused_now": [self.state.is_paused(p) for p in range(PRIORITIES)],
-            "drops": {"malformed": self.malformed + self.nic.malformed()},
+            "pfc_received": pfc["pfc_received"],
+            "paused_ns": pfc["paused_ns"],
+            "paused_now": pfc["paused_now"],
+            "pause_gates": {"failures": pfc["gate_failures"], "error": pfc["gate_error"]},
+            "drops": {"malformed": pfc["malformed"] + self.nic.malformed()},
             "rnic": self.rnic.stats(),
             "kernel": self._kernel_drops(),
             "rps_failed": self.unordered,
@@ -222,10 +180,14 @@ class HostAgent(AgentBase):
     def _fidelity(self) -> dict[str, Any]:
         """The monitor's figures of this host (its RNIC's wire and its timers so far) and their verdict."""
         wire, link, timeouts, shortest_timeout_ns, starts = self.nic.fidelity_figures()
-        link.merge(self.timer_lateness["link"])  # the RNIC's link timers and the pause gates'
+        link.merge(self.timer_lateness["link"])  # the RNIC's link timers (its pauses' expiries) and the storm's
         judged = verdict(wire, Durations(), link, self.frame_ns, starts=starts, timeouts=timeouts,
                          timeout_ns=shortest_timeout_ns, monitored=self.monitor)
-        return {"faithful": judged.faithful, "reasons": list(judged.reasons), "wire": wire.summary(),
+        reasons = list(judged.reasons)
+        pfc = self.nic.pfc_figures(self.now())
+        if pfc["gate_failures"]:  # PFC the host did not obey
+            reasons.append(f"pause gates failed {pfc['gate_failures']} times (first: {pfc['gate_error']})")
+        return {"faithful": judged.faithful and not pfc["gate_failures"], "reasons": reasons, "wire": wire.summary(),
                 "timers": link.summary(), "starts": starts.summary(), "timeouts": timeouts.summary()}
 
     def reset_fidelity(self) -> None:
@@ -234,7 +196,6 @@ class HostAgent(AgentBase):
 
     def close(self) -> None:
         self.rnic.close()
-        self.gates.close()
         if self.pfc_sock is not None:
             self.pfc_sock.close()
         if self.kernel_counters is not None:

@@ -39,6 +39,7 @@ import os
 import socket
 import struct
 import threading
+from typing import NamedTuple
 
 from emulator._core.mac import mac_bytes
 from emulator.kernel.netns import entered
@@ -211,6 +212,30 @@ def netlink_batch(sock: socket.socket, requests: list[bytes]) -> None:
                 at += (length + 3) & ~3 if length else len(reply)
 
 
+class GateRequests(NamedTuple):
+    """What changes one host NIC's pause gates, pre-encoded: per priority the netlink request that closes its
+    TBF, the one that opens it, and the gate frame that spends its bucket; and the kick frame."""
+
+    close: list[bytes]
+    open: list[bytes]
+    gate_frames: list[bytes]
+    kick: bytes
+
+
+def gate_requests(ifindex: int, rate_bps: int, mtu: int, src_mac: str, dst_mac: str) -> GateRequests:
+    """The gate changes of the NIC ``ifindex`` (from ``src_mac``, its switch port ``dst_mac``) at ``rate_bps``."""
+    burst = mtu + 14
+    rate = max(rate_bps // 8, 1) * OPEN_RATE_FACTOR
+    header = mac_bytes(dst_mac) + mac_bytes(src_mac) + struct.pack("!H", CONTROL_ETHERTYPE)
+    return GateRequests(
+        close=[encode_tbf(ifindex, p, CLOSED_RATE, burst) for p in range(PRIORITIES)],
+        open=[encode_tbf(ifindex, p, rate, burst) for p in range(PRIORITIES)],
+        gate_frames=[header + bytes((p,)) + b"fabric-emu pause gate".ljust(burst - len(header) - 1, b"\0")
+                     for p in range(PRIORITIES)],
+        kick=header + b"fabric-emu kick".ljust(46, b"\0"),
+    )
+
+
 class PauseGates:
     """The eight pause gates of one host NIC, and the API to close/open them.
 
@@ -223,15 +248,9 @@ class PauseGates:
     def __init__(self, netns: str, ifname: str, ifindex: int, rate_bps: int, mtu: int,
                  src_mac: str, dst_mac: str) -> None:
         self.ifname = ifname
-        self.burst = mtu + 14
         rate = max(rate_bps // 8, 1) * OPEN_RATE_FACTOR
-        self._close = [encode_tbf(ifindex, p, CLOSED_RATE, self.burst) for p in range(PRIORITIES)]
-        self._open = [encode_tbf(ifindex, p, rate, self.burst) for p in range(PRIORITIES)]
-        self._create = [encode_tbf(ifindex, p, rate, self.burst, create=True) for p in range(PRIORITIES)]
-        header = mac_bytes(dst_mac) + mac_bytes(src_mac) + struct.pack("!H", CONTROL_ETHERTYPE)
-        self._kick = header + b"fabric-emu kick".ljust(46, b"\0")
-        self._gate_frames = [header + bytes((p,)) + b"fabric-emu pause gate".ljust(self.burst - len(header) - 1, b"\0")
-                             for p in range(PRIORITIES)]
+        self._create = [encode_tbf(ifindex, p, rate, mtu + 14, create=True) for p in range(PRIORITIES)]
+        self._close, self._open, self._gate_frames, self._kick = gate_requests(ifindex, rate_bps, mtu, src_mac, dst_mac)
         self._queues = [encode_gate_queue(ifindex, p) for p in range(PRIORITIES)]
         self._nl = open_route_socket(netns)
         self._netns = netns

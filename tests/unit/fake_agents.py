@@ -105,27 +105,7 @@ def patch_wire(monkeypatch: pytest.MonkeyPatch) -> None:
     for module in (host_agent, packet_socket):
         monkeypatch.setattr(module, "socket", fake)
     monkeypatch.setattr(host_agent, "keep_flows_in_order", lambda *_args, **_kw: [])
-    monkeypatch.setattr(host_agent, "PauseGates", FakeGates)
     monkeypatch.setattr(host_agent.socket, "if_nametoindex", lambda _name: 2)
-
-
-class FakeGates:
-    """The host's tc pause gates, as a record of what was closed and opened."""
-
-    def __init__(self, *_args: Any) -> None:
-        self.events: list[tuple[str, int]] = []
-
-    def sender(self) -> None:
-        pass
-
-    def pause(self, priority: int) -> None:
-        self.events.append(("pause", priority))
-
-    def resume(self, priority: int) -> None:
-        self.events.append(("resume", priority))
-
-    def close(self) -> None:
-        pass
 
 
 def switch_config(tmp: str, ib: bool = False, mtus: tuple[int, ...] = (1500, 1500, 1500)) -> SwitchConfig:
@@ -189,7 +169,7 @@ def make_rnic(tmp: str, **options: Any) -> tuple[rnic.Rnic, Registry]:
 
 
 def make_host(tmp: str, **options: Any) -> host_agent.HostAgent:
-    """Host h1's agent: its RNIC on a wire in memory and its PFC reaction (gates faked)."""
+    """Host h1's agent: its RNIC on a wire in memory (its pause gates' changes kept: ``nic.gate_changes()``)."""
     config = host_config(tmp, **options)
     return host_agent.HostAgent(config, Loop(), nic=UnwiredNic(config))
 

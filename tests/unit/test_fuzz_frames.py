@@ -11,7 +11,6 @@ not enough to pass.
 
 from __future__ import annotations
 
-import select
 import time
 
 import pytest
@@ -185,7 +184,8 @@ def test_fuzz_switch_ib_plane(ib_switch, frame):
 def host_trace(agent) -> tuple:
     stats = agent.nic.stats()
     link = stats["link"]
-    return (agent.malformed, sum(agent.pfc_received), agent.nic.malformed(), stats["frames_received"],
+    pfc = agent.nic.pfc_figures(0)
+    return (pfc["malformed"], sum(pfc["pfc_received"]), agent.nic.malformed(), stats["frames_received"],
             link.get("credit_violations", 0), sum(c["fc_received"] for c in link.get("credits", [])))
 
 
@@ -194,8 +194,7 @@ def deliver_to_host(agent, frame: bytes) -> bool:
     now = time.monotonic_ns()
     delivered = False
     if len(frame) >= 14 and frame[12:14] == b"\x88\x08":  # the PFC socket is bound to MAC control
-        agent.sock.inbox.append(frame)
-        agent._on_frame(agent.sock.fileno(), select.EPOLLIN, now)
+        agent.nic.receive_pfc(now, frame)
         delivered = True
     if kernel_passes_to_rnic(agent.config.ib is not None, frame):
         agent.nic.receive(now, frame)
@@ -240,8 +239,8 @@ def test_a_pfc_frame_still_pauses_after_garbage(host):
     deliver_to_host(host, header + b"\x01")
     deliver_to_host(host, header + b"\x01\x01" + bytes(18))  # PFC enabling no class (found by the deep fuzz run)
     deliver_to_host(host, header + b"\x01\x01\x00\x08" + bytes(3 * 2) + b"\xff\xff" + bytes(8 * 2))
-    assert host.malformed == 2
-    assert host.gates.events == [("pause", 3)]
+    assert host.nic.pfc_figures(0)["malformed"] == 2
+    assert host.nic.gate_changes() == [(3, True)]
     assert host.stats()["drops"]["malformed"] >= 1
 
 

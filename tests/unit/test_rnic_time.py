@@ -13,8 +13,10 @@ import time
 
 
 from emulator.agents.memory import ACCESS_ALL
+from emulator._core.mac import mac_bytes
+from emulator._core.pfc import encode_pfc
 from emulator._core.rc import WcStatus, WrOpcode
-from fake_agents import App, fake_wire, sealed_memfd
+from fake_agents import GATEWAY_MAC, App, fake_wire, sealed_memfd
 
 assert fake_wire  # a fixture, used by name below (rnic: conftest.py)
 
@@ -135,8 +137,9 @@ def test_a_pfc_hold_idles_the_rnic_wire_by_right(rnic, tmp_path):
     app = App(rnic, str(tmp_path / "h1.verbs"))
     qpn, _cq, key = connected_qp(app)
     free_at = _wire_with_a_full_kernel_queue(rnic, app, key, qpn)
-    rnic.nic.wire_hold(2_000, True)  # paused with four frames' time still queued
-    rnic.nic.wire_hold(free_at + 2_000_000, False)
+    rnic.nic.receive_pfc(2_000, encode_pfc(mac_bytes(GATEWAY_MAC), {3: 65535}))  # paused, four frames' time still queued
+    rnic.nic.receive_pfc(free_at + 2_000_000, encode_pfc(mac_bytes(GATEWAY_MAC), {3: 0}))
+    assert rnic.nic.gate_changes() == [(3, True), (3, False)]
     rnic.nic.writable(free_at + 2_000_000)  # the agent is back as the queue resumes: no stall
     assert len(rnic.nic.take_sent()) == 1 and _wire(rnic).stall_ns == 0  # the fifth
 

@@ -1,6 +1,11 @@
 //! A host's RNIC in the data-plane loop: `fabric_core::agent::nic::Nic` on the host's raw socket, with the
 //! memory regions its applications share mapped from their memfds.
 //!
+//! Beside it, the NIC's PFC: the MAC control frames the switch sends are read from their own socket with the
+//! kernel's time stamps, and what they pause is held in the host's kernel by its pause gates (one TBF per
+//! priority below the tc tree's leaves, `emulator/kernel/tc.py`), changed from here with pre-encoded netlink
+//! requests. Every application's traffic on the host is held that way, the RNIC's own included.
+//!
 //! The RNIC and its socket are shared, behind a mutex, between the loop's agent ([`NicDriver`]) and the
 //! host's Python verbs server (registrations, connections, posts, completions). Both run on the loop's
 //! thread, one at a time, so the lock is never waited for.
@@ -13,9 +18,12 @@ use fabric_core::agent::nic::{Nic, Wire};
 use fabric_core::agent::switch::Sent;
 use fabric_core::wire::ib::ETHERTYPE_IB;
 use fabric_core::wire::mac::ETH_LEN;
+use fabric_core::wire::pfc::{ETHERTYPE_MAC_CONTROL, PRIORITIES};
 use fabric_core::wire::roce::ROCE_PORT;
 use fabric_io::event_loop::{Agent, Registry};
+use fabric_io::io::clock::{monotonic_ns, realtime_ns};
 use fabric_io::io::mapped::MappedFile;
+use fabric_io::io::netlink::RouteSocket;
 use fabric_io::io::packet::{attach_filter, no_buffer, Batch, Insn, PacketSocket};
 use fabric_io::io::poll::{Ready, READABLE, WRITABLE};
 
@@ -45,6 +53,75 @@ const RECV_BUFFER: usize = 4 << 20;
 /// Frames read per wake-up (the loop comes back while more wait).
 const BATCH: usize = 64;
 const ETH_P_IP: u16 = 0x0800;
+
+/// The PFC socket's buffer: MAC control frames are 64 bytes and come a few at a time.
+const PFC_BUFFER: usize = 64 << 10;
+/// A PFC frame read more than this after its time stamp is taken as read now: a clock stepped meanwhile.
+const PFC_STAMP_WINDOW_NS: u64 = 1_000_000_000;
+/// MAC control frames read per wake-up, one at a time (each with its time stamp).
+const PFC_BATCH: usize = 16;
+/// The gate and kick frames' skb priority: band 0 of the gate's queue (TC_PRIO_CONTROL).
+const TC_PRIO_CONTROL: u32 = 7;
+
+/// A host's pause gates: per priority the netlink requests that close and open its TBF, the frame that
+/// spends its bucket once closed, and the kick that makes the kernel run the qdisc once opened.
+struct Gates {
+    route: RouteSocket,
+    sender: PacketSocket,
+    close: Vec<Vec<u8>>,
+    open: Vec<Vec<u8>>,
+    gate_frames: Vec<Vec<u8>>,
+    kick: Vec<u8>,
+}
+
+impl Gates {
+    fn open(
+        ifname: &str,
+        close: Vec<Vec<u8>>,
+        open: Vec<Vec<u8>>,
+        gate_frames: Vec<Vec<u8>>,
+        kick: Vec<u8>,
+    ) -> io::Result<Gates> {
+        if [close.len(), open.len(), gate_frames.len()] != [PRIORITIES; 3] {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a pause gate needs one request and frame per priority",
+            ));
+        }
+        Ok(Gates {
+            route: RouteSocket::open()?,
+            sender: PacketSocket::open_sender(ifname, TC_PRIO_CONTROL)?,
+            close,
+            open,
+            gate_frames,
+            kick,
+        })
+    }
+
+    /// Closes (`closed`) or opens the gate of `priority`.
+    fn change(&mut self, priority: usize, closed: bool) -> io::Result<()> {
+        let (requests, frame) = if closed {
+            (&self.close, self.gate_frames.get(priority))
+        } else {
+            (&self.open, Some(&self.kick))
+        };
+        let (Some(request), Some(frame)) = (requests.get(priority), frame) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no such priority",
+            ));
+        };
+        self.route.request(request)?;
+        self.sender.send(&[frame]).map(drop)
+    }
+}
+
+/// Gate changes that failed, and the first one's reason: PFC the host did not obey, which its stats say.
+#[derive(Default, Clone)]
+pub struct GateFailures {
+    pub count: u64,
+    pub first: Option<String>,
+}
 
 /// Classic BPF: accept IPv4 (no options) / UDP / destination port 4791, drop the rest.
 const ROCE_FILTER: [Insn; 10] = [
@@ -78,6 +155,12 @@ pub struct NicPlane {
     stopped: bool,
     /// A stall asked from the verbs side, applied at the loop's next turn (it changes what the loop watches).
     stall: Option<bool>,
+    /// The switch's PFC frames, and the host's pause gates (wired by the host's agent after the RNIC).
+    pfc: PacketSocket,
+    pfc_batch: Batch,
+    ifname: String,
+    gates: Option<Gates>,
+    gate_failures: GateFailures,
 }
 
 /// The socket as the RNIC sends on it; `registry` changes what the loop watches it for (absent outside the
@@ -129,6 +212,8 @@ impl NicPlane {
             attach_filter(sink.as_fd(), &DROP_ALL)?;
             (socket, Some(sink))
         };
+        let pfc = PacketSocket::open(ifname, ETHERTYPE_MAC_CONTROL, 0, PFC_BUFFER)?;
+        pfc.last_receive_ns(); // the first ask turns the kernel's receive time stamps on
         Ok(NicPlane {
             nic,
             socket,
@@ -137,7 +222,30 @@ impl NicPlane {
             kernel_drops: 0,
             stopped: false,
             stall: None,
+            pfc,
+            pfc_batch: Batch::new(1, 128),
+            ifname: ifname.to_string(),
+            gates: None,
+            gate_failures: GateFailures::default(),
         })
+    }
+
+    /// The host's pause gates from now on, opened in the calling thread's namespace from their requests and
+    /// frames (one of each per priority; see [`Gates`]).
+    pub fn wire_gates(
+        &mut self,
+        close: Vec<Vec<u8>>,
+        open: Vec<Vec<u8>>,
+        gate_frames: Vec<Vec<u8>>,
+        kick: Vec<u8>,
+    ) -> io::Result<()> {
+        self.gates = Some(Gates::open(&self.ifname, close, open, gate_frames, kick)?);
+        Ok(())
+    }
+
+    /// Gate changes that failed so far.
+    pub fn gate_failures(&self) -> &GateFailures {
+        &self.gate_failures
     }
 
     /// The RNIC, to read.
@@ -197,9 +305,57 @@ impl NicPlane {
             }
         } // an error (ENETDOWN: the link was taken down) leaves nothing to read
     }
+
+    /// Reads the MAC control frames waiting (up to a batch), each at its arrival: the kernel's time stamp on
+    /// the loop's clock, at most `now`.
+    fn receive_pfc(&mut self, now: u64) {
+        let clocks = match (monotonic_ns(), realtime_ns()) {
+            (Ok(mono), Ok(real)) => Some((mono, real)),
+            _ => None,
+        };
+        for _ in 0..PFC_BATCH {
+            match self.pfc.receive(&mut self.pfc_batch) {
+                Ok(1) => {}
+                _ => break, // none left, or ENETDOWN (the link was taken down)
+            }
+            let arrival = match (clocks, self.pfc.last_receive_ns()) {
+                (Some((mono, real)), Some(stamp)) => {
+                    mono.saturating_sub(real.saturating_sub(stamp))
+                }
+                _ => now,
+            };
+            let arrival = arrival.clamp(now.saturating_sub(PFC_STAMP_WINDOW_NS), now);
+            if let Some(frame) = self.pfc_batch.frame(0) {
+                self.nic.receive_pfc(arrival, frame);
+            }
+        }
+        self.change_gates();
+    }
+
+    /// Applies the RNIC's gate changes to the host's pause gates.
+    fn change_gates(&mut self) {
+        let NicPlane {
+            nic,
+            gates,
+            gate_failures,
+            ..
+        } = self;
+        for (priority, closed) in nic.take_gate_changes() {
+            let result = match gates {
+                Some(gates) => gates.change(priority, closed),
+                None => Err(io::Error::other("the host's pause gates are not wired")),
+            };
+            if let Err(error) = result {
+                gate_failures.count += 1;
+                gate_failures
+                    .first
+                    .get_or_insert_with(|| format!("priority {priority}: {error}"));
+            }
+        }
+    }
 }
 
-/// The loop's side of one RNIC: its socket watched with `token`.
+/// The loop's side of one RNIC: its socket watched with `token`, its PFC socket with `token + 1`.
 pub struct NicDriver {
     plane: Arc<Mutex<NicPlane>>,
     token: u32,
@@ -212,7 +368,12 @@ impl NicDriver {
         token: u32,
         registry: &Registry<'_>,
     ) -> io::Result<NicDriver> {
-        registry.watch(lock(&plane).socket.as_raw_fd(), token, READABLE)?;
+        let pfc_token = token.checked_add(1).ok_or(io::ErrorKind::InvalidInput)?;
+        {
+            let plane = lock(&plane);
+            registry.watch(plane.socket.as_raw_fd(), token, READABLE)?;
+            registry.watch(plane.pfc.as_raw_fd(), pfc_token, READABLE)?;
+        }
         Ok(NicDriver { plane, token })
     }
 
@@ -223,8 +384,12 @@ impl NicDriver {
 }
 
 impl Agent for NicDriver {
-    fn ready(&mut self, _token: u32, ready: Ready, now: u64, registry: &Registry<'_>) {
+    fn ready(&mut self, token: u32, ready: Ready, now: u64, registry: &Registry<'_>) {
         let mut plane = lock(&self.plane);
+        if token != self.token {
+            plane.receive_pfc(now);
+            return;
+        }
         if ready.readable {
             plane.receive(now);
         }
@@ -234,7 +399,9 @@ impl Agent for NicDriver {
     }
 
     fn deadline(&mut self, deadline: u64, now: u64, _registry: &Registry<'_>) {
-        lock(&self.plane).nic.deadline(deadline, now);
+        let mut plane = lock(&self.plane);
+        plane.nic.deadline(deadline, now);
+        plane.change_gates(); // a pause that ran out: its gate opens before anything else runs
     }
 
     fn after_events(&mut self, now: u64, registry: &Registry<'_>) -> Option<u64> {
@@ -254,7 +421,9 @@ impl Agent for NicDriver {
     }
 
     fn finish(&mut self, registry: &Registry<'_>) {
-        let _ = registry.unwatch(lock(&self.plane).socket.as_raw_fd());
+        let plane = lock(&self.plane);
+        let _ = registry.unwatch(plane.socket.as_raw_fd());
+        let _ = registry.unwatch(plane.pfc.as_raw_fd());
     }
 }
 

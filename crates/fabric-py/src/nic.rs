@@ -405,9 +405,55 @@ impl Nic {
         Ok(Some(dict))
     }
 
-    /// PFC holds the host's queues from `now` (`held`) or lets them go.
-    fn wire_hold(&self, now: u64, held: bool) {
-        self.with(|nic| nic.wire_hold(now, held));
+    /// The host's pause gates (a wired RNIC's; opened in the calling thread's namespace): per priority the
+    /// netlink request that closes its TBF, the one that opens it and the gate frame, and the kick frame.
+    fn wire_gates(
+        &self,
+        close: Vec<Vec<u8>>,
+        open: Vec<Vec<u8>>,
+        gate_frames: Vec<Vec<u8>>,
+        kick: Vec<u8>,
+    ) -> PyResult<()> {
+        let Handle::Wired(plane) = &self.handle else {
+            return Err(PyRuntimeError::new_err(
+                "an unwired RNIC has no pause gates (UnwiredNic.gate_changes lists what they would do)",
+            ));
+        };
+        lock(plane)
+            .wire_gates(close, open, gate_frames, kick)
+            .map_err(|e| PyOSError::new_err(format!("pause gates: {e}")))
+    }
+
+    /// What PFC did to the host by `now`: `pfc_received` (frames per priority enabled), `malformed` (MAC
+    /// control frames that were no PFC enabling a class), `paused_ns` and `paused_now` per priority, and
+    /// `gate_failures` with the first one's reason `gate_error` (a wired RNIC's gates).
+    fn pfc_figures<'py>(&self, py: Python<'py>, now: u64) -> PyResult<Bound<'py, PyDict>> {
+        let dict = PyDict::new(py);
+        self.with(|nic| {
+            let (received, malformed) = nic.pfc_figures();
+            let state = nic.pause_state();
+            dict.set_item("pfc_received", received.to_vec())?;
+            dict.set_item("malformed", malformed)?;
+            let priorities = 0..received.len();
+            dict.set_item(
+                "paused_ns",
+                priorities
+                    .clone()
+                    .map(|p| state.paused_time(p, now))
+                    .collect::<Vec<_>>(),
+            )?;
+            dict.set_item(
+                "paused_now",
+                priorities.map(|p| state.is_paused(p)).collect::<Vec<_>>(),
+            )
+        })?;
+        let failures = self
+            .plane()
+            .map(|plane| lock(&plane).gate_failures().clone())
+            .unwrap_or_default();
+        dict.set_item("gate_failures", failures.count)?;
+        dict.set_item("gate_error", failures.first)?;
+        Ok(dict)
     }
 
     /// (the monitor's wire, link timers' lateness, timeout timers' lateness, the shortest QP timeout).
@@ -508,6 +554,20 @@ impl UnwiredNic {
             }))),
         };
         Ok(PyClassInitializer::from(base).add_subclass(UnwiredNic))
+    }
+
+    /// A MAC control frame from the switch that arrived at `arrival`.
+    fn receive_pfc(slf: &Bound<'_, Self>, arrival: u64, frame: &[u8]) -> PyResult<()> {
+        slf.as_super()
+            .get()
+            .on_memory(|nic, _| nic.receive_pfc(arrival, frame))
+    }
+
+    /// The pause gates' changes since the last call, oldest first: (priority, closed).
+    fn gate_changes(slf: &Bound<'_, Self>) -> PyResult<Vec<(usize, bool)>> {
+        slf.as_super()
+            .get()
+            .on_memory(|nic, _| nic.take_gate_changes().collect())
     }
 
     /// A frame from the wire at `now`.

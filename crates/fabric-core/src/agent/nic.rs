@@ -4,7 +4,9 @@
 //! reach this model through its verbs-side calls (`register`, `connect`, `post_send`, `completions`, ...).
 //! Everything a frame touches is here: RC queue pairs over the registered memory ([`Regions`]), RoCEv2 or
 //! native IB framing (sent only against the switch's credits), DCQCN's notification and reaction points,
-//! the transmit turn across QPs, the slow-receiver fault and the fidelity monitor's virtual wire.
+//! the transmit turn across QPs, the slow-receiver fault, the fidelity monitor's virtual wire, and the NIC's
+//! obedience to PFC: a PFC frame holds the host's priority from its arrival, through the host's pause gates
+//! ([`Nic::take_gate_changes`]), until its quanta run out or an XON comes.
 //!
 //! Egress pacing is the kernel's: the data socket's small send buffer is the RNIC's transmit queue, and the
 //! host's tc tree (with its PFC pause gates) paces it at the link rate. When a send finds the queue full the
@@ -19,10 +21,12 @@ use crate::model::dcqcn::{DcqcnParams, NotificationPoint, ReactionPoint};
 use crate::model::fidelity::{Durations, EgressWire};
 use crate::model::ib_port::{IbPort, IbPortConfig};
 use crate::model::link::wire_ns;
+use crate::model::pause::PauseState;
 use crate::model::rc::{Completion, QpState, RcConfig, RcCounters, RcQueuePair, RecvWr, SendWr};
 use crate::model::rx_pipeline::{PauseChange, RxPipeline};
 use crate::wire::ib::{encode_data_with_payload, Lrh, MIN_FRAME as IB_FC_FRAME};
 use crate::wire::mac::Mac;
+use crate::wire::pfc::{decode_pfc, PRIORITIES};
 use crate::wire::roce::{decode, Framer, CNP_DSCP, DATA_DSCP};
 use crate::wire::transport::{opcode, Packet};
 
@@ -187,6 +191,15 @@ pub struct Nic<B> {
     slow: Option<RxPipeline<Vec<u8>>>,
     /// Pause changes the slow receiver asked of the host (true: XOFF), for the host's PFC to send.
     pause_changes: VecDeque<bool>,
+    /// What the switch's PFC frames hold, and since when.
+    pause: PauseState,
+    /// The latest time handed to `pause`: a frame read after an expiry it arrived before counts from then.
+    pause_clock: u64,
+    /// PFC frames received per priority enabled, and MAC control frames that were no PFC enabling a class.
+    pfc_received: [u64; PRIORITIES],
+    pfc_malformed: u64,
+    /// Gate changes for the host's kernel queues, oldest first: (priority, closed).
+    gate_changes: VecDeque<(usize, bool)>,
     rates: RateTrace,
     // the fidelity monitor
     monitor: bool,
@@ -242,6 +255,11 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
             writable_wanted: false,
             slow: None,
             pause_changes: VecDeque::new(),
+            pause: PauseState::new(config.rate_bps.max(1)),
+            pause_clock: 0,
+            pfc_received: [0; PRIORITIES],
+            pfc_malformed: 0,
+            gate_changes: VecDeque::new(),
             rates: RateTrace::default(),
             monitor: config.monitor,
             wire: EgressWire::new(),
@@ -472,6 +490,61 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
         !self.pause_changes.is_empty() || self.has_completions()
     }
 
+    // --- PFC ----------------------------------------------------------------------------------------
+
+    /// A MAC control frame from the switch that arrived at `arrival` (the kernel's time stamp): a PFC frame
+    /// pauses or resumes its priorities from then, as a NIC's MAC does on the frame's last bit, however late
+    /// the host reads it; anything else is counted malformed.
+    pub fn receive_pfc(&mut self, arrival: u64, frame: &[u8]) {
+        let Some(quanta) = decode_pfc(frame).filter(|q| q.iter().any(Option::is_some)) else {
+            self.pfc_malformed += 1;
+            return;
+        };
+        for (received, value) in self.pfc_received.iter_mut().zip(quanta) {
+            *received += u64::from(value.is_some());
+        }
+        let at = arrival.max(self.pause_clock);
+        self.pause_clock = at;
+        let (paused, resumed) = self.pause.on_pfc(at, &quanta);
+        self.gate_changes
+            .extend(paused.iter().map(|priority| (priority, true)));
+        self.gate_changes
+            .extend(resumed.iter().map(|priority| (priority, false)));
+        self.wire_hold(at, self.held());
+    }
+
+    /// The gate changes since the last call, oldest first: (priority, closed).
+    pub fn take_gate_changes(&mut self) -> impl Iterator<Item = (usize, bool)> + '_ {
+        self.gate_changes.drain(..)
+    }
+
+    /// What PFC holds: priority by priority, whether paused now and for how long in all by `now`.
+    pub fn pause_state(&self) -> &PauseState {
+        &self.pause
+    }
+
+    /// PFC frames received per priority enabled, and MAC control frames that were no PFC enabling a class.
+    pub fn pfc_figures(&self) -> ([u64; PRIORITIES], u64) {
+        (self.pfc_received, self.pfc_malformed)
+    }
+
+    /// Whether PFC holds any priority (the monitor's wire then idles by right).
+    fn held(&self) -> bool {
+        (0..PRIORITIES).any(|priority| self.pause.is_paused(priority))
+    }
+
+    /// The pauses that ran out by `now`: their gates open.
+    fn expire_pauses(&mut self, now: u64) {
+        let resumed = self.pause.expire(now);
+        if resumed.is_empty() {
+            return;
+        }
+        self.pause_clock = self.pause_clock.max(now);
+        self.gate_changes
+            .extend(resumed.iter().map(|priority| (priority, false)));
+        self.wire_hold(now, self.held());
+    }
+
     // --- faults ---------------------------------------------------------------------------------
 
     /// Stops (or restarts) taking frames from the wire: a NIC whose receive pipeline hangs.
@@ -664,6 +737,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
     }
 
     fn on_timer(&mut self, now: u64) {
+        self.expire_pauses(now);
         self.release(now);
         if let Some(slow) = &mut self.slow {
             let mut taken = std::mem::take(&mut self.taken);
@@ -733,6 +807,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
         if let Some(slow) = &self.slow {
             offer(slow.next_deadline(), TimerKind::Link);
         }
+        offer(self.pause.next_expiry(), TimerKind::Link);
         if let Link::Ib(port) = &mut self.link {
             let at = port.next_deadline();
             offer((at != u64::MAX).then_some(at), TimerKind::Link);
@@ -931,7 +1006,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
     }
 
     /// PFC holds the host's queues from `now` (`held`) or lets them go: the frames queued then leave after.
-    pub fn wire_hold(&mut self, now: u64, held: bool) {
+    fn wire_hold(&mut self, now: u64, held: bool) {
         match (held, self.held_since) {
             (true, None) => self.held_since = Some(now),
             (false, Some(since)) => {
@@ -1221,6 +1296,54 @@ mod tests {
         assert_eq!(qps.len(), 20);
         assert_eq!(qps.iter().filter(|&&q| q == 0x11).count(), 10);
         assert!(qps.windows(2).all(|w| w[0] != w[1]), "{qps:?}");
+    }
+
+    #[test]
+    fn a_pfc_pause_holds_from_its_arrival_until_its_quanta_run_out() {
+        use crate::wire::pfc::{encode_pfc, pause_ns};
+        let mut a = nic(A, 1);
+        let mut wire = TestWire::default();
+        let mut quanta = [None; PRIORITIES];
+        quanta[3] = Some(195);
+        // read 70 us after it arrived: the pause counts from its arrival
+        a.receive_pfc(1_000_000, &encode_pfc(&[2, 1, 0, 0, 1, 1], &quanta));
+        assert_eq!(a.take_gate_changes().collect::<Vec<_>>(), [(3, true)]);
+        let expiry = 1_000_000 + pause_ns(195, 100_000_000);
+        assert_eq!(a.after_events(1_070_000, &mut wire), Some(expiry));
+        assert!(a.pause_state().is_paused(3));
+        a.deadline(expiry, expiry + 5_000);
+        assert_eq!(a.take_gate_changes().collect::<Vec<_>>(), [(3, false)]);
+        assert_eq!(
+            a.pause_state().paused_time(3, expiry + 5_000),
+            expiry - 1_000_000
+        );
+        assert_eq!(
+            a.fidelity().1.max_ns(),
+            5_000,
+            "the expiry's lateness is a link timer's"
+        );
+        // an XON ends the next pause at its own arrival; a frame older than the last expiry counts from it
+        a.receive_pfc(expiry, &encode_pfc(&[2, 1, 0, 0, 1, 1], &quanta));
+        quanta[3] = Some(0);
+        a.receive_pfc(expiry + 1_000, &encode_pfc(&[2, 1, 0, 0, 1, 1], &quanta));
+        let changes: Vec<_> = a.take_gate_changes().collect();
+        assert_eq!(changes, [(3, true), (3, false)]);
+        assert_eq!(a.after_events(expiry + 6_000, &mut wire), None);
+        assert_eq!(a.pfc_figures(), ([0, 0, 0, 3, 0, 0, 0, 0], 0));
+    }
+
+    #[test]
+    fn a_mac_control_frame_that_pauses_nothing_is_counted_malformed() {
+        let mut a = nic(A, 1);
+        let header = [[1, 0x80, 0xC2, 0, 0, 1], [2; 6]].concat();
+        a.receive_pfc(0, &[header.as_slice(), &[0x88, 0x08, 0x01]].concat());
+        a.receive_pfc(
+            0,
+            &[header.as_slice(), &[0x88, 0x08, 0x01, 0x01], &[0; 18]].concat(),
+        );
+        a.receive_pfc(0, &[0xFF; 3]);
+        assert_eq!(a.pfc_figures(), ([0; PRIORITIES], 3));
+        assert_eq!(a.take_gate_changes().count(), 0);
     }
 
     #[test]

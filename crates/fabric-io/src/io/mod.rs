@@ -4,6 +4,7 @@
 //! safe Rust on these wrappers.
 pub mod clock;
 pub mod mapped;
+pub mod netlink;
 pub mod netns;
 pub mod packet;
 pub mod poll;
