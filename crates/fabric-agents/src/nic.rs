@@ -60,6 +60,9 @@ const PFC_BUFFER: usize = 64 << 10;
 const PFC_STAMP_WINDOW_NS: u64 = 1_000_000_000;
 /// MAC control frames read per wake-up, one at a time (each with its time stamp).
 const PFC_BATCH: usize = 16;
+/// How long before a PFC pause's expiry the loop stops sleeping: a sleeping loop wakes 30 to 80 us after its
+/// timer here, which on a 2 ms pause is 2 to 4% more hold than the switch asked.
+const PAUSE_SPIN_NS: u64 = 150_000;
 /// The gate and kick frames' skb priority: band 0 of the gate's queue (TC_PRIO_CONTROL).
 const TC_PRIO_CONTROL: u32 = 7;
 
@@ -359,6 +362,8 @@ impl NicPlane {
 pub struct NicDriver {
     plane: Arc<Mutex<NicPlane>>,
     token: u32,
+    /// The deadline its last `after_events` gave.
+    due: Option<u64>,
 }
 
 impl NicDriver {
@@ -374,7 +379,11 @@ impl NicDriver {
             registry.watch(plane.socket.as_raw_fd(), token, READABLE)?;
             registry.watch(plane.pfc.as_raw_fd(), pfc_token, READABLE)?;
         }
-        Ok(NicDriver { plane, token })
+        Ok(NicDriver {
+            plane,
+            token,
+            due: None,
+        })
     }
 
     /// Whether the host's side has completions or pause changes to take.
@@ -411,9 +420,19 @@ impl Agent for NicDriver {
             // it is watched again and what waited is read at the next wake-up, all at once.
             plane.with_wire(registry, self.token, |nic, wire| nic.stall(stalled, wire));
         }
-        plane.with_wire(registry, self.token, |nic, wire| {
+        self.due = plane.with_wire(registry, self.token, |nic, wire| {
             nic.after_events(now, wire)
-        })
+        });
+        self.due
+    }
+
+    /// A PFC pause's expiry is spun for: the gate opens at the expiry, not a wake-up after it.
+    fn spin_ns(&self) -> u64 {
+        let expiry = lock(&self.plane).nic.pause_state().next_expiry();
+        match (expiry, self.due) {
+            (Some(expiry), Some(due)) if expiry <= due => PAUSE_SPIN_NS,
+            _ => 0,
+        }
     }
 
     fn running(&self) -> bool {

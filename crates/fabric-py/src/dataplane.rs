@@ -354,6 +354,13 @@ impl Agent for HostPair {
         self.nic.finish(registry);
         self.python.finish(registry);
     }
+
+    fn spin_ns(&self) -> u64 {
+        match (self.nic_due, self.python_due) {
+            (Some(nic), python) if python.is_none_or(|python| nic <= python) => self.nic.spin_ns(),
+            _ => 0,
+        }
+    }
 }
 
 /// Every kind of agent a data-plane process serves.
@@ -401,6 +408,12 @@ impl Agent for WorkerAgent {
             WorkerAgent::Python(agent) => agent.finish(registry),
             WorkerAgent::Switch(agent) => agent.finish(registry),
             WorkerAgent::Host(agent) => agent.finish(registry),
+        }
+    }
+    fn spin_ns(&self) -> u64 {
+        match self {
+            WorkerAgent::Host(agent) => agent.spin_ns(),
+            WorkerAgent::Python(_) | WorkerAgent::Switch(_) => 0,
         }
     }
 }
