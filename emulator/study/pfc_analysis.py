@@ -21,7 +21,10 @@ Three measurements, all for one priority (3, the lossless one, unless told):
   the switch took longer than a frame time to react.  A veth's capture
   stamps a frame when its first bit would leave; its last bit arrives its
   time on the wire later (at the link rate), and a switch can act on it only
-  then, so that time is counted from (with the link's rate given).
+  then, so that time is counted from (with the link's rate given).  A wire
+  carries one frame at a time: a frame the sender's qdisc let go before the
+  one ahead had left the wire (HTB lets a burst go at once) starts when it
+  has, as the switch times it (``Link::arrive_whole``).
 * **Reaction** (:func:`reactions`), on a host NIC's capture: for each XOFF
   that arrives, the data frames the host still sent before its traffic of
   that priority stops (a gap of more than ``gap_ns``), their bytes, and the
@@ -174,8 +177,9 @@ class Generation:
 def generation_delays(frames: Sequence[Frame], priority: int = 3, rate_bps: int | None = None) -> list[Generation]:
     """Per XOFF sent by the captured switch port, the time from the last data
     frame the port received (addressed to the XOFF's sender) before it: from
-    its last bit, its length's time at ``rate_bps`` after its capture stamp
-    (None: from the stamp).
+    its last bit, its length's time at ``rate_bps`` after its capture stamp or
+    after the last bit of the frame ahead of it, whichever is later (None:
+    from the stamp).
 
     The port is recognised as the sender of the PFC frames; an XOFF with no
     earlier data frame is skipped.
@@ -183,8 +187,12 @@ def generation_delays(frames: Sequence[Frame], priority: int = 3, rate_bps: int 
     data: dict[str, list[int]] = {}
     for frame in frames:
         if is_data(frame, priority):
-            whole = frame.time_ns + (frame.length * 8_000_000_000 // rate_bps if rate_bps else 0)
-            data.setdefault(frame.dst, []).append(whole)
+            wholes = data.setdefault(frame.dst, [])
+            if rate_bps:
+                start = max(frame.time_ns, wholes[-1]) if wholes else frame.time_ns
+                wholes.append(start + frame.length * 8_000_000_000 // rate_bps)
+            else:
+                wholes.append(frame.time_ns)
     generations = []
     for xoff in xoff_frames(frames, priority):
         received = data.get(xoff.src, [])

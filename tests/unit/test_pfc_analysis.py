@@ -119,6 +119,10 @@ def _check_link(frames) -> None:
     rate = DATA_LEN * 8_000_000_000 // (20 * US)  # a data frame takes 20 us on the wire
     assert [g.delay_ns for g in pa.generation_delays(frames, 3, rate)] == [50 * US, 40 * US]
 
+    # A burst: the veth handed 480's frame over 5 us after 475's, but a wire delivers it whole one frame time
+    # after that one: the XOFF at 550 is 35 us after its last bit (515), not 50.
+    burst = _frames([_data(0), _data(475), _data(480), _pfc(550, 65535)])
+    assert [g.delay_ns for g in pa.generation_delays(burst, 3, rate)] == [35 * US]
     first, second = pa.reactions(frames, 3, gap_ns=750 * US)
     assert first.stopped and first.end_ns == _ns(3000)
     assert (first.leaked_frames, first.leaked_bytes, first.reaction_ns) == (1, DATA_LEN, 170 * US)

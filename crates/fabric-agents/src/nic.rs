@@ -21,7 +21,7 @@ use fabric_core::wire::mac::ETH_LEN;
 use fabric_core::wire::pfc::{ETHERTYPE_MAC_CONTROL, PRIORITIES};
 use fabric_core::wire::roce::ROCE_PORT;
 use fabric_io::event_loop::{Agent, Registry};
-use fabric_io::io::clock::{monotonic_ns, realtime_ns};
+use fabric_io::io::clock::StampClock;
 use fabric_io::io::mapped::MappedFile;
 use fabric_io::io::netlink::RouteSocket;
 use fabric_io::io::packet::{attach_filter, no_buffer, Batch, Insn, PacketSocket};
@@ -56,9 +56,7 @@ const ETH_P_IP: u16 = 0x0800;
 
 /// The PFC socket's buffer: MAC control frames are 64 bytes and come a few at a time.
 const PFC_BUFFER: usize = 64 << 10;
-/// A PFC frame read more than this after its time stamp is taken as read now: a clock stepped meanwhile.
-const PFC_STAMP_WINDOW_NS: u64 = 1_000_000_000;
-/// MAC control frames read per wake-up, one at a time (each with its time stamp).
+/// MAC control frames read per call (the loop comes back while more wait).
 const PFC_BATCH: usize = 16;
 /// How long before a PFC pause's expiry the loop stops sleeping: a sleeping loop wakes 30 to 80 us after its
 /// timer here, which on a 2 ms pause is 2 to 4% more hold than the switch asked.
@@ -216,7 +214,7 @@ impl NicPlane {
             (socket, Some(sink))
         };
         let pfc = PacketSocket::open(ifname, ETHERTYPE_MAC_CONTROL, 0, PFC_BUFFER)?;
-        pfc.last_receive_ns(); // the first ask turns the kernel's receive time stamps on
+        pfc.stamp_frames()?;
         Ok(NicPlane {
             nic,
             socket,
@@ -226,7 +224,7 @@ impl NicPlane {
             stopped: false,
             stall: None,
             pfc,
-            pfc_batch: Batch::new(1, 128),
+            pfc_batch: Batch::new(PFC_BATCH, 128),
             ifname: ifname.to_string(),
             gates: None,
             gate_failures: GateFailures::default(),
@@ -312,23 +310,13 @@ impl NicPlane {
     /// Reads the MAC control frames waiting (up to a batch), each at its arrival: the kernel's time stamp on
     /// the loop's clock, at most `now`.
     fn receive_pfc(&mut self, now: u64) {
-        let clocks = match (monotonic_ns(), realtime_ns()) {
-            (Ok(mono), Ok(real)) => Some((mono, real)),
-            _ => None,
-        };
-        for _ in 0..PFC_BATCH {
-            match self.pfc.receive(&mut self.pfc_batch) {
-                Ok(1) => {}
-                _ => break, // none left, or ENETDOWN (the link was taken down)
-            }
-            let arrival = match (clocks, self.pfc.last_receive_ns()) {
-                (Some((mono, real)), Some(stamp)) => {
-                    mono.saturating_sub(real.saturating_sub(stamp))
-                }
-                _ => now,
-            };
-            let arrival = arrival.clamp(now.saturating_sub(PFC_STAMP_WINDOW_NS), now);
-            if let Some(frame) = self.pfc_batch.frame(0) {
+        // none, or ENETDOWN (the link was taken down): nothing to read
+        let count = self.pfc.receive(&mut self.pfc_batch).unwrap_or(0);
+        let clock = StampClock::read().ok();
+        for index in 0..count {
+            let arrival =
+                clock.map_or(now, |clock| clock.arrival(self.pfc_batch.stamp(index), now));
+            if let Some(frame) = self.pfc_batch.frame(index) {
                 self.nic.receive_pfc(arrival, frame);
             }
         }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use fabric_core::agent::switch::{Sent, Switch, Wires, OCCUPANCY_HEADER};
 use fabric_io::event_loop::{Agent, Registry};
-use fabric_io::io::clock::realtime_ns;
+use fabric_io::io::clock::StampClock;
 use fabric_io::io::packet::{Batch, PacketSocket, ETH_P_ALL};
 use fabric_io::io::poll::{Ready, READABLE, WRITABLE};
 
@@ -28,6 +28,9 @@ const BATCH: usize = 64;
 const MAX_SLOT: usize = 65_535 + 14;
 /// Occupancy rows kept before they are written out.
 const OCCUPANCY_FLUSH: usize = 64 << 10;
+/// How long before the last bit of a frame that sends an XOFF the loop stops sleeping: a sleeping loop wakes
+/// 30 to 80 us after its timer here, and PFC generation is to take 20 us at the median.
+const XOFF_SPIN_NS: u64 = 100_000;
 
 /// One port's sockets: data, and control frames in the highest tc class.
 struct PortSockets {
@@ -40,7 +43,6 @@ pub struct SwitchPlane {
     switch: Switch,
     sockets: Vec<PortSockets>,
     batch: Batch,
-    first: Batch,
     occupancy: File,
     kernel_drops: Vec<u64>,
     stopped: bool,
@@ -102,7 +104,7 @@ impl SwitchPlane {
                 SEND_FRAMES.saturating_mul(max_frame),
                 RECV_BUFFER,
             )?;
-            data.last_receive_ns(); // the first ask turns the kernel's receive time stamps on
+            data.stamp_frames()?;
             let control = PacketSocket::open_sender(ifname, control_priority)?;
             sockets.push(PortSockets { data, control });
         }
@@ -121,7 +123,6 @@ impl SwitchPlane {
             sockets,
             switch,
             batch: Batch::new(BATCH, slot),
-            first: Batch::new(1, slot),
             occupancy: file,
             stopped: false,
         })
@@ -197,47 +198,39 @@ impl SwitchPlane {
         f(&mut self.switch, &mut wires)
     }
 
-    /// Reads the frames waiting on `port` (up to a batch) and hands them to the switch (which processes
-    /// each at its last bit's time: a deadline).
+    /// Reads the frames waiting on `port` (up to a batch) and hands them to the switch, each with its kernel
+    /// receive time (the switch processes it at its last bit's time: a deadline).
     fn receive(&mut self, port: usize, now: u64) {
         let SwitchPlane {
             switch,
             sockets,
             batch,
-            first,
             ..
         } = self;
         let Some(socket) = sockets.get_mut(port) else {
             return;
         };
-        let cut = batch.truncated + first.truncated;
-        // The processing lag: the kernel's receive time of a batch's first frame (it waited longest) to now.
-        let lag_first = switch.lag_due(port, now);
-        let received = if lag_first {
-            socket.data.receive(first)
-        } else {
-            socket.data.receive(batch)
-        };
-        let lag_stamp = if lag_first {
-            socket.data.last_receive_ns()
-        } else {
-            None
-        };
-        match received {
+        let cut = batch.truncated;
+        match socket.data.receive(batch) {
             Err(_) => switch.link_error(port), // ENETDOWN: the link was taken down; nothing to read
             Ok(count) => {
-                if let (Some(stamp), Ok(clock)) = (lag_stamp, realtime_ns()) {
-                    switch.add_lag(port, clock.saturating_sub(stamp));
+                let clock = StampClock::read().ok();
+                // The processing lag: the kernel's receive time of a batch's first frame (it waited longest) to
+                // now.
+                if let (Some(clock), Some(stamp)) = (clock, batch.stamp(0)) {
+                    if switch.lag_due(port, now) {
+                        switch.add_lag(port, clock.age(stamp));
+                    }
                 }
-                let frames = if lag_first { &*first } else { &*batch };
                 for index in 0..count {
-                    if let Some(frame) = frames.frame(index) {
-                        switch.receive(now, port, frame);
+                    let arrival = clock.map_or(now, |clock| clock.arrival(batch.stamp(index), now));
+                    if let Some(frame) = batch.frame(index) {
+                        switch.receive(arrival, port, frame);
                     }
                 }
             }
         }
-        let now_cut = batch.truncated + first.truncated;
+        let now_cut = batch.truncated;
         if now_cut > cut {
             switch.too_long(port, now_cut - cut);
         }
@@ -247,6 +240,8 @@ impl SwitchPlane {
 /// The loop's agent of one switch.
 pub struct SwitchDriver {
     plane: Arc<Mutex<SwitchPlane>>,
+    /// The deadline its last `after_events` gave.
+    due: Option<u64>,
 }
 
 impl SwitchDriver {
@@ -261,7 +256,7 @@ impl SwitchDriver {
                 registry.watch(sockets.data.as_raw_fd(), port as u32, READABLE)?;
             }
         }
-        Ok(SwitchDriver { plane })
+        Ok(SwitchDriver { plane, due: None })
     }
 }
 
@@ -290,7 +285,19 @@ impl Agent for SwitchDriver {
         if plane.switch.occupancy_len() > OCCUPANCY_FLUSH {
             let _ = plane.write_occupancy(); // a full disk loses rows, not frames
         }
+        self.due = deadline;
         deadline
+    }
+
+    /// A frame's last bit that sends an XOFF is spun for.
+    fn spin_ns(&self) -> u64 {
+        let plane = lock(&self.plane);
+        match (plane.switch.next_arrival(), self.due) {
+            (Some(arrival), Some(due)) if arrival <= due && plane.switch.next_arrival_pauses() => {
+                XOFF_SPIN_NS
+            }
+            _ => 0,
+        }
     }
 
     fn running(&self) -> bool {

@@ -413,7 +413,8 @@ impl Agent for WorkerAgent {
     fn spin_ns(&self) -> u64 {
         match self {
             WorkerAgent::Host(agent) => agent.spin_ns(),
-            WorkerAgent::Python(_) | WorkerAgent::Switch(_) => 0,
+            WorkerAgent::Switch(agent) => agent.spin_ns(),
+            WorkerAgent::Python(_) => 0,
         }
     }
 }

@@ -247,6 +247,9 @@ pub struct Switch {
     /// Whether the timer armed is a link's (judged late against a frame time) or the lazy sample's.
     link_timer: bool,
     timer_lateness: Durations,
+    /// The latest time a batch of the loop ended at: every frame processed so far was processed by then, so
+    /// an arrival is never taken earlier (frames are processed in time order).
+    clock: u64,
     next_id: u64,
     spare: Vec<Vec<u8>>,
     ib_ports: Vec<usize>,
@@ -330,6 +333,7 @@ impl Switch {
             occupancy: String::new(),
             link_timer: true,
             timer_lateness: Durations::new(),
+            clock: 0,
             next_id: 0,
             spare: Vec::new(),
             ib_ports: Vec::new(),
@@ -339,8 +343,10 @@ impl Switch {
 
     // --- what the driver calls -----------------------------------------------------------------------------
 
-    /// A frame came in on `port` at `now`: processed once its last bit would have arrived (its time on the
-    /// wire at the port's rate after the kernel handed it over, and the link's delay), at a deadline.
+    /// A frame came in on `port` at `arrival` (the kernel's receive time): processed once its last bit would
+    /// have arrived (its time on the wire at the port's rate after the kernel handed it over, and the link's
+    /// delay), at a deadline, however late the switch read it. An arrival before the end of the loop's last
+    /// batch counts from then.
     ///
     /// A veth hands a frame over when the sender's qdisc lets it go, a frame's time before a wire would have
     /// delivered it whole. Processed at once, a frame that crossed a PFC threshold paused its sender before
@@ -348,10 +354,11 @@ impl Switch {
     /// the headroom; every pause cycle of an incast then took one frame less, and the emulator sent 1.6
     /// times the simulator's PFC frames (docs/performance.md). A switch stores a frame whole before it
     /// forwards it, as the simulated one does.
-    pub fn receive(&mut self, now: u64, port: usize, bytes: &[u8]) {
+    pub fn receive(&mut self, arrival: u64, port: usize, bytes: &[u8]) {
         let frame = self.frame_of(bytes);
+        let arrival = arrival.max(self.clock);
         match self.ports.get_mut(port) {
-            Some(p) => p.link.arrive_whole(now, bytes.len(), frame),
+            Some(p) => p.link.arrive_whole(arrival, bytes.len(), frame),
             None => self.recycle(frame),
         }
     }
@@ -362,6 +369,26 @@ impl Switch {
             .iter()
             .filter_map(|p| p.link.arrivals().front().map(|&(due, _)| due))
             .min()
+    }
+
+    /// Whether the first frame received and not yet processed would pause its sender once processed: the
+    /// driver does not sleep through its last bit, so that the XOFF leaves at that bit.
+    pub fn next_arrival_pauses(&self) -> bool {
+        let first = self
+            .ports
+            .iter()
+            .enumerate()
+            .filter_map(|(index, p)| {
+                p.link
+                    .arrivals()
+                    .front()
+                    .map(|(due, frame)| (*due, index, frame))
+            })
+            .min_by_key(|&(due, index, _)| (due, index));
+        first.is_some_and(|(_, index, frame)| {
+            let priority = priority(&frame.bytes).unwrap_or(0).min(PRIORITIES - 1);
+            self.mmu.would_pause(index, priority, frame.bytes.len())
+        })
     }
 
     /// The port whose first frame received and not yet processed is due first, if one is due by `now`.
@@ -447,6 +474,7 @@ impl Switch {
     /// what a control request decided too), an occupancy sample taken if one is due, the IB flow-control
     /// packets due sent; the next deadline (never before `now`).
     pub fn after_events(&mut self, now: u64, wires: &mut impl Wires) -> Option<u64> {
+        self.clock = self.clock.max(now);
         self.release_sent(now);
         self.send_pfc_decided(wires);
         if self.next_sample != 0 && now >= self.next_sample {
@@ -1218,6 +1246,46 @@ mod tests {
         assert_eq!(w.sent[1].len(), 1);
         assert_eq!(s.timer_lateness().count(), 2);
         assert_eq!(s.timer_lateness().max_ns(), 3 * US);
+    }
+
+    #[test]
+    fn an_arrival_counts_from_its_stamp_but_never_before_the_loops_last_batch() {
+        let (mut s, mut w) = (switch(0), Memory::new(3));
+        s.after_events(500 * US, &mut w); // the loop's last batch ended at 500 us
+        s.receive(620 * US, 0, &udp(2, 100, 0)); // read later than it came: due 8 us after it came
+        assert_eq!(
+            s.after_events(650 * US, &mut w),
+            Some(650 * US),
+            "already whole: now"
+        );
+        s.deadline(650 * US, 650 * US, &mut w);
+        assert_eq!(w.sent[1].len(), 1);
+        s.receive(300 * US, 1, &udp(1, 100, 0)); // stamped before the last batch ended
+        assert_eq!(s.next_arrival(), Some(658 * US));
+    }
+
+    #[test]
+    fn the_frame_whose_last_bit_sends_the_xoff_is_named_before_it_is_processed() {
+        let (mut s, mut w) = (switch(0), Memory::new(3));
+        w.full[2] = true; // h3's link is busy: the queue builds
+        let frame = udp_on(0, 3, 1000, LOSSLESS as u8);
+        let mut now = 0;
+        while !s.next_arrival_pauses() {
+            assert!(now < 1_000 * US, "no frame ever crosses the XOFF threshold");
+            s.receive(now, 0, &frame);
+            if s.next_arrival_pauses() {
+                break;
+            }
+            let due = s.after_events(now, &mut w).unwrap();
+            s.deadline(due, due, &mut w);
+            now = due;
+        }
+        assert!(w.control[0].is_empty(), "named before its XOFF");
+        let due = s.after_events(now, &mut w).unwrap();
+        s.deadline(due, due, &mut w);
+        s.after_events(due, &mut w);
+        assert_eq!(w.control[0].len(), 1, "its last bit sent the XOFF");
+        assert!(!s.next_arrival_pauses());
     }
 
     #[test]

@@ -428,18 +428,15 @@ impl<F: MmuFrame> Mmu<F> {
             return Ok(false);
         }
         let size = i64::try_from(frame.size()).unwrap_or(i64::MAX);
-        let reserve = self.config.reserve;
-        let ing = &self.ingress[ingress];
-        let used = ing.used[priority];
-        let before = (used - ing.headroom[priority] - reserve).max(0);
-        let shared_after = (used.saturating_add(size) - ing.headroom[priority] - reserve).max(0);
-        let mut grow = shared_after - before;
-        let fits = grow == 0
-            || (shared_after <= self.threshold()
-                && self.shared_used.saturating_add(grow) <= self.pool);
+        let used = self.ingress[ingress].used[priority];
+        let Admission {
+            mut grow,
+            fits,
+            at_threshold,
+        } = self.admission(ingress, priority, size);
         if self.config.lossless.contains(priority) {
             if fits {
-                if grow != 0 && shared_after >= self.threshold() {
+                if at_threshold {
                     self.xoff(now, ingress, priority);
                 }
             } else if self.ingress[ingress].headroom[priority].saturating_add(size)
@@ -487,6 +484,37 @@ impl<F: MmuFrame> Mmu<F> {
             }
         }
         Ok(true)
+    }
+
+    /// What admitting `size` bytes from `ingress` at `priority` would do to the shared pool (both checked).
+    fn admission(&self, ingress: usize, priority: usize, size: i64) -> Admission {
+        let reserve = self.config.reserve;
+        let ing = &self.ingress[ingress];
+        let used = ing.used[priority];
+        let before = (used - ing.headroom[priority] - reserve).max(0);
+        let shared_after = (used.saturating_add(size) - ing.headroom[priority] - reserve).max(0);
+        let grow = shared_after - before;
+        let threshold = self.threshold();
+        Admission {
+            grow,
+            fits: grow == 0
+                || (shared_after <= threshold
+                    && self.shared_used.saturating_add(grow) <= self.pool),
+            at_threshold: grow != 0 && shared_after >= threshold,
+        }
+    }
+
+    /// Whether a frame of `size` bytes from `ingress` at `priority`, admitted now, would pause its sender (an
+    /// XOFF not already sent): the emulated switch does not sleep through that frame's last bit.
+    pub fn would_pause(&self, ingress: usize, priority: usize, size: usize) -> bool {
+        if self.check(ingress, priority).is_err()
+            || !self.config.lossless.contains(priority)
+            || self.ingress[ingress].xoff[priority]
+        {
+            return false;
+        }
+        let admission = self.admission(ingress, priority, i64::try_from(size).unwrap_or(i64::MAX));
+        !admission.fits || admission.at_threshold
     }
 
     /// RED's ramp on `queued` egress bytes: whether to mark the arriving frame (a draw only on the ramp).
@@ -855,6 +883,14 @@ fn empty_queues<F>() -> [PortQueue<F>; PRIORITIES] {
     })
 }
 
+/// A frame's admission against the shared pool: what it adds to it, whether that fits under the threshold
+/// and the pool, and whether it reaches the threshold (a lossless priority's XOFF).
+struct Admission {
+    grow: i64,
+    fits: bool,
+    at_threshold: bool,
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -936,6 +972,30 @@ pub(crate) mod tests {
         }
         assert_eq!((m.shared_used(), m.ingress_bytes(0, LOSSLESS)), (0, 0));
         assert_eq!(m.next_deadline(), None);
+    }
+
+    #[test]
+    fn would_pause_names_the_frame_that_sends_the_xoff_and_no_other() {
+        let mut m = mmu(config());
+        for _ in 0..5 {
+            assert!(!m.would_pause(0, LOSSLESS, FRAME));
+            m.enqueue(0, 0, 3, LOSSLESS, vec![0; FRAME]).unwrap();
+        }
+        assert!(
+            m.would_pause(0, LOSSLESS, FRAME),
+            "the sixth sends the XOFF"
+        );
+        assert!(
+            !m.would_pause(0, 1, FRAME),
+            "a lossy priority is never paused"
+        );
+        assert!(!m.would_pause(9, LOSSLESS, FRAME) && !m.would_pause(0, PRIORITIES, FRAME));
+        m.enqueue(100, 0, 3, LOSSLESS, vec![0; FRAME]).unwrap();
+        assert_eq!(taken(&mut m).len(), 1);
+        assert!(
+            !m.would_pause(0, LOSSLESS, FRAME),
+            "paused already: no new XOFF"
+        );
     }
 
     #[test]

@@ -17,8 +17,10 @@ pub const ETH_P_ALL: u16 = 0x0003;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 /// `linux/if_packet.h`: the socket's receive statistics (`struct tpacket_stats`), reset by each read.
 const PACKET_STATISTICS: libc::c_int = 6;
-/// `linux/sockios.h`: the kernel's receive time stamp of the last frame read.
-const SIOCGSTAMPNS: libc::c_ulong = 0x8907;
+/// Control-message room per frame: one `SCM_TIMESTAMPNS` (a 16-byte header and a timespec), with slack.
+const CONTROL_SPACE: usize = 64;
+/// `cmsghdr`'s length field, level and type, before its data (8-byte aligned on Linux's 64-bit ABI).
+const CMSG_HEADER: usize = size_of::<usize>() + 2 * size_of::<libc::c_int>();
 
 /// Frames received by one call: `count` frames, each in a slot of `slot` bytes of `data`.
 pub struct Batch {
@@ -26,10 +28,13 @@ pub struct Batch {
     slot: usize,
     lens: Vec<usize>,
     count: usize,
+    /// Each frame's kernel receive time (ns of `CLOCK_REALTIME`), on a socket that stamps them.
+    stamps: Vec<Option<u64>>,
     /// Frames longer than a slot, cut by the kernel and left out of the batch.
     pub truncated: u64,
     iovecs: Vec<libc::iovec>,
     headers: Vec<libc::mmsghdr>,
+    control: Vec<u8>,
 }
 
 // SAFETY: the raw pointers in `iovecs` and `headers` point into the batch's own `data` and vectors only during
@@ -46,10 +51,21 @@ impl Batch {
             slot,
             lens: vec![0; frames],
             count: 0,
+            stamps: vec![None; frames],
             truncated: 0,
             iovecs: Vec::with_capacity(frames),
             headers: Vec::with_capacity(frames),
+            control: vec![0; frames.saturating_mul(CONTROL_SPACE)],
         }
+    }
+
+    /// When the kernel received frame `index` (ns of `CLOCK_REALTIME`), on a socket that stamps each frame
+    /// ([`PacketSocket::stamp_frames`]).
+    pub fn stamp(&self, index: usize) -> Option<u64> {
+        if index >= self.count {
+            return None;
+        }
+        self.stamps.get(index).copied().flatten()
     }
 
     /// Frame `index` of the batch, if there is one.
@@ -239,25 +255,9 @@ impl PacketSocket {
         Ok(u64::from(stats[1]))
     }
 
-    /// When the kernel received the frame last read (ns of `CLOCK_REALTIME`), or `None` before the first. The
-    /// first ask turns the kernel's receive time stamps on for the socket.
-    pub fn last_receive_ns(&self) -> Option<u64> {
-        let mut stamp = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: SIOCGSTAMPNS writes one timespec through the pointer, which points to a live, writable one.
-        let rc = unsafe { libc::ioctl(self.fd.as_raw_fd(), SIOCGSTAMPNS as _, &mut stamp) };
-        if rc < 0 {
-            return None;
-        }
-        let seconds = u64::try_from(stamp.tv_sec).ok()?;
-        let nanoseconds = u64::try_from(stamp.tv_nsec).ok()?;
-        Some(
-            seconds
-                .saturating_mul(1_000_000_000)
-                .saturating_add(nanoseconds),
-        )
+    /// From now on every frame received comes with the kernel's receive time stamp ([`Batch::stamp`]).
+    pub fn stamp_frames(&self) -> io::Result<()> {
+        self.set_int(libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
     }
 
     /// Receives the frames waiting, up to the batch's room, without waiting for more: how many (0: none).
@@ -272,10 +272,19 @@ impl PacketSocket {
             });
         }
         headers_over(&mut batch.iovecs, &mut batch.headers);
+        for (header, control) in batch
+            .headers
+            .iter_mut()
+            .zip(batch.control.chunks_exact_mut(CONTROL_SPACE))
+        {
+            header.msg_hdr.msg_control = control.as_mut_ptr().cast();
+            header.msg_hdr.msg_controllen = CONTROL_SPACE;
+        }
         let room = u32::try_from(batch.headers.len()).unwrap_or(u32::MAX);
         // SAFETY: every header points to one iovec of `batch.iovecs`, each to its own slot of `batch.data`, of
-        // the length given; all of them live, unmoved and otherwise unborrowed until the call returns. The
-        // kernel writes at most `room` headers and each slot's bytes; no time-out pointer.
+        // the length given, and to its own `CONTROL_SPACE` bytes of `batch.control`; all of them live, unmoved
+        // and otherwise unborrowed until the call returns. The kernel writes at most `room` headers, each
+        // slot's bytes and each control area's; no time-out pointer.
         let rc = unsafe {
             libc::recvmmsg(
                 self.fd.as_raw_fd(),
@@ -301,6 +310,13 @@ impl PacketSocket {
             }
             if let Some(kept_len) = batch.lens.get_mut(kept) {
                 *kept_len = len;
+            }
+            let control = batch
+                .control
+                .get(at * CONTROL_SPACE..)
+                .and_then(|area| area.get(..header.msg_hdr.msg_controllen.min(CONTROL_SPACE)));
+            if let Some(stamp) = batch.stamps.get_mut(kept) {
+                *stamp = control.and_then(receive_stamp);
             }
             kept += 1;
         }
@@ -452,6 +468,34 @@ pub fn no_buffer(error: &io::Error) -> bool {
     error.raw_os_error() == Some(libc::ENOBUFS)
 }
 
+/// The `SCM_TIMESTAMPNS` among one frame's control messages, in ns.
+fn receive_stamp(control: &[u8]) -> Option<u64> {
+    let mut at = 0;
+    while let Some(header) = control.get(at..at + CMSG_HEADER) {
+        let (len, rest) = header.split_at(size_of::<usize>());
+        let len = usize::from_ne_bytes(len.try_into().ok()?);
+        let level = libc::c_int::from_ne_bytes(rest.get(..4)?.try_into().ok()?);
+        let kind = libc::c_int::from_ne_bytes(rest.get(4..8)?.try_into().ok()?);
+        if level == libc::SOL_SOCKET && kind == libc::SCM_TIMESTAMPNS {
+            let data = control.get(at + CMSG_HEADER..at + CMSG_HEADER + 16)?;
+            let seconds =
+                u64::try_from(i64::from_ne_bytes(data.get(..8)?.try_into().ok()?)).ok()?;
+            let nanoseconds =
+                u64::try_from(i64::from_ne_bytes(data.get(8..)?.try_into().ok()?)).ok()?;
+            return Some(
+                seconds
+                    .saturating_mul(1_000_000_000)
+                    .saturating_add(nanoseconds),
+            );
+        }
+        if len < CMSG_HEADER {
+            return None;
+        }
+        at += len.div_ceil(8) * 8;
+    }
+    None
+}
+
 fn taken(rc: libc::c_int) -> io::Result<usize> {
     if rc >= 0 {
         return Ok(usize::try_from(rc).unwrap_or(0));
@@ -490,6 +534,34 @@ mod tests {
         assert_eq!(batch.frame(0), Some(&[0u8, 0, 0][..]));
         assert_eq!(batch.frame(1), Some(&[7u8; 16][..]));
         assert_eq!(batch.frame(2), None);
+    }
+
+    fn cmsg(level: libc::c_int, kind: libc::c_int, data: &[u8]) -> Vec<u8> {
+        let mut message = (CMSG_HEADER + data.len()).to_ne_bytes().to_vec();
+        message.extend_from_slice(&level.to_ne_bytes());
+        message.extend_from_slice(&kind.to_ne_bytes());
+        message.extend_from_slice(data);
+        message.resize(message.len().div_ceil(8) * 8, 0);
+        message
+    }
+
+    #[test]
+    fn the_receive_stamp_is_found_among_control_messages() {
+        let stamp = [3i64.to_ne_bytes(), 250i64.to_ne_bytes()].concat();
+        let other = cmsg(libc::SOL_PACKET, 8, &[1, 2, 3, 4, 5]); // PACKET_AUXDATA-like, padded
+        let ours = cmsg(libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS, &stamp);
+        assert_eq!(
+            receive_stamp(&[other.clone(), ours.clone()].concat()),
+            Some(3_000_000_250)
+        );
+        assert_eq!(receive_stamp(&other), None);
+        assert_eq!(receive_stamp(&ours[..ours.len() - 1]), None, "cut short");
+        assert_eq!(receive_stamp(&[0; 40]), None, "a zero length ends the walk");
+        let negative = [(-1i64).to_ne_bytes(), 0i64.to_ne_bytes()].concat();
+        assert_eq!(
+            receive_stamp(&cmsg(libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS, &negative)),
+            None
+        );
     }
 
     #[test]
