@@ -222,10 +222,15 @@ class GateRequests(NamedTuple):
     kick: bytes
 
 
+def _open_rate(rate_bps: int) -> int:
+    """An open gate's TBF rate, in bytes/s: never the bottleneck (HTB shapes)."""
+    return max(rate_bps // 8, 1) * OPEN_RATE_FACTOR
+
+
 def gate_requests(ifindex: int, rate_bps: int, mtu: int, src_mac: str, dst_mac: str) -> GateRequests:
     """The gate changes of the NIC ``ifindex`` (from ``src_mac``, its switch port ``dst_mac``) at ``rate_bps``."""
     burst = mtu + 14
-    rate = max(rate_bps // 8, 1) * OPEN_RATE_FACTOR
+    rate = _open_rate(rate_bps)
     header = mac_bytes(dst_mac) + mac_bytes(src_mac) + struct.pack("!H", CONTROL_ETHERTYPE)
     return GateRequests(
         close=[encode_tbf(ifindex, p, CLOSED_RATE, burst) for p in range(PRIORITIES)],
@@ -248,8 +253,7 @@ class PauseGates:
     def __init__(self, netns: str, ifname: str, ifindex: int, rate_bps: int, mtu: int,
                  src_mac: str, dst_mac: str) -> None:
         self.ifname = ifname
-        rate = max(rate_bps // 8, 1) * OPEN_RATE_FACTOR
-        self._create = [encode_tbf(ifindex, p, rate, mtu + 14, create=True) for p in range(PRIORITIES)]
+        self._create = [encode_tbf(ifindex, p, _open_rate(rate_bps), mtu + 14, create=True) for p in range(PRIORITIES)]
         self._close, self._open, self._gate_frames, self._kick = gate_requests(ifindex, rate_bps, mtu, src_mac, dst_mac)
         self._queues = [encode_gate_queue(ifindex, p) for p in range(PRIORITIES)]
         self._nl = open_route_socket(netns)

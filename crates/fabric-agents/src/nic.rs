@@ -113,7 +113,13 @@ impl Gates {
             ));
         };
         self.route.request(request)?;
-        self.sender.send(&[frame]).map(drop)
+        match self.sender.send(&[frame])? {
+            0 => Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "the gate's frame found the send queue full",
+            )),
+            _ => Ok(()),
+        }
     }
 }
 

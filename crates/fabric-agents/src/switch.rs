@@ -292,10 +292,8 @@ impl Agent for SwitchDriver {
     /// A frame's last bit that sends an XOFF is spun for.
     fn spin_ns(&self) -> u64 {
         let plane = lock(&self.plane);
-        match (plane.switch.next_arrival(), self.due) {
-            (Some(arrival), Some(due)) if arrival <= due && plane.switch.next_arrival_pauses() => {
-                XOFF_SPIN_NS
-            }
+        match (plane.switch.pausing_arrival(), self.due) {
+            (Some(arrival), Some(due)) if arrival <= due => XOFF_SPIN_NS,
             _ => 0,
         }
     }

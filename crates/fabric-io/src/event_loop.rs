@@ -363,6 +363,8 @@ mod tests {
         wanted: usize,
         got: usize,
         wake_at: Option<u64>,
+        /// How long before its deadline the loop polls instead of sleeping.
+        spin: u64,
     }
 
     impl Agent for Reader {
@@ -390,6 +392,9 @@ mod tests {
             let gone = registry.unwatch(self.stream.as_raw_fd()).is_ok();
             self.log.borrow_mut().push(format!("finish {gone}"));
         }
+        fn spin_ns(&self) -> u64 {
+            self.spin
+        }
     }
 
     /// A loop with one reader, watched as token 7; the stream's other end; the reader's log; and a stop set
@@ -409,6 +414,7 @@ mod tests {
             wanted,
             got: 0,
             wake_at,
+            spin: 0,
         });
         event_loop.registry(index).watch(fd, 7, READABLE).unwrap();
         let stop = event_loop.stop.clone();
@@ -443,30 +449,6 @@ mod tests {
         assert!(!event_loop.stop.load(Ordering::Relaxed));
     }
 
-    /// A reader whose deadline wakes the loop `.1` ns early, to poll up to it.
-    struct Spinner(Reader, u64);
-
-    impl Agent for Spinner {
-        fn ready(&mut self, token: u32, ready: Ready, now: u64, registry: &Registry<'_>) {
-            self.0.ready(token, ready, now, registry);
-        }
-        fn deadline(&mut self, deadline: u64, now: u64, registry: &Registry<'_>) {
-            self.0.deadline(deadline, now, registry);
-        }
-        fn after_events(&mut self, now: u64, registry: &Registry<'_>) -> Option<u64> {
-            self.0.after_events(now, registry)
-        }
-        fn running(&self) -> bool {
-            self.0.running()
-        }
-        fn finish(&mut self, registry: &Registry<'_>) {
-            self.0.finish(registry);
-        }
-        fn spin_ns(&self) -> u64 {
-            self.1
-        }
-    }
-
     #[test]
     fn a_spun_deadline_wakes_the_loop_early_and_is_served_at_its_time_not_before() {
         let (ours, _theirs) = UnixStream::pair().unwrap();
@@ -478,9 +460,10 @@ mod tests {
             wanted: 0,
             got: 0,
             wake_at: Some(deadline),
+            spin: 15_000_000,
         };
         let mut event_loop = EventLoop::new().unwrap();
-        let index = event_loop.add(Spinner(reader, 15_000_000));
+        let index = event_loop.add(reader);
         event_loop.after(index, 0);
         assert_eq!(event_loop.arm().unwrap(), None, "not yet in its spin");
         assert_eq!(event_loop.armed, Some(deadline - 15_000_000));
@@ -528,6 +511,7 @@ mod tests {
             wanted: 1,
             got: 0,
             wake_at: None,
+            spin: 0,
         };
         let mut event_loop = EventLoop::new().unwrap();
         let index = event_loop.add(Mover(reader, 0));

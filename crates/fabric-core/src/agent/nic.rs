@@ -530,7 +530,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
 
     /// Whether PFC holds any priority (the monitor's wire then idles by right).
     fn held(&self) -> bool {
-        (0..PRIORITIES).any(|priority| self.pause.is_paused(priority))
+        self.pause.next_expiry().is_some() // every priority paused has its expiry
     }
 
     /// The pauses that ran out by `now`: their gates open.

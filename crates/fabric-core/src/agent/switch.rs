@@ -368,10 +368,10 @@ impl Switch {
             .min()
     }
 
-    /// Whether the first frame received and not yet processed would pause its sender once processed: the
-    /// driver does not sleep through its last bit, so that the XOFF leaves at that bit.
-    pub fn next_arrival_pauses(&self) -> bool {
-        let first = self
+    /// When the first frame received and not yet processed is due, if it would pause its sender once
+    /// processed: the driver does not sleep through its last bit, so that the XOFF leaves at that bit.
+    pub fn pausing_arrival(&self) -> Option<u64> {
+        let (due, index, frame) = self
             .ports
             .iter()
             .enumerate()
@@ -381,11 +381,11 @@ impl Switch {
                     .front()
                     .map(|(due, frame)| (*due, index, frame))
             })
-            .min_by_key(|&(due, index, _)| (due, index));
-        first.is_some_and(|(_, index, frame)| {
-            let priority = priority(&frame.bytes).unwrap_or(0).min(PRIORITIES - 1);
-            self.mmu.would_pause(index, priority, frame.bytes.len())
-        })
+            .min_by_key(|&(due, index, _)| (due, index))?;
+        let priority = priority(&frame.bytes).unwrap_or(0).min(PRIORITIES - 1);
+        self.mmu
+            .would_pause(index, priority, frame.bytes.len())
+            .then_some(due)
     }
 
     /// The port whose first frame received and not yet processed is due first, if one is due by `now`.
@@ -1268,10 +1268,10 @@ mod tests {
         w.full[2] = true; // h3's link is busy: the queue builds
         let frame = udp_on(0, 3, 1000, LOSSLESS as u8);
         let mut now = 0;
-        while !s.next_arrival_pauses() {
+        while s.pausing_arrival().is_none() {
             assert!(now < 1_000 * US, "no frame ever crosses the XOFF threshold");
             s.receive(now, 0, &frame);
-            if s.next_arrival_pauses() {
+            if s.pausing_arrival().is_some() {
                 break;
             }
             let due = s.after_events(now, &mut w).unwrap();
@@ -1283,7 +1283,7 @@ mod tests {
         s.deadline(due, due, &mut w);
         s.after_events(due, &mut w);
         assert_eq!(w.control[0].len(), 1, "its last bit sent the XOFF");
-        assert!(!s.next_arrival_pauses());
+        assert_eq!(s.pausing_arrival(), None);
     }
 
     #[test]

@@ -3,6 +3,8 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+use crate::io::set_option;
+
 /// nlmsghdr: length, type, flags, sequence number, port.
 const HEADER: usize = 16;
 const NLMSG_ERROR: u16 = 2;
@@ -33,19 +35,7 @@ impl RouteSocket {
             tv_sec: 0,
             tv_usec: ACK_WAIT_US,
         };
-        // SAFETY: the option's value points to a live timeval, and its size is the one passed.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&wait as *const libc::timeval).cast(),
-                size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        set_option(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, &wait)?;
         Ok(RouteSocket {
             fd,
             seq: 0,
@@ -64,7 +54,7 @@ impl RouteSocket {
         let length = request
             .get(..4)
             .map(|l| u32::from_ne_bytes([l[0], l[1], l[2], l[3]]) as usize);
-        if flags & NLM_F_ACK == 0 || length != Some(request.len()) {
+        if request.len() < HEADER || flags & NLM_F_ACK == 0 || length != Some(request.len()) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "not one netlink message asking for an ACK",
@@ -165,5 +155,12 @@ mod tests {
         let error = socket.request(&request).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
         assert!(socket.request(&[1, 2]).is_err());
+        // its own length, ACK asked, but shorter than a header: refused, not a slice past its end
+        let mut short = 8u32.to_ne_bytes().to_vec();
+        short.extend_from_slice(&[0, 0, 4, 0]);
+        assert_eq!(
+            socket.request(&short).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
     }
 }

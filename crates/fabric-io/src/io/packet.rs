@@ -10,6 +10,7 @@ use std::mem::size_of;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::io::ring::RxRing;
+use crate::io::set_option;
 
 /// Every EtherType (`ETH_P_ALL`).
 pub const ETH_P_ALL: u16 = 0x0003;
@@ -192,17 +193,7 @@ impl PacketSocket {
     }
 
     fn set_int(&self, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
-        // SAFETY: the option's value points to a live c_int, and its size is the one passed.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                level,
-                name,
-                (&value as *const libc::c_int).cast(),
-                size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        check(rc)
+        set_option(self.fd.as_raw_fd(), level, name, &value)
     }
 
     fn bind(&self, index: libc::c_int, protocol: u16) -> io::Result<()> {
@@ -448,18 +439,13 @@ pub fn attach_filter(fd: BorrowedFd<'_>, program: &[Insn]) -> io::Result<()> {
         len: u16::try_from(code.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
         filter: code.as_mut_ptr(),
     };
-    // SAFETY: `fprog` points to `code`, live for the call, of the length it says; the kernel copies the program
-    // and keeps no pointer to it; the option's size is the struct's.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ATTACH_FILTER,
-            (&fprog as *const libc::sock_fprog).cast(),
-            size_of::<libc::sock_fprog>() as libc::socklen_t,
-        )
-    };
-    check(rc)
+    // `fprog` points to `code`, live for the call, of the length it says; the kernel copies the program.
+    set_option(
+        fd.as_raw_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_ATTACH_FILTER,
+        &fprog,
+    )
 }
 
 /// Whether a send's `error` is ENOBUFS: the device queue refused the frame for now, as a full socket buffer
@@ -491,7 +477,7 @@ fn receive_stamp(control: &[u8]) -> Option<u64> {
         if len < CMSG_HEADER {
             return None;
         }
-        at += len.div_ceil(8) * 8;
+        at = at.checked_add(len.checked_next_multiple_of(8)?)?;
     }
     None
 }
@@ -557,6 +543,13 @@ mod tests {
         assert_eq!(receive_stamp(&other), None);
         assert_eq!(receive_stamp(&ours[..ours.len() - 1]), None, "cut short");
         assert_eq!(receive_stamp(&[0; 40]), None, "a zero length ends the walk");
+        let mut huge = cmsg(libc::SOL_PACKET, 8, &[0; 8]);
+        huge[..size_of::<usize>()].copy_from_slice(&usize::MAX.to_ne_bytes());
+        assert_eq!(
+            receive_stamp(&huge),
+            None,
+            "a length past the end of memory ends it too"
+        );
         let negative = [(-1i64).to_ne_bytes(), 0i64.to_ne_bytes()].concat();
         assert_eq!(
             receive_stamp(&cmsg(libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS, &negative)),

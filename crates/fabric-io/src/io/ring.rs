@@ -9,6 +9,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{fence, Ordering};
 
 use crate::io::packet::PacketSocket;
+use crate::io::set_option;
 
 /// `linux/if_packet.h`.
 const PACKET_RX_RING: libc::c_int = 5;
@@ -78,26 +79,14 @@ impl RxRing {
         let blocks = slots.div_ceil(per_block).max(1);
         let slots = blocks * per_block;
         let fd = socket.as_raw_fd();
-        set_int(fd, PACKET_VERSION, TPACKET_V2)?;
+        set_option(fd, libc::SOL_PACKET, PACKET_VERSION, &TPACKET_V2)?;
         let request = TpacketReq {
             block_size: BLOCK as libc::c_uint,
             block_nr: libc::c_uint::try_from(blocks).unwrap_or(libc::c_uint::MAX),
             frame_size: slot as libc::c_uint,
             frame_nr: libc::c_uint::try_from(slots).unwrap_or(libc::c_uint::MAX),
         };
-        // SAFETY: the option's value points to a live tpacket_req, and its size is the one passed.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_PACKET,
-                PACKET_RX_RING,
-                (&request as *const TpacketReq).cast(),
-                std::mem::size_of::<TpacketReq>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        set_option(fd, libc::SOL_PACKET, PACKET_RX_RING, &request)?;
         let map_len = blocks * BLOCK;
         // SAFETY: a new shared mapping of the ring the kernel just made for `fd`, of its size; no address is
         // imposed, so nothing of ours is overwritten. The result is checked against MAP_FAILED.
@@ -196,23 +185,5 @@ impl Drop for RxRing {
         unsafe {
             libc::munmap(self.map.cast(), self.map_len);
         }
-    }
-}
-
-fn set_int(fd: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
-    // SAFETY: the option's value points to a live c_int, and its size is the one passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_PACKET,
-            name,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
     }
 }
