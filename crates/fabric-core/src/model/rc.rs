@@ -143,7 +143,7 @@ impl WrOpcode {
     }
 
     /// The completion opcode the requester reports for it.
-    fn completion(self) -> WcOpcode {
+    pub fn completion(self) -> WcOpcode {
         match self {
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
             WrOpcode::Send | WrOpcode::SendWithImm => WcOpcode::Send,
@@ -1711,25 +1711,20 @@ fn reset(out: &mut Packet, dest_qp: u32, psn: u32) {
     out.payload = payload;
 }
 
+/// Flat test memory for the transports' tests (RC's and UET's).
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
+pub(crate) mod test_memory {
+    use super::{AccessError, Memory};
 
-    const KEY: u32 = 1;
+    pub const KEY: u32 = 1;
     /// A second region right after the first, readable only (remote READ), for protection errors.
-    const READ_ONLY_KEY: u32 = 2;
-    const REGION: u64 = 1 << 16;
-    const QPN_A: u32 = 0x11;
-    const QPN_B: u32 = 0x2A;
-    const PSN_A: u32 = 0xFF_FFF0; // wraps the PSN space within a few packets
-    const PSN_B: u32 = 0x5000;
-
+    pub const READ_ONLY_KEY: u32 = 2;
+    pub const REGION: u64 = 1 << 16;
     /// Flat memory: `KEY` is `[0, REGION)` with every access, `READ_ONLY_KEY` is `[REGION, 2 REGION)`.
-    struct Flat(Vec<u8>);
+    pub struct Flat(pub Vec<u8>);
 
     impl Flat {
-        fn new(seed: u8) -> Self {
+        pub fn new(seed: u8) -> Self {
             Flat(
                 (0..2 * REGION)
                     .map(|i| (i as u8).wrapping_mul(31) ^ seed)
@@ -1737,7 +1732,7 @@ mod tests {
             )
         }
 
-        fn at(&self, addr: u64, len: u64) -> &[u8] {
+        pub fn at(&self, addr: u64, len: u64) -> &[u8] {
             &self.0[addr as usize..(addr + len) as usize]
         }
 
@@ -1799,6 +1794,18 @@ mod tests {
             self.0[start..start + data.len()].copy_from_slice(data);
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    use super::test_memory::{Flat, KEY, READ_ONLY_KEY, REGION};
+    const QPN_A: u32 = 0x11;
+    const QPN_B: u32 = 0x2A;
+    const PSN_A: u32 = 0xFF_FFF0; // wraps the PSN space within a few packets
+    const PSN_B: u32 = 0x5000;
 
     /// Two connected QPs with their memories, and what crossed the wire.
     struct Net {

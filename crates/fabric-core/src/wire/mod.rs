@@ -4,3 +4,4 @@ pub mod mac;
 pub mod pfc;
 pub mod roce;
 pub mod transport;
+pub mod uet;

@@ -340,7 +340,7 @@ impl Reader<'_> {
 }
 
 /// The 16-bit big-endian words of `data` summed, modulo 0xFFFF (ones'-complement arithmetic).
-fn ones_sum(data: &[u8]) -> u32 {
+pub(crate) fn ones_sum(data: &[u8]) -> u32 {
     let sum: u64 = data
         .chunks(2)
         .map(|word| u64::from(word[0]) << 8 | u64::from(word.get(1).copied().unwrap_or(0)))
@@ -490,7 +490,7 @@ struct Located {
 }
 
 /// A big-endian u16 at `at`; `None` past the frame's end.
-fn be16(frame: &[u8], at: usize) -> Option<u16> {
+pub(crate) fn be16(frame: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes(
         frame.get(at..at.checked_add(2)?)?.try_into().ok()?,
     ))
