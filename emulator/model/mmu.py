@@ -39,6 +39,7 @@ class MmuConfig:
     vl_buffer: int = 0  # --fabric ib: receive buffer per VL per port (the IB plane's, not the MMU's)
     fc_floor: int = FABRIC_MIN_INTERVAL_NS  # --fabric ib: the least time a grown credit grant waits for more
     pfcwd: WatchdogConfig | None = None  # the PFC watchdog of the lossless queues, or none
+    trim: bool = False  # --fabric uet: a lossy frame over its threshold goes on as its headers, at priority 6
 
     def shared_pool(self, ports: int) -> int:
         """Bytes left for sharing after every reserve and headroom: the compiled MMU's own sum."""

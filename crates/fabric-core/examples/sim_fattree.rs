@@ -54,6 +54,7 @@ fn mmu() -> MmuConfig {
         vl_buffer: 67_424,
         fc_floor: 500_000,
         pfcwd: None,
+        trim: false,
     }
 }
 

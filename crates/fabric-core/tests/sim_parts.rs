@@ -70,6 +70,7 @@ fn mmu_config(buffer: i64, headroom: i64, lossless: bool) -> MmuConfig {
         vl_buffer: 24_224,
         fc_floor: 500_000,
         pfcwd: None,
+        trim: false,
     }
 }
 

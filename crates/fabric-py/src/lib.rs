@@ -28,6 +28,7 @@ mod roce;
 mod rx_pipeline;
 mod sim;
 mod transport;
+mod uet;
 
 /// Each submodule's name and the function that fills it.
 type Register = fn(&Bound<'_, PyModule>) -> PyResult<()>;
@@ -36,6 +37,7 @@ const SUBMODULES: &[(&str, Register)] = &[
     ("pfc", pfc::register),
     ("transport", transport::register),
     ("roce", roce::register),
+    ("uet", uet::register),
     ("ib", ib::register),
     ("rdma_params", rdma_params::register),
     ("pause", pause::register),

@@ -11,6 +11,7 @@ use fabric_core::model::mmu as core;
 use fabric_core::model::pause::PrioritySet;
 use fabric_core::model::rng::CpythonRandom;
 use fabric_core::wire::pfc::PRIORITIES;
+use fabric_core::wire::uet;
 use pyo3::exceptions::{PyIndexError, PyValueError, PyZeroDivisionError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyFrozenSet, PyTuple};
@@ -48,6 +49,19 @@ impl core::MmuFrame for PyFrame {
             }
         })
     }
+
+    /// A new bytes object of the headers, as a trimming switch leaves them.
+    fn trim(&mut self) -> bool {
+        Python::attach(|py| {
+            let mut bytes = self.bytes.bind(py).as_bytes().to_vec();
+            if !uet::trim_in_place(&mut bytes) {
+                return false;
+            }
+            self.size = bytes.len();
+            self.bytes = PyBytes::new(py, &bytes).unbind();
+            true
+        })
+    }
 }
 
 /// Buffer, threshold, PFC, scheduling and ECN settings of one switch (frozen, compared by value).
@@ -62,7 +76,7 @@ impl MmuConfig {
     #[new]
     #[pyo3(signature = (buffer, reserve, headroom, alpha, threshold, xon_delta, lossless, quanta, strict, weights,
                         mtu_frame, ecn, kmin, kmax, pmax, vl_buffer = 0, fc_floor = FABRIC_MIN_INTERVAL_NS,
-                        pfcwd = None))]
+                        pfcwd = None, trim = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         buffer: i64,
@@ -83,6 +97,7 @@ impl MmuConfig {
         vl_buffer: i64,
         fc_floor: u64,
         pfcwd: Option<&Bound<'_, PyAny>>,
+        trim: bool,
     ) -> PyResult<Self> {
         Ok(MmuConfig {
             inner: core::MmuConfig {
@@ -104,6 +119,7 @@ impl MmuConfig {
                 vl_buffer,
                 fc_floor,
                 pfcwd: pfcwd.map(watchdog_config_of).transpose()?,
+                trim,
             },
         })
     }
@@ -245,6 +261,7 @@ pub(crate) fn config_of(config: &Bound<'_, PyAny>) -> PyResult<core::MmuConfig> 
         } else {
             Some(watchdog_config_of(&pfcwd)?)
         },
+        trim: field("trim")?.is_truthy()?,
     })
 }
 

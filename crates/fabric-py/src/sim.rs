@@ -106,6 +106,7 @@ fn mmu_config(arg: MmuArg) -> PyResult<MmuConfig> {
         vl_buffer,
         fc_floor,
         pfcwd: None,
+        trim: false,
     })
 }
 

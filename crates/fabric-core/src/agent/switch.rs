@@ -29,6 +29,7 @@ use crate::model::routes::{Egress, Routes};
 use crate::wire::ib::ETH_IB;
 use crate::wire::mac::{Mac, ETH_LEN};
 use crate::wire::pfc::{decode_pfc, encode_pfc, ETHERTYPE_MAC_CONTROL, MIN_FRAME, PRIORITIES};
+use crate::wire::uet;
 
 /// Occupancy sampling period: a sample is due this long after the last change.
 pub const SAMPLE_NS: u64 = 1_000_000;
@@ -94,6 +95,10 @@ impl MmuFrame for Frame {
 
     fn mark_ce(&mut self) {
         forwarding::mark_ce_in_place(&mut self.bytes);
+    }
+
+    fn trim(&mut self) -> bool {
+        uet::trim_in_place(&mut self.bytes)
     }
 }
 

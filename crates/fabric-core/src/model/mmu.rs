@@ -34,6 +34,7 @@ use crate::model::pause::{PauseState, PrioritySet};
 use crate::model::pfcwd::{Action, QueueKey, Watchdog, WatchdogConfig};
 use crate::model::rng::CpythonRandom;
 use crate::wire::pfc::{pause_ns, PfcQuanta, PRIORITIES};
+use crate::wire::uet;
 
 /// Buffer, threshold, PFC, scheduling and ECN settings of one switch.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,7 +60,13 @@ pub struct MmuConfig {
     pub fc_floor: u64,
     /// The PFC watchdog of the lossless queues, or none.
     pub pfcwd: Option<WatchdogConfig>,
+    /// Trimming (the `uet` fabric): a lossy frame over its threshold that [`MmuFrame::trim`] can cut goes on
+    /// as its headers at [`TRIM_PRIORITY`] instead of being dropped.
+    pub trim: bool,
 }
+
+/// Where trimmed headers queue: the trimmed DSCP's class, strict above the data (as uet-htsim's high queue).
+pub const TRIM_PRIORITY: usize = (uet::TRIMMED_DSCP >> 3) as usize;
 
 impl MmuConfig {
     /// Bytes left for sharing after every reserve and headroom of `ports` ports (zero or less: none).
@@ -132,6 +139,9 @@ pub trait MmuFrame {
     fn is_ect(&self) -> bool;
     /// Set its ECN field to CE, fixing the IPv4 header checksum.
     fn mark_ce(&mut self);
+    /// Cut it to its headers as a trimming switch does (`wire::uet::trim_in_place`); false, and unchanged, if
+    /// it is not a trimmable packet.
+    fn trim(&mut self) -> bool;
 }
 
 impl MmuFrame for Vec<u8> {
@@ -145,6 +155,9 @@ impl MmuFrame for Vec<u8> {
 
     fn mark_ce(&mut self) {
         forwarding::mark_ce_in_place(self);
+    }
+    fn trim(&mut self) -> bool {
+        uet::trim_in_place(self)
     }
 }
 
@@ -165,6 +178,9 @@ pub struct Counters {
     /// Egress: frames the PFC watchdog flushed or refused during a storm.
     pub pfcwd_drops: u64,
     pub pfcwd_storms: u64,
+    /// Lossy, with trimming: frames over the threshold cut to their headers (counted at their ingress and
+    /// priority; the headers then count at [`TRIM_PRIORITY`]).
+    pub trimmed: u64,
 }
 
 /// One egress FIFO: frames with the ingress port each came from (its bytes are charged there).
@@ -451,6 +467,10 @@ impl<F: MmuFrame> Mmu<F> {
                 return Ok(false);
             }
         } else if !fits {
+            if self.config.trim && priority != TRIM_PRIORITY && frame.trim() {
+                self.counters[ingress][priority].trimmed += 1;
+                return self.enqueue(now, ingress, egress, TRIM_PRIORITY, frame);
+            }
             self.counters[ingress][priority].drops_threshold += 1;
             return Ok(false);
         }
@@ -894,6 +914,7 @@ struct Admission {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::wire::mac::ETH_LEN;
     use proptest::prelude::*;
 
     const GBIT: u64 = 1_000_000_000;
@@ -922,6 +943,7 @@ pub(crate) mod tests {
             vl_buffer: 0,
             fc_floor: 500_000,
             pfcwd: None,
+            trim: false,
         }
     }
 
@@ -931,6 +953,65 @@ pub(crate) mod tests {
 
     fn taken(m: &mut Mmu<Vec<u8>>) -> Vec<PfcRequest> {
         m.take_pfc().collect()
+    }
+
+    /// A UET request of `payload` bytes at the data DSCP.
+    fn uet_request(payload: usize) -> Vec<u8> {
+        let mut frame = Vec::new();
+        let request = uet::UetPacket {
+            length: payload as u64,
+            ..uet::UetPacket::default()
+        };
+        uet::UetFramer::new([2; 6], [4; 6], [10, 0, 0, 1], [10, 0, 0, 2])
+            .encode(&request, &vec![1; payload], &mut frame)
+            .unwrap();
+        frame
+    }
+
+    #[test]
+    fn a_trimming_switch_forwards_the_headers_of_what_it_would_drop() {
+        let lossy = 2;
+        let cfg = MmuConfig {
+            lossless: PrioritySet::EMPTY,
+            trim: true,
+            ..config()
+        };
+        let mut m = mmu(cfg);
+        let mut admitted = 0;
+        for _ in 0..10 {
+            assert!(m.enqueue(0, 0, 1, lossy, uet_request(900)).unwrap());
+            admitted += 1;
+        }
+        let counters = m.counters()[0][lossy];
+        assert!(counters.trimmed > 0, "past the threshold the requests were trimmed");
+        assert_eq!(counters.drops_threshold, 0);
+        let trimmed = m.queues(1).unwrap()[TRIM_PRIORITY].frames.len();
+        assert_eq!(trimmed as u64, counters.trimmed);
+        assert_eq!(m.queues(1).unwrap()[lossy].frames.len() + trimmed, admitted);
+        let (frame, _) = &m.queues(1).unwrap()[TRIM_PRIORITY].frames[0];
+        assert_eq!(frame.len(), uet::REQUEST_HEADERS);
+        assert!(uet::decode(frame).unwrap().packet.trimmed);
+        // what is not a UET request is dropped as before
+        let mut plain = uet_request(900);
+        plain[ETH_LEN + 1] = 0; // another DSCP: not trimmable
+        assert!(!m.enqueue(0, 0, 1, lossy, plain).unwrap());
+        assert_eq!(m.counters()[0][lossy].drops_threshold, 1);
+    }
+
+    #[test]
+    fn without_trimming_the_same_requests_are_dropped() {
+        let lossy = 2;
+        let cfg = MmuConfig {
+            lossless: PrioritySet::EMPTY,
+            ..config()
+        };
+        let mut m = mmu(cfg);
+        let admitted = (0..10)
+            .filter(|_| m.enqueue(0, 0, 1, lossy, uet_request(900)).unwrap())
+            .count();
+        assert!(admitted < 10);
+        assert_eq!(m.counters()[0][lossy].trimmed, 0);
+        assert_eq!(m.counters()[0][lossy].drops_threshold, 10 - admitted as u64);
     }
 
     #[test]

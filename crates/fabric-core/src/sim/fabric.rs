@@ -1055,6 +1055,7 @@ pub(crate) mod tests {
             vl_buffer: 24_224,
             fc_floor: 500_000,
             pfcwd: None,
+            trim: false,
         }
     }
 

@@ -17,6 +17,7 @@ use crate::model::mmu::MmuFrame;
 use crate::sim::memory::{FlatMemory, SharedPayload};
 use crate::wire::mac::ETH_LEN;
 use crate::wire::roce::{ICRC_LEN, IP_LEN, MAX_TRANSPORT_LEN, UDP_LEN};
+use crate::wire::uet;
 
 /// A frame on a wire, in a queue or in a switch's buffer. Its length on the wire is kept here, so that queues
 /// and the MMU read it without touching the frame.
@@ -196,6 +197,17 @@ impl MmuFrame for SimFrame {
 
     fn mark_ce(&mut self) {
         forwarding::mark_ce_in_place(self.bytes_mut());
+    }
+
+    /// A trimmed frame is a copy of its headers: a payload left in memory is let go.
+    fn trim(&mut self) -> bool {
+        match uet::trimmed_copy(self.bytes(), self.len()) {
+            Some(trimmed) => {
+                *self = SimFrame::from(trimmed);
+                true
+            }
+            None => false,
+        }
     }
 }
 

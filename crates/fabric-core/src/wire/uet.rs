@@ -441,25 +441,44 @@ pub fn decode(frame: &[u8]) -> Option<DecodedUet> {
 /// its headers), cuts it to [`REQUEST_HEADERS`], moves it to [`TRIMMED_DSCP`] (its ECN bits kept) and fixes
 /// its lengths and checksums; true if it did.
 pub fn trim_in_place(frame: &mut Vec<u8>) -> bool {
-    let trimmable = frame.len() > REQUEST_HEADERS
-        && frame.get(IP_AT) == Some(&0x45)
-        && frame
-            .get(IP_AT + 1)
-            .is_some_and(|tos| tos >> 2 == DATA_DSCP)
-        && frame.get(IP_AT + 9) == Some(&IPPROTO_UDP)
-        && be16(frame, UDP_AT + 2) == Some(UET_PORT)
-        && be16(frame, PDS_AT).is_some_and(|word| (word >> 11) as u8 == RUD_REQ);
-    if !trimmable {
+    if !trimmable(frame, frame.len()) {
         return false;
     }
     frame.truncate(REQUEST_HEADERS);
+    rewrite_trimmed(frame);
+    true
+}
+
+/// [`trim_in_place`] for a frame of `len` bytes whose first bytes are `head` (a frame whose payload lies
+/// elsewhere): its trimmed copy, if it is trimmable.
+pub fn trimmed_copy(head: &[u8], len: usize) -> Option<Vec<u8>> {
+    if !trimmable(head, len) {
+        return None;
+    }
+    let mut frame = head.get(..REQUEST_HEADERS)?.to_vec();
+    rewrite_trimmed(&mut frame);
+    Some(frame)
+}
+
+/// Whether a frame of `len` bytes starting with `head` is a trimmable UET request.
+fn trimmable(head: &[u8], len: usize) -> bool {
+    len > REQUEST_HEADERS
+        && head.len() >= REQUEST_HEADERS
+        && head.get(IP_AT) == Some(&0x45)
+        && head.get(IP_AT + 1).is_some_and(|tos| tos >> 2 == DATA_DSCP)
+        && head.get(IP_AT + 9) == Some(&IPPROTO_UDP)
+        && be16(head, UDP_AT + 2) == Some(UET_PORT)
+        && be16(head, PDS_AT).is_some_and(|word| (word >> 11) as u8 == RUD_REQ)
+}
+
+/// A request cut to its headers: the trimmed DSCP (ECN kept), its lengths and checksums.
+fn rewrite_trimmed(frame: &mut [u8]) {
     frame[IP_AT + 1] = TRIMMED_DSCP << 2 | (frame[IP_AT + 1] & 0x03);
     let total = (REQUEST_HEADERS - ETH_LEN) as u16;
     frame[IP_AT + 2..IP_AT + 4].copy_from_slice(&total.to_be_bytes());
     frame[UDP_AT + 4..UDP_AT + 6].copy_from_slice(&(total - IP_LEN as u16).to_be_bytes());
     set_ip_checksum(frame);
     set_udp_checksum(frame);
-    true
 }
 
 /// The IPv4 header checksum of a frame without options, set.
