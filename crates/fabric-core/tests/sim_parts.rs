@@ -12,9 +12,10 @@ use fabric_core::model::mmu::{Mmu, MmuConfig};
 use fabric_core::model::pause::PrioritySet;
 use fabric_core::model::rdma_params::message_wire_bytes;
 use fabric_core::model::rng::CpythonRandom;
+use fabric_core::model::spray::SprayPolicy;
 use fabric_core::sim::engine::Engine;
 use fabric_core::sim::fabric::{Event, Fabric, FabricSpec, HostSpec, SwitchSpec};
-use fabric_core::sim::host::SimHost;
+use fabric_core::sim::host::{SimHost, UetSpec};
 use fabric_core::sim::ib::{IbHostSpec, IbSpec, IbSwitchSpec};
 use fabric_core::sim::plans::Plans;
 use fabric_core::sim::switch::{SimSwitch, SwitchPort};
@@ -394,9 +395,14 @@ impl Topology {
         self.fabric_with(None)
     }
 
-    /// The fabric, IB with `ib`'s subnet. Wire of (node, port): a switch's port k is wire `offset(s) + k`, a
-    /// host's after every switch port.
+    /// The fabric, IB with `ib`'s subnet.
     fn fabric_with(&self, ib: Option<IbSpec>) -> Fabric {
+        Fabric::new(self.spec_with(ib)).unwrap()
+    }
+
+    /// The fabric's spec, IB with `ib`'s subnet. Wire of (node, port): a switch's port k is wire
+    /// `offset(s) + k`, a host's after every switch port.
+    fn spec_with(&self, ib: Option<IbSpec>) -> FabricSpec {
         let offsets: Vec<usize> = self
             .switches
             .iter()
@@ -478,13 +484,13 @@ impl Topology {
                 cc: None,
             })
             .collect();
-        Fabric::new(FabricSpec {
+        FabricSpec {
             wires,
             switches,
             hosts,
             ib,
-        })
-        .unwrap()
+            uet: None,
+        }
     }
 }
 
@@ -595,6 +601,110 @@ fn a_write_across_a_leaf_spine_takes_one_spine_each_way() {
     // 256 data frames (1 MiB at 4096) and 16 ACKs (one per 16 packets): each direction hashes to one spine.
     assert_eq!(spines.iter().sum::<u64>(), 256 + 16);
     assert!(spines.iter().max().copied().unwrap_or(0) >= 256);
+}
+
+/// UET on both spines' fabric: REPS spraying from the first packet, NSCC, trimming switches.
+fn uet_spec(network_rtt_ns: u64) -> UetSpec {
+    UetSpec {
+        spray: SprayPolicy::Reps,
+        evs: 64,
+        nscc: true,
+        network_rtt_ns,
+        timeout_ns: 8 * network_rtt_ns,
+    }
+}
+
+#[test]
+fn a_uet_write_across_a_leaf_spine_is_sprayed_over_both_spines() {
+    let leaf = |host: usize, other: usize| {
+        (
+            vec![(('h', host), 0), (('s', 2), host), (('s', 3), host)],
+            vec![(host, vec![0]), (other, vec![1, 2])],
+        )
+    };
+    let spine = || {
+        (
+            vec![(('s', 0), 0), (('s', 1), 0)],
+            vec![(0, vec![0]), (1, vec![1])],
+        )
+    };
+    let mut leaves = Topology {
+        switches: vec![leaf(0, 1), leaf(1, 0), spine(), spine()],
+        hosts: vec![(0, 0), (1, 0)],
+        rate_bps: GBIT,
+        delay_ns: 10_000,
+        config: MmuConfig {
+            trim: true,
+            ..mmu_config(4_107_234, 0, false)
+        },
+    };
+    leaves.switches[2].0 = vec![(('s', 0), 1), (('s', 1), 1)];
+    leaves.switches[3].0 = vec![(('s', 0), 2), (('s', 1), 2)];
+    let mut spec = leaves.spec_with(None);
+    spec.uet = Some(uet_spec(2 * 4 * 10_000 + 150_000));
+    let mut fabric = Fabric::new(spec).unwrap();
+    let (time, retransmissions, verified) = write_incast(&mut fabric, 2, MIB, 4096);
+    assert!(verified && retransmissions == 0);
+    let link_ns = message_wire_bytes(MIB, 4096, false) * 8;
+    assert!(time * 100 < link_ns * 110, "{time} against {link_ns}");
+    let spines: Vec<u64> = fabric.switches[2..]
+        .iter()
+        .map(|sw| {
+            sw.mmu
+                .counters()
+                .iter()
+                .flatten()
+                .map(|c| c.tx_frames)
+                .sum()
+        })
+        .collect();
+    // the 256 data frames and their ACKs, over both spines: neither carries all of one direction
+    assert!(spines.iter().all(|&frames| frames > 64), "{spines:?}");
+}
+
+#[test]
+fn a_uet_incast_on_a_trimming_lossy_switch_loses_nothing_the_ranks_see() {
+    let senders = 4;
+    let config = MmuConfig {
+        trim: true,
+        ..mmu_config(80 * 1024, 0, false)
+    };
+    let topology = Topology {
+        switches: vec![(
+            (0..=senders).map(|i| (('h', i), 0)).collect(),
+            (0..=senders).map(|i| (i, vec![i as u32])).collect(),
+        )],
+        hosts: (0..=senders).map(|i| (0, i)).collect(),
+        rate_bps: GBIT,
+        delay_ns: 1_000,
+        config,
+    };
+    let mut spec = topology.spec_with(None);
+    spec.uet = Some(uet_spec(50_000));
+    let mut fabric = Fabric::new(spec).unwrap();
+    let (time, retransmissions, verified) =
+        write_incast(&mut fabric, senders as u32 + 1, MIB / 2, 4096);
+    assert!(verified, "every byte in place");
+    let counters: Vec<_> = fabric.switches[0]
+        .mmu
+        .counters()
+        .iter()
+        .flatten()
+        .copied()
+        .collect();
+    let trimmed: u64 = counters.iter().map(|c| c.trimmed).sum();
+    let dropped: u64 = counters
+        .iter()
+        .map(|c| c.drops_threshold + c.drops_headroom)
+        .sum();
+    assert!(
+        trimmed > 0 && retransmissions >= trimmed,
+        "{trimmed} trimmed, {retransmissions} resent"
+    );
+    assert_eq!(dropped, 0, "trimmed, not dropped");
+    assert_eq!(counters.iter().map(|c| c.pfc_xoff_sent).sum::<u64>(), 0);
+    let link_ns = senders as u64 * message_wire_bytes(MIB / 2, 4096, false) * 8;
+    assert!(time * 100 < link_ns * 130, "{time} against {link_ns}");
 }
 
 // --- An IB switch's plane under an incast (test_sim_collective.py, the ib case) ---

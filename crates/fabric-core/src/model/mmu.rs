@@ -983,7 +983,10 @@ pub(crate) mod tests {
             admitted += 1;
         }
         let counters = m.counters()[0][lossy];
-        assert!(counters.trimmed > 0, "past the threshold the requests were trimmed");
+        assert!(
+            counters.trimmed > 0,
+            "past the threshold the requests were trimmed"
+        );
         assert_eq!(counters.drops_threshold, 0);
         let trimmed = m.queues(1).unwrap()[TRIM_PRIORITY].frames.len();
         assert_eq!(trimmed as u64, counters.trimmed);

@@ -15,7 +15,7 @@ use crate::sim::congestion::CcCounters;
 use crate::sim::engine::Engine;
 use crate::sim::faults::{Fault, FaultSchedule};
 use crate::sim::frame::SimFrame;
-use crate::sim::host::SimHost;
+use crate::sim::host::{SimHost, UetSpec};
 use crate::sim::ib::IbSpec;
 use crate::sim::memory::{FlatMemory, MEMORY_KEY};
 use crate::sim::plans::{slice_span, Plans};
@@ -89,6 +89,8 @@ pub struct FabricSpec {
     pub hosts: Vec<HostSpec>,
     /// The IB subnet on an IB fabric, else none (Ethernet).
     pub ib: Option<IbSpec>,
+    /// The UET transport on a UET fabric, else none (RC).
+    pub uet: Option<UetSpec>,
 }
 
 /// One finished iteration: its summary, and with the ranks' logs its raw data.
@@ -120,6 +122,8 @@ pub struct Totals {
     pub host_pfc_sent: u64,
     /// IB: times a VL had a packet and no credit for it, at switches and RNICs.
     pub ib_credit_stalls: u64,
+    /// UET: packets the switches cut to their headers rather than drop.
+    pub trimmed: u64,
 }
 
 /// The PFC watchdogs' figures as the runner reports them (`sim_fabric.pfcwd`).
@@ -145,6 +149,10 @@ pub struct PortFigures {
     pub ib_drops: u64,
     /// Frames sent, through the MMU or the IB plane: which way ECMP took a flow.
     pub tx_frames: u64,
+    /// Bytes sent through the MMU: how evenly a fabric's uplinks carried the load.
+    pub tx_bytes: u64,
+    /// UET: packets trimmed at the port's ingress.
+    pub trimmed: u64,
     /// PFC frames the port sent to its peer, XOFFs (refreshes included) and XONs, all priorities: the
     /// emulator's `stats` splits them so too, and the two backends' counts compare port by port.
     pub pfc_sent: (u64, u64),
@@ -271,6 +279,7 @@ impl Fabric {
                 if let Some(params) = h.cc {
                     host.run_dcqcn(params);
                 }
+                host.uet = spec.uet;
                 host
             })
             .collect();
@@ -305,6 +314,7 @@ impl Fabric {
                     totals.pfc_sent += c.pfc_xoff_sent + c.pfc_xon_sent;
                     totals.ecn_marked += c.ecn_marked;
                     totals.tx_frames += c.tx_frames;
+                    totals.trimmed += c.trimmed;
                 }
             }
             totals.drops += sw.dropped.total() + sw.injected_drops();
@@ -665,7 +675,7 @@ impl Fabric {
                 let qpn = SimRank::qpn(send.dst);
                 let host = &mut self.hosts[rank];
                 if let Some(Some(entry)) = host.qps.get_mut(qpn as usize) {
-                    let _ = entry.qp.post_send(&mut host.memory, wr);
+                    let _ = entry.transport.post_send(&mut host.memory, wr);
                 }
                 self.ranks[rank].outstanding += 1;
                 self.hosts[rank].kick(rank as u32, &mut self.engine, &mut self.wires, qpn);
@@ -802,10 +812,7 @@ impl Fabric {
                 .get(rank)
                 .and_then(|host| host.qps.get(SimRank::qpn(peer) as usize))
                 .and_then(Option::as_ref)
-                .map_or((0, 0), |entry| {
-                    let counters = entry.qp.counters();
-                    (counters.retransmitted_packets, counters.timeouts)
-                })
+                .map_or((0, 0), |entry| entry.transport.retransmissions())
         };
         let summary = summarize(
             self.run.iteration,
@@ -846,12 +853,9 @@ impl Fabric {
             .peers
             .iter()
             .filter_map(|peer| {
-                let qp = &host.qps.get(SimRank::qpn(peer.rank) as usize)?.as_ref()?.qp;
-                Some((
-                    peer.rank,
-                    qp.counters().retransmitted_packets,
-                    qp.counters().timeouts,
-                ))
+                let entry = host.qps.get(SimRank::qpn(peer.rank) as usize)?.as_ref()?;
+                let (retransmitted, timeouts) = entry.transport.retransmissions();
+                Some((peer.rank, retransmitted, timeouts))
             })
             .collect();
         let released = plans
@@ -998,6 +1002,8 @@ impl Fabric {
                 .map_or(0, |d| d.iter().sum()),
             tx_frames: counters.iter().map(|c| c.tx_frames).sum::<u64>()
                 + plane.and_then(|p| p.forwarded(port)).unwrap_or(0),
+            tx_bytes: counters.iter().map(|c| c.tx_bytes).sum(),
+            trimmed: counters.iter().map(|c| c.trimmed).sum(),
             pfc_sent: counters.iter().fold((0, 0), |(xoff, xon), c| {
                 (xoff + c.pfc_xoff_sent, xon + c.pfc_xon_sent)
             }),
@@ -1100,6 +1106,7 @@ pub(crate) mod tests {
                 },
             ],
             ib: None,
+            uet: None,
         }
     }
 

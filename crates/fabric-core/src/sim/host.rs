@@ -1,7 +1,8 @@
 //! A host's RNIC in simulated time: the RC transport model on RoCEv2 frames, a
 //! NIC queue that obeys the link's PFC, DCQCN when the fabric runs it (`sim::congestion`) and the stall fault
 //! (`sim::faults`); on an IB fabric native IB packets sent against the switch's credits, with flow-control
-//! packets back (its IB port, `sim::ib`).
+//! packets back (its IB port, `sim::ib`); on a UET fabric UET's RUD transport (`model::uet`) on UET frames,
+//! each packet on the entropy value its connection chooses, ACKs and NACKs at priority 6.
 //!
 //! As the emulator's RNIC does, it pulls packets from its QPs one each in turn while its NIC queue has room
 //! ([`NIC_FRAMES`]), frames them, decodes what arrives (checking the ICRC) and hands it to the QP the BTH
@@ -17,8 +18,12 @@ use std::collections::VecDeque;
 
 use crate::model::dcqcn::DcqcnParams;
 use crate::model::ib_port::IbPort;
+use crate::model::nscc::NsccParams;
 use crate::model::pause::PrioritySet;
-use crate::model::rc::{default_timeout_ns, Completion, RcConfig, RcQueuePair};
+use crate::model::rc::{default_timeout_ns, Completion, RcConfig, RcQueuePair, RecvWr, SendWr};
+use crate::model::rdma_params::MAX_MR_BYTES;
+use crate::model::spray::SprayPolicy;
+use crate::model::uet::{UetConfig, UetPdc, RX_WINDOW};
 use crate::sim::congestion::{Arrival, HostCc, CNP_PRIORITY};
 use crate::sim::engine::{Engine, TimerId};
 use crate::sim::fabric::Event;
@@ -34,17 +39,103 @@ use crate::wire::roce::{
     decode, pad_len, Framer, DATA_DSCP, ICRC_LEN, IP_LEN, MAX_TRANSPORT_LEN, UDP_LEN,
 };
 use crate::wire::transport::Packet;
+use crate::wire::uet::{self, PdsKind, UetFramer, UetPacket};
 
 /// Frames the NIC queue holds before the RNIC stops pulling.
 pub const NIC_FRAMES: usize = 4;
 /// The data priority (DSCP 26).
 pub const ROCE_PRIORITY: usize = 3;
 
-/// One QP of the host: the transport, its framer, its peer's address, its timer.
+/// ACKs and NACKs of UET: strict, above the data (uet-htsim's high queue).
+pub const UET_CONTROL_PRIORITY: usize = (uet::CONTROL_DSCP >> 3) as usize;
+
+/// A UET fabric's transport settings, the same for every host.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct UetSpec {
+    pub spray: SprayPolicy,
+    pub evs: u16,
+    /// NSCC on (else a window of one bandwidth-delay product... of `RX_WINDOW` packets).
+    pub nscc: bool,
+    /// The longest round trip of the empty fabric: NSCC's base RTT and the scale of its constants.
+    pub network_rtt_ns: u64,
+    pub timeout_ns: u64,
+}
+
+/// What carries one QP's messages: RC on RoCE or IB frames, or UET's RUD on UET frames.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // RC, on every fabric but one, stays in place (its `HostQp` is boxed)
+pub enum Transport {
+    Rc {
+        qp: RcQueuePair<Window>,
+        framer: QpFramer,
+    },
+    /// Boxed: a PDC's entropy draws keep a Mersenne Twister's state.
+    Uet {
+        pdc: Box<UetPdc<Window>>,
+        framer: UetFramer,
+    },
+}
+
+impl Transport {
+    /// Queues a send work request (a refused verb is the caller's mistake, as the emulator's RNIC says).
+    pub fn post_send(&mut self, memory: &mut FlatMemory, wr: SendWr) -> Result<(), String> {
+        match self {
+            Transport::Rc { qp, .. } => qp.post_send(memory, wr).map_err(|e| e.to_string()),
+            Transport::Uet { pdc, .. } => pdc.post_send(memory, wr).map_err(|e| e.to_string()),
+        }
+    }
+
+    pub fn post_recv(&mut self, wr: RecvWr) {
+        match self {
+            Transport::Rc { qp, .. } => qp.post_recv(wr),
+            Transport::Uet { pdc, .. } => pdc.post_recv(wr),
+        }
+    }
+
+    /// Its completions, stamped `now`, appended to `out`.
+    fn drain_completions(&mut self, now: u64, out: &mut Vec<Completion>) {
+        let stamp = |mut completion: Completion| {
+            completion.timestamp = now;
+            completion
+        };
+        match self {
+            Transport::Rc { qp, .. } => out.extend(qp.poll_completions(None).map(stamp)),
+            Transport::Uet { pdc, .. } => out.extend(pdc.poll_completions(None).map(stamp)),
+        }
+    }
+
+    fn next_deadline(&self) -> Option<u64> {
+        match self {
+            Transport::Rc { qp, .. } => qp.next_deadline(),
+            Transport::Uet { pdc, .. } => pdc.next_deadline(),
+        }
+    }
+
+    fn on_timer(&mut self, now: u64) {
+        match self {
+            Transport::Rc { qp, .. } => qp.on_timer(now),
+            Transport::Uet { pdc, .. } => pdc.on_timer(now),
+        }
+    }
+
+    /// Packets sent again and retransmission timeouts.
+    pub fn retransmissions(&self) -> (u64, u64) {
+        match self {
+            Transport::Rc { qp, .. } => {
+                (qp.counters().retransmitted_packets, qp.counters().timeouts)
+            }
+            Transport::Uet { pdc, .. } => (
+                pdc.counters().retransmitted_packets,
+                pdc.counters().timeouts,
+            ),
+        }
+    }
+}
+
+/// One QP of the host: the transport and its framer, its peer's address, its timer.
 #[derive(Debug)]
 pub struct HostQp {
-    pub qp: RcQueuePair<Window>,
-    framer: QpFramer,
+    pub transport: Transport,
     peer_ip: [u8; 4],
     timer: TimerId,
 }
@@ -87,6 +178,12 @@ pub struct SimHost {
     frames: FramePool,
     /// The IB port on an IB fabric (`sim::ib::attach` gives it), else none.
     pub ib: Option<HostIb>,
+    /// A UET fabric's transport, else none (RC).
+    pub uet: Option<UetSpec>,
+    /// The UET packet buffer reused for every packet pulled.
+    uet_scratch: UetPacket,
+    /// UET frames refused: not decodable, or a UDP checksum that failed.
+    pub uet_malformed: u64,
 }
 
 /// Frame buffers a host keeps for reuse (a NIC queue's worth and then some).
@@ -134,6 +231,9 @@ impl SimHost {
             spare: Vec::new(),
             frames: FramePool::default(),
             ib: None,
+            uet: None,
+            uet_scratch: UetPacket::default(),
+            uet_malformed: 0,
         }
     }
 
@@ -154,6 +254,9 @@ impl SimHost {
         peer_qpn: u32,
         mtu: u32,
     ) -> Result<(), String> {
+        if let Some(spec) = self.uet {
+            return self.connect_uet(index, engine, qpn, peer_ip, peer_qpn, mtu, spec);
+        }
         let defaults = RcConfig::default();
         let timeout_ns = default_timeout_ns(
             self.queue.pause.rate_bps,
@@ -200,6 +303,56 @@ impl SimHost {
         if let Some(cc) = self.cc.as_mut() {
             cc.connect(qpn, (self.mac, self.gateway_mac, self.ip, peer_ip), port)?;
         }
+        self.install(engine, index, qpn, Transport::Rc { qp, framer }, peer_ip);
+        Ok(())
+    }
+
+    /// A UET PDC numbered `qpn` to `peer_ip`'s `peer_qpn` (both ends at PSN 0): packets of the path MTU, NSCC
+    /// on this host's rate, its entropy draws seeded by the host and the PDC.
+    #[allow(clippy::too_many_arguments)] // the host's context and the connection's ends
+    fn connect_uet(
+        &mut self,
+        index: u32,
+        engine: &mut Engine<Event>,
+        qpn: u32,
+        peer_ip: [u8; 4],
+        peer_qpn: u32,
+        mtu: u32,
+        spec: UetSpec,
+    ) -> Result<(), String> {
+        let rate = self.queue.pause.rate_bps;
+        let config = UetConfig {
+            mss: mtu,
+            timeout_ns: spec.timeout_ns,
+            retries: 7,
+            ack_every: 4,
+            window: RX_WINDOW as u32,
+            max_msg: MAX_MR_BYTES,
+            evs: spec.evs,
+            spray: spec.spray,
+            nscc: spec
+                .nscc
+                .then(|| NsccParams::for_path(spec.network_rtt_ns, rate, true)),
+        };
+        let seed = u64::from(index) << 32 | u64::from(qpn);
+        let mut pdc = UetPdc::new(qpn, config, 0, seed);
+        pdc.connect(peer_qpn, 0)
+            .map_err(|error| error.to_string())?;
+        let framer = UetFramer::new(self.mac, self.gateway_mac, self.ip, peer_ip);
+        let pdc = Box::new(pdc);
+        self.install(engine, index, qpn, Transport::Uet { pdc, framer }, peer_ip);
+        Ok(())
+    }
+
+    /// `transport` as QP `qpn`, with its timer.
+    fn install(
+        &mut self,
+        engine: &mut Engine<Event>,
+        index: u32,
+        qpn: u32,
+        transport: Transport,
+        peer_ip: [u8; 4],
+    ) {
         let timer = engine.timer(Event::QpTimer { host: index, qpn });
         let at = qpn as usize;
         if self.qps.len() <= at {
@@ -207,29 +360,24 @@ impl SimHost {
             self.in_ready.resize(at + 1, false);
         }
         self.qps[at] = Some(Box::new(HostQp {
-            qp,
-            framer,
+            transport,
             peer_ip,
             timer,
         }));
-        Ok(())
     }
 
     /// The QP numbered `qpn`.
-    pub fn qp_mut(&mut self, qpn: u32) -> Option<&mut RcQueuePair<Window>> {
+    pub fn qp_mut(&mut self, qpn: u32) -> Option<&mut Transport> {
         self.qps
             .get_mut(qpn as usize)?
             .as_mut()
-            .map(|entry| &mut entry.qp)
+            .map(|entry| &mut entry.transport)
     }
 
     /// The completions `qpn` has, stamped `now`, appended to `out`.
     pub fn collect(&mut self, qpn: u32, now: u64, out: &mut Vec<Completion>) {
         if let Some(Some(entry)) = self.qps.get_mut(qpn as usize) {
-            out.extend(entry.qp.poll_completions(None).map(|mut completion| {
-                completion.timestamp = now;
-                completion
-            }));
+            entry.transport.drain_completions(now, out);
         }
     }
 
@@ -276,6 +424,9 @@ impl SimHost {
             }
             return None;
         }
+        if self.uet.is_some() {
+            return self.receive_uet(engine, frame);
+        }
         let Some(decoded) = decode(frame) else {
             self.counters.malformed += 1;
             return None;
@@ -320,17 +471,43 @@ impl SimHost {
             self.counters.unknown += 1;
             return None;
         }
-        let remote_qpn = entry.qp.remote_qpn();
+        let Transport::Rc { qp, .. } = &entry.transport else {
+            self.counters.unknown += 1;
+            return None;
+        };
+        let remote_qpn = qp.remote_qpn();
         if self.congestion(index, engine, wires, qpn, remote_qpn, &packet) {
             return None;
         }
-        let Some(Some(entry)) = self.qps.get_mut(qpn as usize) else {
+        let entry = self.qps.get_mut(qpn as usize).and_then(Option::as_mut);
+        if let Some(Transport::Rc { qp, .. }) = entry.map(|entry| &mut entry.transport) {
+            qp.receive_with_payload(now, &packet, payload, &mut self.memory);
+        }
+        Some(qpn)
+    }
+
+    /// A UET frame: to the PDC it names, if its checksum held and it comes from that PDC's peer; that PDC, for
+    /// the caller as `receive` says.
+    fn receive_uet(&mut self, engine: &Engine<Event>, frame: &[u8]) -> Option<u32> {
+        let Some(decoded) = uet::decode(frame).filter(|d| d.checksum_ok) else {
+            self.uet_malformed += 1;
+            self.counters.malformed += 1;
             return None;
         };
-        entry
-            .qp
-            .receive_with_payload(now, &packet, payload, &mut self.memory);
-        Some(qpn)
+        self.counters.frames_received += 1;
+        let qpn = u32::from(decoded.packet.dpdcid);
+        let payload = frame.get(decoded.payload.clone()).unwrap_or(&[]);
+        let entry = self.qps.get_mut(qpn as usize).and_then(Option::as_mut);
+        match entry.map(|entry| (entry.peer_ip, &mut entry.transport)) {
+            Some((peer_ip, Transport::Uet { pdc, .. })) if peer_ip == decoded.src_ip => {
+                pdc.receive_with_payload(engine.now(), &decoded.packet, payload, &mut self.memory);
+                Some(qpn)
+            }
+            _ => {
+                self.counters.unknown += 1;
+                None
+            }
+        }
     }
 
     /// DCQCN's part of a packet's arrival for `qpn`: a CNP for its limiter (consumed: true, the QP's timer
@@ -385,8 +562,8 @@ impl SimHost {
     /// The QP's timer fired; the caller collects its completions, then calls [`SimHost::resume`].
     pub fn on_timer(&mut self, engine: &Engine<Event>, qpn: u32) {
         let now = engine.now();
-        if let Some(qp) = self.qp_mut(qpn) {
-            qp.on_timer(now);
+        if let Some(transport) = self.qp_mut(qpn) {
+            transport.on_timer(now);
         }
         if let Some(cc) = self.cc.as_mut() {
             cc.on_timer(qpn, now);
@@ -424,12 +601,33 @@ impl SimHost {
             };
             let data = self.cc.as_ref().is_none_or(|cc| cc.may_send(qpn, now));
             self.memory.take_last_read(); // forgotten: only this packet's read says where its payload lies
-            if !entry
-                .qp
-                .next_packet(now, data, &mut self.memory, &mut self.scratch)
-            {
+            let (qp, framer) = match &mut entry.transport {
+                Transport::Rc { qp, framer } => (qp, framer),
+                Transport::Uet { pdc, framer } => {
+                    if !pdc.next_packet(now, &mut self.memory, &mut self.uet_scratch) {
+                        continue;
+                    }
+                    let mut frame = self.spare.pop().unwrap_or_default();
+                    frame.clear();
+                    let scratch = &self.uet_scratch;
+                    let framed = framer.encode(scratch, &scratch.payload, &mut frame).is_ok();
+                    let priority = match scratch.kind {
+                        PdsKind::Request => ROCE_PRIORITY,
+                        PdsKind::Ack | PdsKind::Nack => UET_CONTROL_PRIORITY,
+                    };
+                    self.mark_ready(qpn); // to the back of the turn
+                    self.arm(engine, qpn);
+                    let copy = self.frames.copied(&frame);
+                    self.recycle(frame);
+                    if framed {
+                        self.enqueue(index, engine, wires, copy, priority);
+                    }
+                    continue;
+                }
+            };
+            if !qp.next_packet(now, data, &mut self.memory, &mut self.scratch) {
                 // Held to its rate: its ACKs may go, and its timer wakes it when its next frame may.
-                let has_data = !data && entry.qp.has_data();
+                let has_data = !data && qp.has_data();
                 if self.cc.as_mut().is_some_and(|cc| cc.hold(qpn, has_data)) {
                     self.arm(engine, qpn);
                 }
@@ -440,7 +638,7 @@ impl SimHost {
                 .pop()
                 .unwrap_or_else(|| Vec::with_capacity(FRAME_BUFFER));
             frame.clear();
-            let framed = entry.framer.encode(&self.scratch, &mut frame);
+            let framed = framer.encode(&self.scratch, &mut frame);
             let leaving = self.leave_payload(index, &frame);
             self.mark_ready(qpn); // to the back of the turn
             self.arm(engine, qpn); // its first packet in flight starts the retransmission timer
@@ -506,7 +704,7 @@ impl SimHost {
     /// The QP's one timer at its earliest deadline: the transport's, and with DCQCN its limiter's.
     fn arm(&mut self, engine: &mut Engine<Event>, qpn: u32) {
         if let Some(Some(entry)) = self.qps.get(qpn as usize) {
-            let deadline = entry.qp.next_deadline();
+            let deadline = entry.transport.next_deadline();
             let deadline = match &self.cc {
                 Some(cc) => cc.deadline(qpn, deadline),
                 None => deadline,
