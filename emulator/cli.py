@@ -34,7 +34,7 @@ from emulator.fabric.node import Node
 from emulator.fabric.plan import DEFAULT_LINK, dilated, link_params
 from emulator.model.dcqcn import CC_OPTIONS, at_link, check_fabric, check_link, parse_cc
 from emulator._core.rdma_params import PATHS_MTU
-from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, parse_overrides
+from emulator.model.switch_params import EMULATED_FABRICS, SWITCH_OPTIONS, parse_overrides
 from emulator.fabric.topospec import build_topo, topo_parameters
 from emulator.units import format_rate, parse_size
 from topologies import topos as builtin_topos
@@ -421,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--custom", metavar="FILE", help="a Mininet custom file with a topos dict")
         p.add_argument("--link", metavar="OPTS",
                        help="default link options: bw=100mbit,delay=0us,mtu=1500,loss=0,drop=N:M")
-        p.add_argument("--fabric", choices=FABRICS, default="lossless",
+        p.add_argument("--fabric", choices=EMULATED_FABRICS, default="lossless",
                        help="lossless: PFC on priority 3 (default); lossy: tail drop everywhere; ib: native IB packets under link credits")
         p.add_argument("--switch", metavar="OPTS",
                        help="switch settings, e.g. buffer=256KiB,headroom=24KiB,alpha=1,kmin=15KiB,lossless=3")

@@ -19,6 +19,11 @@ Collectives (N ranks, ``size`` bytes as nccl-tests counts them):
   at once (N >= 3).  On ``ring,N`` (one host per switch) every flow takes
   the two inter-switch links the same way round: the lossless paths form a
   cycle of buffer dependencies, and PFC can deadlock.
+- ``permutation``: every rank r writes ``size`` bytes to rank
+  (r + N/2) mod N, all at once (N/2 rounded down).  On a leaf-spine or
+  fat tree every flow leaves its leaf (or pod): the whole bisection is
+  loaded, and flows that ECMP hashes onto the same uplink share it while
+  another idles (the collisions spraying avoids).
 - ``multijob``: two jobs at once.  The even ranks run a ring all-reduce of
   ``size`` (the measured job: an iteration's CCT is its), the odd ranks an
   incast: ``senders`` of them (default all but the last, 0 for the
@@ -51,7 +56,7 @@ from dataclasses import dataclass, field
 
 from emulator.errors import FabricError
 
-COLLECTIVES = ("incast", "alltoall", "allreduce", "allgather", "victim", "shift", "multijob")
+COLLECTIVES = ("incast", "alltoall", "allreduce", "allgather", "victim", "shift", "multijob", "permutation")
 SHIFT = 2  # shift: rank r writes to rank r + SHIFT
 SENDER_COLLECTIVES = ("incast", "victim", "multijob")  # the collectives that take ``senders``
 ELEMENT = 4  # float32: all-reduce chunks are whole elements
@@ -133,7 +138,7 @@ def slice_span(length: int, slices: int, j: int) -> tuple[int, int]:
 
 def chunk_bytes(collective: str, size: int, ranks: int) -> int:
     """Bytes each step moves per rank."""
-    if collective in ("incast", "victim", "shift"):
+    if collective in ("incast", "victim", "shift", "permutation"):
         return size
     if collective == "multijob":  # the all-reduce of the even ranks
         collective, ranks = "allreduce", len(range(0, ranks, 2))
@@ -160,7 +165,12 @@ def plan(collective: str, ranks: int, size: int, senders: int | None = None) -> 
     if collective == "alltoall":
         return _alltoall(ranks, chunk)
     if collective == "shift":
-        return _shift(ranks, chunk)
+        if ranks <= SHIFT:
+            raise FabricError(f"shift needs at least {SHIFT + 1} hosts (each writes to the one {SHIFT} further on), "
+                              f"the topology has {ranks}")
+        return _shift(ranks, chunk, SHIFT)
+    if collective == "permutation":
+        return _shift(ranks, chunk, ranks // 2)
     if collective == "multijob":
         return _multijob(ranks, size, chunk, senders)
     return _ring(ranks, chunk, reduce=collective == "allreduce")
@@ -187,11 +197,9 @@ def _victim(ranks: int, size: int, senders: int) -> list[RankPlan]:
     return plans
 
 
-def _shift(ranks: int, size: int) -> list[RankPlan]:
-    if ranks <= SHIFT:
-        raise FabricError(f"shift needs at least {SHIFT + 1} hosts (each writes to the one {SHIFT} further on), "
-                          f"the topology has {ranks}")
-    return [RankPlan(r, size, 0, [Step((Send((r + SHIFT) % ranks, 0, size, "data", 0),), ((r - SHIFT) % ranks,))])
+def _shift(ranks: int, size: int, offset: int) -> list[RankPlan]:
+    """Every rank writes ``size`` bytes to the rank ``offset`` further on."""
+    return [RankPlan(r, size, 0, [Step((Send((r + offset) % ranks, 0, size, "data", 0),), ((r - offset) % ranks,))])
             for r in range(ranks)]
 
 

@@ -35,7 +35,7 @@ def with_totals(state: runstate.RunState, stats: dict[str, dict[str, Any]]) -> d
     hosts = {n: s for n, s in stats.items() if state.nodes[n]["kind"] == "host"}
     totals = {key: sum(s["totals"][key] for s in switches.values())
               for key in ("drops", "pfc_sent", "pfc_received", "ecn_marked", "rx_frames", "tx_frames",
-                          "pfcwd_storms", "pfcwd_restorations", "pfcwd_drops")}
+                          "pfcwd_storms", "pfcwd_restorations", "pfcwd_drops", "trimmed")}
     totals["pfc_received"] += sum(sum(h["pfc_received"]) for h in hosts.values())
     totals["host_paused_ns"] = sum(sum(h["paused_ns"]) for h in hosts.values())
     # PFC frames the hosts' NICs sent (the stall and slow-receiver faults): their pauses explain a slow collective

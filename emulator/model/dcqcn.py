@@ -153,6 +153,9 @@ def check_fabric(params: DcqcnParams | None, fabric: str) -> None:
     if params is not None and fabric == "ib":
         raise FabricError("dcqcn is RoCE's congestion control; the ib fabric has credits, not ECN: "
                           "use fabric lossless or lossy, or cc none")
+    if params is not None and fabric == "uet":
+        raise FabricError("dcqcn is RoCE's congestion control; the uet fabric's RNICs run NSCC: "
+                          "use fabric lossless or lossy, or cc none")
 
 
 def at_link(params: DcqcnParams, link_bps: int, factor: float | None = None) -> tuple[DcqcnParams, float]:

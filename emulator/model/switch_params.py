@@ -25,6 +25,10 @@ one-way delay d of its links and the frame size F = MTU + 14:
 
 ``--fabric lossless`` makes priority 3 lossless (RoCE's DSCP 26) and the
 rest lossy; ``--fabric lossy`` has no lossless priority, so no PFC.
+``uet`` is lossy with trimming: a UET request over its threshold goes on
+as its headers at priority 6 (strict), and the RNICs run UET's RUD
+transport with NSCC, spraying each packet over the paths by its entropy
+value (the simulation backend only, for now).
 ``--fabric ib`` carries RDMA as native IB packets under credit-based flow
 control, with ``vl_buffer`` (default 16 MTU frames) of receive buffer per
 virtual lane and port, a grown credit grant sent after two frame times and
@@ -49,7 +53,9 @@ from emulator.model.mmu import MmuConfig
 from emulator.model.pfcwd import parse_pfcwd
 from emulator.units import format_size, format_time, parse_size, parse_time
 
-FABRICS = ("lossless", "lossy", "ib")
+FABRICS = ("lossless", "lossy", "ib", "uet")
+# What the emulator builds; "uet" (trimming switches, UET on the RNICs) is the simulation backend's for now.
+EMULATED_FABRICS = ("lossless", "lossy", "ib")
 VL_BUFFER_FRAMES = 16  # IB: receive buffer per VL per port, in MTU frames
 MAX_VL_BUFFER = 2048 * 64  # IB credit accounting allows at most 2048 blocks of 64 bytes in flight
 DEFAULT_LOSSLESS = (3,)
@@ -88,6 +94,7 @@ def derive_config(fabric: str, rate_bps: int, delay_ns: int, mtu: int, ports: in
         lossless=frozenset(DEFAULT_LOSSLESS if fabric == "lossless" else ()), quanta=MAX_QUANTA,
         strict=frozenset({6, 7}), weights=(1,) * PRIORITIES, mtu_frame=frame,
         ecn=True, kmin=10 * frame, kmax=40 * frame, pmax=0.2, vl_buffer=min(VL_BUFFER_FRAMES * frame, MAX_VL_BUFFER),
+        trim=fabric == "uet",
     )
     settings.update(parse_overrides(overrides or {}, fabric))
     if settings["lossless"] and fabric != "lossless":

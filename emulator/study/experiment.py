@@ -60,19 +60,21 @@ BUILTIN = resources.files("emulator.study") / "experiments"
 MAX_FILE_BYTES = 1 << 20  # an experiment file is a page of text; refuse to read a disk image
 
 VARIANT_KEYS = ("name", "fabric", "collective", "topo", "size", "iterations", "warmup", "senders",
-                "link", "switch", "seed", "mtu", "capture", "model", "cc", "deadlock", "faults", "backend")
+                "link", "switch", "seed", "mtu", "capture", "model", "cc", "deadlock", "faults", "backend", "spray")
 SHORTHANDS = {"loss": "link", "bw": "link", "buffer": "switch", "headroom": "switch"}
-SWEEP_KEYS = ("loss", "bw", "buffer", "headroom", "size", "senders", "fabric", "collective", "topo", "model", "cc",
+SWEEP_KEYS = ("loss", "bw", "buffer", "headroom", "size", "senders", "fabric", "collective", "topo", "model", "cc", "spray",
               "backend")
 EXPERIMENT_KEYS = ("name", "description", "variants", "sweep")
 TOP_LEVEL_KEYS = EXPERIMENT_KEYS + VARIANT_KEYS[1:] + tuple(SHORTHANDS)
 REQUIRED = ("collective", "topo", "size")
 DEFAULTS: dict[str, Any] = {"fabric": "lossless", "iterations": 10, "warmup": 1, "seed": 1, "capture": False,
-                            "cc": "none", "backend": "emulator"}
+                            "cc": "none", "backend": "emulator", "spray": "reps"}
 # emulator: real frames through namespaces, veths and the agents, in real time; sim: the same models and frames
 # in simulated time (the compiled core's emulator._core.sim), what one VM cannot hold.
 BACKENDS = ("emulator", "sim")
-SIM_FABRICS = ("lossless", "lossy", "ib")  # what the simulation backend runs
+SIM_FABRICS = ("lossless", "lossy", "ib", "uet")  # what the simulation backend runs
+# uet: how each packet's entropy value is chosen (model::spray): REPS by default, as uet-htsim's recycling
+SPRAYS = ("reps", "oblivious", "flow")
 SIM_FAULTS = ("stall",)  # the faults it injects (crates/fabric-core/src/sim/faults.rs)
 # Experiments run RoCE and IB at a 4096-byte path MTU, as most deployments do: a quarter of the frames of
 # 1024 for the same bytes, so a quarter of the agents' work per byte.  4200 is the link MTU RoCE fabrics
@@ -140,6 +142,7 @@ class Variant:
     deadlock_ns: int | None = None  # watch goodput: a stall this long is a deadlock (None: not watched)
     faults: tuple[Fault, ...] = ()  # injected into every measured iteration
     backend: str = "emulator"  # BACKENDS
+    spray: str = "reps"  # fabric uet: how each packet's entropy value is chosen (SPRAYS)
 
     def to_json(self) -> dict[str, Any]:
         """Every field, for config.json and results files (lists, as JSON has them)."""
@@ -458,6 +461,13 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
                                                          context), context)
     switch = _switch(settings.switch, context)
     backend = _choice(values, "backend", BACKENDS, context)
+    spray = _choice(values, "spray", SPRAYS, context)
+    if fabric != "uet" and "spray" in settings.values:
+        raise FabricError(f'{context}: key "spray" chooses UET\'s entropy values: fabric {fabric!r} sends each '
+                          'flow on one path (set fabric = "uet", or remove spray)')
+    if fabric == "uet" and backend != "sim":
+        raise FabricError(f'{context}: fabric "uet" runs on backend "sim" for now: the emulated RNIC has no UET '
+                          'transport yet (set backend = "sim")')
     topo, cabling = _topology(values["topo"], collective, backend, context)
     plan, links = cabling.plan, cabling.links(link)
     with _key(context, "switch"):
@@ -483,7 +493,7 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
         senders=senders, link=link, switch=switch,
         seed=_integer(values, "seed", bounds.SEED, context), mtu=_path_mtu(values, links.mtu, context), capture=capture,
         params=dict(params), model=model, dilation=factor, cc=values["cc"],
-        deadlock_ns=_deadlock(values, context), faults=faults, backend=backend,
+        deadlock_ns=_deadlock(values, context), faults=faults, backend=backend, spray=spray,
     )
 
 

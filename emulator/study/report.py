@@ -56,7 +56,7 @@ def table(results: Results) -> str:
         ["VARIANT", "FABRIC", "COLLECTIVE", "ITERS", "CCT p50 ms", "CCT p99 ms", "CCT max ms", "CCT mean ms",
          "x LINK TIME", "DROPS", "RETRANS", "PFC", "ECN", "CNP", "SKEW max us", "FAITHFUL"],
         [_variant_row(v) for v in results.variants], text_columns=3)
-    sections = (fidelity_lines, ratio_lines, backend_lines, victim_lines, deadlock_lines, fault_lines,
+    sections = (fidelity_lines, ratio_lines, backend_lines, victim_lines, uplink_lines, deadlock_lines, fault_lines,
                 prediction_lines)
     for section in sections:  # each a paragraph of its own, where it has anything to say
         section_lines = section(results.variants)
@@ -292,6 +292,19 @@ def victim_lines(variants: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def uplink_lines(variants: list[dict[str, Any]]) -> list[str]:
+    """How evenly each variant loaded the uplinks (busiest over mean bytes), and what the switches trimmed."""
+    lines = []
+    for variant in variants:
+        balance = _number(variant.get("uplink_balance"))
+        if balance is None:
+            continue
+        trimmed = variant.get("trimmed")
+        trims = f", {_fmt(trimmed)} packets trimmed" if isinstance(trimmed, int) and trimmed else ""
+        lines.append(f"uplinks of {_listed(variant.get('name', MISSING))}: busiest / mean bytes {balance:.2f}{trims}")
+    return lines
+
+
 def modelled_lines(variants: list[dict[str, Any]]) -> list[str]:
     """Each variant run under time dilation, its CCT and link time in the modelled fabric's time."""
     lines = []
@@ -500,6 +513,7 @@ def make_plots(results: Results) -> list[str]:
             rates = results.rates(variant["name"])
             if rates:
                 save(f"rates_{variant['name']}.png", _rates(variant["name"], rates))
+        save("uplinks.png", _uplinks(results.variants))
         save("straggler.png", _straggler(results.variants))
         save("envelope.png", _envelope(results.variants))
     return written
@@ -633,6 +647,32 @@ def _shade(ax: Axes, intervals: list[tuple[float, float]], color: str, label: st
     """Shaded spans; only the first carries the label so the legend lists it once."""
     for i, (start, end) in enumerate(intervals):
         ax.axvspan(start, end, color=color, alpha=0.18, linewidth=0, label=label if i == 0 else None)
+
+
+def _uplinks(variants: list[dict[str, Any]]) -> Figure | None:
+    """Each variant's bytes per uplink, each uplink's share of the variant's mean: a flat line is an even load."""
+    series = []
+    for v in variants:
+        uplinks = v.get("uplinks")
+        if not isinstance(uplinks, dict) or not uplinks:
+            continue
+        values = [_number(b) for b in uplinks.values()]
+        if any(b is None for b in values) or not sum(values):
+            continue
+        mean = sum(values) / len(values)
+        series.append((_listed(v.get("name", MISSING)), [_listed(name) for name in uplinks], [b / mean for b in values]))
+    if not series:
+        return None
+    fig, ax = _figure("uplink load: each uplink's bytes over the variant's mean (1 = even)", "uplink",
+                      "bytes / mean")
+    width = 0.8 / len(series)
+    for i, (name, links, shares) in enumerate(series):
+        ax.bar([x + i * width for x in range(len(shares))], shares, width, label=name)
+        if i == 0:
+            ax.set_xticks([x + 0.4 - width / 2 for x in range(len(links))], links, rotation=90, fontsize="x-small")
+    ax.axhline(1.0, color="gray", linestyle=":")
+    _legend(ax, "upper right")
+    return fig
 
 
 def _straggler(variants: list[dict[str, Any]]) -> Figure | None:

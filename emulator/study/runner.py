@@ -58,7 +58,7 @@ ITERATION_FIELDS = ["variant", "iteration", "start_ns", "cct_us", "start_skew_us
                     "retransmissions", "paused_us"]
 FLOW_FIELDS = ["variant", "iteration", "src", "dst", "bytes", "fct_us", "retransmissions", "timeouts"]
 COUNTERS = ("drops", "pfc_sent", "ecn_marked", "host_paused_ns", "cnps_received", "paced_waits", "ib_credit_stalls",
-            "host_pfc_sent", "tx_frames")
+            "host_pfc_sent", "tx_frames", "trimmed")
 
 
 def run_experiment(experiment: Experiment, out_root: str, log: Callable[[str], None]) -> str:
@@ -353,8 +353,18 @@ def _run_sim_variant(variant: Variant, log: Callable[[str], None]) -> tuple[dict
     if variant.faults:
         summary["faults"] = outcome.faults
         summary["paused_ms_by_host"] = outcome.paused_ms_by_host
+    if outcome.uplinks:
+        summary["uplinks"] = outcome.uplinks
+        summary["uplink_balance"] = uplink_balance(outcome.uplinks)
     summary["engine"] = outcome.engine
     return summary, outcome.run
+
+
+def uplink_balance(uplinks: dict[str, int]) -> float | None:
+    """How unevenly the uplinks carried the load: the busiest one's bytes over the mean (1.0: perfectly even;
+    per-flow ECMP's collisions raise it, spraying brings it back); None when no byte went up."""
+    mean = sum(uplinks.values()) / len(uplinks) if uplinks else 0
+    return round(max(uplinks.values()) / mean, 3) if mean else None
 
 
 class FaultSchedule:
@@ -443,6 +453,7 @@ def _setup_and_counters(variant: Variant, hosts: int, counters: dict[str, int]) 
         "drops": counters["drops"], "pfc_sent": counters["pfc_sent"], "ecn_marked": counters["ecn_marked"],
         "cc": variant.cc, "cnps": counters["cnps_received"], "paced_waits": counters["paced_waits"],
         "ib_credit_stalls": counters["ib_credit_stalls"], "paused_ms": round(counters["host_paused_ns"] / 1e6, 3),
+        "trimmed": counters["trimmed"], "spray": variant.spray,
     }
 
 
@@ -534,7 +545,7 @@ def with_bound_check(fidelity: dict[str, Any], mean_us: float, bound_us: float, 
 
     The agents' own measures can miss a CPU that paced every sender alike
     (nothing waited long enough anywhere to show); a collective above
-    BOUND_SLACK times its bound with no drop, no retransmission, no pause
+    BOUND_SLACK times its bound with no drop or trim, no retransmission, no pause
     (from a switch or a faulty host's NIC), no IB congestion (credit stalls
     on more than CREDIT_STALL_SHARE of the frames forwarded: an agent late
     with its credit updates stalls a few now and then, congestion
@@ -545,7 +556,8 @@ def with_bound_check(fidelity: dict[str, Any], mean_us: float, bound_us: float, 
     """
     ratio = mean_us / bound_us
     congested_ib = counters["ib_credit_stalls"] > CREDIT_STALL_SHARE * counters["tx_frames"]
-    explained = (counters["drops"] or counters["pfc_sent"] or counters["host_pfc_sent"] or counters["cnps_received"]
+    explained = (counters["drops"] or counters["trimmed"] or counters["pfc_sent"] or counters["host_pfc_sent"]
+                 or counters["cnps_received"]
                  or counters["paced_waits"] or congested_ib or any(it.retransmissions for it in run.iterations))
     if ratio <= BOUND_SLACK or explained:
         return fidelity

@@ -26,7 +26,7 @@ from emulator.fabric.plan import make_plan
 from emulator.fabric.topospec import build_topo
 from emulator.model.dcqcn import parse_cc
 from emulator.study.experiment import Variant, plan_needs, topology
-from emulator.study.sim_fabric import build_rust_fabric, rust_pfcwd
+from emulator.study.sim_fabric import build_rust_fabric, rust_pfcwd, uplink_bytes
 from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, SAMPLE_S, StallTracker
 
 TICK_S = 10.0  # wall seconds between progress lines
@@ -64,6 +64,7 @@ class SimOutcome:
     pfcwd: dict[str, Any] | None = None  # with ``deadlock`` or faults: the PFC watchdogs' storms, restorations, drops
     faults: int = 0  # faults injected
     paused_ms_by_host: dict[str, float] | None = None  # with faults: each host's time paused, over the whole run
+    uplinks: dict[str, int] | None = None  # bytes each uplink sent over the whole run (sim_fabric.uplink_bytes)
 
 
 def engine_figures(events: int, wall_s: float, simulated_ns: int) -> dict[str, float | None]:
@@ -82,7 +83,8 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None],
     fabric_plan = make_plan(build_topo(variant.topo), "sim", variant.link)
     names = [node.name for node in fabric_plan.hosts()]
     fabric = build_rust_fabric(fabric_plan, variant.fabric, dict(variant.switch), cc=parse_cc(variant.cc),
-                               dilation=variant.dilation if variant.model is not None else None, seed=variant.seed)
+                               dilation=variant.dilation if variant.model is not None else None, seed=variant.seed,
+                               spray=variant.spray, mtu=variant.mtu)
     built = clock()
     log(f"  {variant.name}: simulated fabric of {len(fabric_plan.nodes)} nodes built in {built - began:.1f} s")
     total = variant.warmup + variant.iterations
@@ -128,7 +130,7 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None],
                       rust_pfcwd(fabric_plan, fabric) if tracker is not None or variant.faults else None,
                       fabric.faults_injected,
                       {name: round(ns / 1e6, 3) for name, ns in sorted(zip(names, fabric.paused_ns_by_host()))}
-                      if variant.faults else None)
+                      if variant.faults else None, uplink_bytes(fabric_plan, fabric) or None)
 
 
 def _watch_goodput(fabric: Any, tracker: StallTracker) -> StallTracker:

@@ -11,7 +11,7 @@ from emulator.study.runner import BOUND_SLACK, link_time_us, summarize_variant, 
 
 FAITHFUL = {"faithful": True, "unfaithful": {}}
 QUIET = {"drops": 0, "pfc_sent": 0, "ecn_marked": 0, "host_paused_ns": 0, "cnps_received": 0, "paced_waits": 0,
-         "ib_credit_stalls": 0, "host_pfc_sent": 0, "tx_frames": 10_000}
+         "ib_credit_stalls": 0, "host_pfc_sent": 0, "tx_frames": 10_000, "trimmed": 0}
 
 
 def variants() -> dict:

@@ -802,6 +802,7 @@ fn stats<'py>(
             drops.set_item("pfcwd", c.pfcwd_drops)?;
             entry.set_item("drops", drops)?;
             entry.set_item("pfcwd_storms", c.pfcwd_storms)?;
+            entry.set_item("trimmed", c.trimmed)?;
             let pfc_sent = PyDict::new(py);
             pfc_sent.set_item("xoff", c.pfc_xoff_sent)?;
             pfc_sent.set_item("xon", c.pfc_xon_sent)?;
@@ -822,6 +823,7 @@ fn stats<'py>(
             totals.tx_frames += c.tx_frames;
             totals.pfcwd_drops += c.pfcwd_drops;
             totals.pfcwd_storms += c.pfcwd_storms;
+            totals.trimmed += c.trimmed;
         }
         let kernel_drops = kernel.get(index).copied().unwrap_or(0);
         dropped += kernel_drops + counters.tx_errors + counters.drops.lost();
@@ -872,6 +874,7 @@ fn stats<'py>(
         ("malformed", totals.malformed),
         ("pfcwd_drops", totals.pfcwd_drops),
         ("pfcwd_storms", totals.pfcwd_storms),
+        ("trimmed", totals.trimmed),
         (
             "pfcwd_restorations",
             mmu.watchdog().map_or(0, |wd| wd.restorations),
@@ -1083,6 +1086,7 @@ struct Totals {
     malformed: u64,
     pfcwd_drops: u64,
     pfcwd_storms: u64,
+    trimmed: u64,
     ib_credit_stalls: u64,
 }
 

@@ -9,10 +9,12 @@ use std::sync::{Arc, Mutex};
 use fabric_core::model::ib_plane::IbPlaneConfig;
 use fabric_core::model::mmu::MmuConfig;
 use fabric_core::model::pause::PrioritySet;
+use fabric_core::model::spray::SprayPolicy;
 use fabric_core::sim::fabric::{
     Fabric, FabricSpec, HostSpec, IterationRecord, RawIteration, SwitchSpec, Totals,
 };
 use fabric_core::sim::faults::Fault;
+use fabric_core::sim::host::UetSpec;
 use fabric_core::sim::ib::{IbHostSpec, IbSpec, IbSwitchSpec};
 use fabric_core::sim::plans::{LinkMessages, Plans};
 use fabric_core::sim::summary::IterationSummary;
@@ -20,6 +22,7 @@ use fabric_core::sim::switch::PortLoss;
 use fabric_core::sim::wire::Endpoint;
 use fabric_core::wire::mac::Mac;
 use fabric_core::wire::pfc::PRIORITIES;
+use fabric_core::wire::uet::MAX_EVS;
 use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -36,8 +39,11 @@ type PortArg = (Vec<u8>, Vec<u8>, u64, u32);
 type MmuArg = (
     (i64, i64, i64, f64, i64, i64),
     (Vec<usize>, u16, Vec<usize>, Vec<i64>, i64),
-    (bool, i64, i64, f64, i64, u64),
+    (bool, i64, i64, f64, i64, u64, bool),
 );
+/// A UET fabric's transport: spray policy ("flow", "oblivious", "reps"), entropy values, NSCC on, the
+/// network's round trip and the retransmission timeout (ns).
+type UetArg = (String, u16, bool, u64, u64);
 /// A switch: its ports, its routes (IPv4 address, egress ports), its MMU, its seed.
 type SwitchArg = (Vec<PortArg>, Vec<(Vec<u8>, Vec<u32>)>, MmuArg, u64);
 /// A host: MAC, gateway MAC, IPv4 address, rate, the wire it sends on.
@@ -82,7 +88,7 @@ fn mmu_config(arg: MmuArg) -> PyResult<MmuConfig> {
     let (
         (buffer, reserve, headroom, alpha, threshold, xon_delta),
         (lossless, quanta, strict, weights, mtu_frame),
-        (ecn, kmin, kmax, pmax, vl_buffer, fc_floor),
+        (ecn, kmin, kmax, pmax, vl_buffer, fc_floor, trim),
     ) = arg;
     let weights: [i64; PRIORITIES] = weights
         .try_into()
@@ -106,7 +112,7 @@ fn mmu_config(arg: MmuArg) -> PyResult<MmuConfig> {
         vl_buffer,
         fc_floor,
         pfcwd: None,
-        trim: false,
+        trim,
     })
 }
 
@@ -172,6 +178,7 @@ fn totals_dict<'py>(py: Python<'py>, totals: &Totals) -> PyResult<Bound<'py, PyD
     dict.set_item("cnps_received", totals.cnps_received)?;
     dict.set_item("paced_waits", totals.paced_waits)?;
     dict.set_item("host_pfc_sent", totals.host_pfc_sent)?;
+    dict.set_item("trimmed", totals.trimmed)?;
     Ok(dict)
 }
 
@@ -354,9 +361,11 @@ impl SimFabric {
 #[pymethods]
 impl SimFabric {
     /// `losses`: per switch, None or one (host-facing, loss, drop list, seed) per port; `pfcwd`: per switch,
-    /// None or its MMU's `WatchdogConfig`; `cc`: per host, None or its `DcqcnParams` at its link's rate.
+    /// None or its MMU's `WatchdogConfig`; `cc`: per host, None or its `DcqcnParams` at its link's rate;
+    /// `uet`: a UET fabric's transport (spray, EVs, NSCC, network RTT ns, timeout ns), else RC.
     #[new]
-    #[pyo3(signature = (wires, switches, hosts, ib=None, *, losses=None, pfcwd=None, cc=None))]
+    #[pyo3(signature = (wires, switches, hosts, ib=None, *, losses=None, pfcwd=None, cc=None, uet=None))]
+    #[allow(clippy::too_many_arguments)] // Python's keywords
     fn new(
         wires: Vec<WireArg>,
         switches: Vec<SwitchArg>,
@@ -365,6 +374,7 @@ impl SimFabric {
         losses: Option<Vec<Option<Vec<LossArg>>>>,
         pfcwd: Option<Vec<Option<Bound<'_, PyAny>>>>,
         cc: Option<Vec<Option<Bound<'_, PyAny>>>>,
+        uet: Option<UetArg>,
     ) -> PyResult<Self> {
         let losses = each(losses, switches.len(), "losses", |ports| {
             Ok(ports
@@ -379,8 +389,29 @@ impl SimFabric {
         })?;
         let watchdogs = each(pfcwd, switches.len(), "pfcwd", |c| watchdog_config_of(&c))?;
         let ccs = each(cc, hosts.len(), "cc", |params| params_of(&params))?;
+        let uet = uet
+            .map(|(spray, evs, nscc, network_rtt_ns, timeout_ns)| {
+                let spray = SprayPolicy::parse(&spray).ok_or_else(|| {
+                    PyValueError::new_err(format!("no spray policy {spray:?}: flow, oblivious or reps"))
+                })?;
+                if evs == 0 || evs > MAX_EVS || network_rtt_ns == 0 || timeout_ns == 0 {
+                    return Err(PyValueError::new_err(format!(
+                        "bad UET settings: {evs} entropy values (1 to {MAX_EVS}), RTT {network_rtt_ns} ns, \
+                         timeout {timeout_ns} ns"
+                    )));
+                }
+                Ok(UetSpec {
+                    spray,
+                    evs,
+                    nscc,
+                    network_rtt_ns,
+                    timeout_ns,
+                })
+            })
+            .transpose()?;
         let mut spec = FabricSpec {
             ib: ib.map(ib_spec),
+            uet,
             ..FabricSpec::default()
         };
         for (rate, delay, kind, index, port) in wires {
@@ -524,6 +555,8 @@ impl SimFabric {
         dict.set_item("injected_drops", figures.injected_drops)?;
         dict.set_item("ib_drops", figures.ib_drops)?;
         dict.set_item("tx_frames", figures.tx_frames)?;
+        dict.set_item("tx_bytes", figures.tx_bytes)?;
+        dict.set_item("trimmed", figures.trimmed)?;
         dict.set_item("pfc_sent", figures.pfc_sent)?;
         dict.set_item("credit_interval_ns", figures.credit_interval_ns)?;
         Ok(dict)

@@ -143,6 +143,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CONTROL_DSCP", uet::CONTROL_DSCP)?;
     m.add("TRIMMED_DSCP", uet::TRIMMED_DSCP)?;
     m.add("REQUEST_HEADERS", uet::REQUEST_HEADERS)?;
+    m.add(
+        "ACK_FRAME",
+        uet::REQUEST_HEADERS - uet::PDS_REQUEST_LEN - uet::SES_LEN + uet::ACK_LEN,
+    )?;
     m.add("NACK_TRIMMED", uet::nack::TRIMMED)?;
     m.add_function(wrap_pyfunction!(encode, m)?)?;
     m.add_function(wrap_pyfunction!(decode, m)?)?;

@@ -139,6 +139,7 @@ struct Port {
     control: VecDeque<Control>,
     drops: [u64; 4],
     forwarded: u64,
+    forwarded_bytes: u64,
     tx_errors: u64,
 }
 
@@ -179,6 +180,7 @@ impl IbPlane {
                 control: VecDeque::new(),
                 drops: [0; 4],
                 forwarded: 0,
+                forwarded_bytes: 0,
                 tx_errors: 0,
             });
         }
@@ -236,6 +238,11 @@ impl IbPlane {
     /// Packets a port sent.
     pub fn forwarded(&self, port: usize) -> Option<u64> {
         self.ports.get(port).map(|p| p.forwarded)
+    }
+
+    /// Bytes of the packets a port sent.
+    pub fn forwarded_bytes(&self, port: usize) -> Option<u64> {
+        self.ports.get(port).map(|p| p.forwarded_bytes)
     }
 
     /// Frames of a port the kernel refused to send.
@@ -444,6 +451,7 @@ impl IbPlane {
         if sent {
             p.link.sent(vl, item.size)?;
             p.forwarded += 1;
+            p.forwarded_bytes += item.frame.len() as u64;
         }
         let ingress = self.ports.get_mut(item.ingress).ok_or(nothing.clone())?;
         ingress.link.freed(item.vl_in, item.size)?;

@@ -149,7 +149,7 @@ pub struct PortFigures {
     pub ib_drops: u64,
     /// Frames sent, through the MMU or the IB plane: which way ECMP took a flow.
     pub tx_frames: u64,
-    /// Bytes sent through the MMU: how evenly a fabric's uplinks carried the load.
+    /// Bytes sent, through the MMU or the IB plane: how evenly a fabric's uplinks carried the load.
     pub tx_bytes: u64,
     /// UET: packets trimmed at the port's ingress.
     pub trimmed: u64,
@@ -1002,7 +1002,8 @@ impl Fabric {
                 .map_or(0, |d| d.iter().sum()),
             tx_frames: counters.iter().map(|c| c.tx_frames).sum::<u64>()
                 + plane.and_then(|p| p.forwarded(port)).unwrap_or(0),
-            tx_bytes: counters.iter().map(|c| c.tx_bytes).sum(),
+            tx_bytes: counters.iter().map(|c| c.tx_bytes).sum::<u64>()
+                + plane.and_then(|p| p.forwarded_bytes(port)).unwrap_or(0),
             trimmed: counters.iter().map(|c| c.trimmed).sum(),
             pfc_sent: counters.iter().fold((0, 0), |(xoff, xon), c| {
                 (xoff + c.pfc_xoff_sent, xon + c.pfc_xon_sent)

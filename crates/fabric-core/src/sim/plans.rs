@@ -23,11 +23,12 @@ pub enum Collective {
     Victim,
     Shift,
     Multijob,
+    Permutation,
 }
 
 impl Collective {
     /// Each collective and its name.
-    pub const ALL: [(&'static str, Collective); 7] = [
+    pub const ALL: [(&'static str, Collective); 8] = [
         ("incast", Collective::Incast),
         ("alltoall", Collective::Alltoall),
         ("allreduce", Collective::Allreduce),
@@ -35,6 +36,7 @@ impl Collective {
         ("victim", Collective::Victim),
         ("shift", Collective::Shift),
         ("multijob", Collective::Multijob),
+        ("permutation", Collective::Permutation),
     ];
 
     /// The collective called `name`, or Python's error for an unknown one.
@@ -305,8 +307,9 @@ enum Role {
     Writer(Sends),
     /// One step receiving from the ranks of a progression (an incast's receiver).
     Gatherer(Receives),
-    /// Shift's one step: a write to rank + SHIFT, an arrival from rank - SHIFT.
-    Shifter,
+    /// Shift's and permutation's one step: a write to the rank `offset` further on, an arrival from the one
+    /// `offset` back.
+    Shifter { offset: u32 },
     /// All-to-all's one step.
     Exchanger,
     /// No steps.
@@ -329,7 +332,9 @@ pub struct Plans {
 /// `algorithms.chunk_bytes`: the bytes each step moves per rank.
 fn chunk_bytes(collective: Collective, size: u64, ranks: u32) -> Result<u64, String> {
     let (collective, ranks) = match collective {
-        Collective::Incast | Collective::Victim | Collective::Shift => return Ok(size),
+        Collective::Incast | Collective::Victim | Collective::Shift | Collective::Permutation => {
+            return Ok(size)
+        }
         Collective::Multijob => (Collective::Allreduce, ranks.div_ceil(2)), // the even ranks' all-reduce
         other => (other, ranks),
     };
@@ -429,7 +434,10 @@ impl Plans {
                     format!("multijob with {s} incast senders: choose 0 to {most} on {ranks} hosts")
                 })?
             }
-            Collective::Alltoall | Collective::Allreduce | Collective::Allgather => 0,
+            Collective::Alltoall
+            | Collective::Allreduce
+            | Collective::Allgather
+            | Collective::Permutation => 0,
         };
         // Every region and offset is below 2 x ranks x size (an incast's receiver holds ranks x size).
         if u64::from(ranks)
@@ -481,7 +489,8 @@ impl Plans {
                 reduce: self.collective == Collective::Allreduce,
             },
             Collective::Alltoall => Role::Exchanger,
-            Collective::Shift => Role::Shifter,
+            Collective::Shift => Role::Shifter { offset: SHIFT },
+            Collective::Permutation => Role::Shifter { offset: n / 2 },
             Collective::Incast | Collective::Victim => {
                 let victim = self.collective == Collective::Victim && rank == n - 1;
                 if victim {
@@ -556,7 +565,7 @@ impl Plans {
                 (u64::from(from.len()) * size, 0) // it holds every sender's write
             }
             // multijob's receiver without senders is idle with max(senders, 1) x size, as every other idle rank
-            Role::Gatherer(_) | Role::Writer(_) | Role::Shifter | Role::Idle => (size, 0),
+            Role::Gatherer(_) | Role::Writer(_) | Role::Shifter { .. } | Role::Idle => (size, 0),
         }
     }
 
@@ -569,7 +578,7 @@ impl Plans {
     pub fn steps(&self, rank: u32) -> u32 {
         match self.role(rank) {
             Role::Ring { length, reduce, .. } => (length - 1) * if reduce { 2 } else { 1 },
-            Role::Writer(_) | Role::Gatherer(_) | Role::Shifter | Role::Exchanger => 1,
+            Role::Writer(_) | Role::Gatherer(_) | Role::Shifter { .. } | Role::Exchanger => 1,
             Role::Idle => 0,
         }
     }
@@ -641,15 +650,15 @@ impl Plans {
                 receives,
                 reduce: None,
             },
-            Role::Shifter => Step {
+            Role::Shifter { offset } => Step {
                 sends: Sends::one(SendPlan {
-                    dst: (rank + SHIFT) % n,
+                    dst: (rank + offset) % n,
                     offset: 0,
                     length: self.size,
                     staging: false,
                     dst_offset: 0,
                 }),
-                receives: Receives::one((rank + n - SHIFT) % n),
+                receives: Receives::one((rank + n - offset) % n),
                 reduce: None,
             },
             Role::Exchanger => Step {
@@ -794,7 +803,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const NAMES: [&str; 7] = [
+    const NAMES: [&str; 8] = [
         "incast",
         "alltoall",
         "allreduce",
@@ -802,6 +811,7 @@ mod tests {
         "victim",
         "shift",
         "multijob",
+        "permutation",
     ];
 
     fn every_step(plans: &Plans) -> Vec<(u32, u32, Step)> {
@@ -839,7 +849,8 @@ mod tests {
     fn errors_are_pythons() {
         assert_eq!(
             Plans::new("gather", 4, 8, None).unwrap_err(),
-            "unknown collective 'gather'; choose incast, alltoall, allreduce, allgather, victim, shift, multijob"
+            "unknown collective 'gather'; choose incast, alltoall, allreduce, allgather, victim, shift, multijob, \
+             permutation"
         );
         assert!(Plans::new("it's", 4, 8, None)
             .unwrap_err()
