@@ -75,7 +75,7 @@ BACKENDS = ("emulator", "sim")
 SIM_FABRICS = ("lossless", "lossy", "ib", "uet")  # what the simulation backend runs
 # uet: how each packet's entropy value is chosen (model::spray): REPS by default, as uet-htsim's recycling
 SPRAYS = ("reps", "oblivious", "flow")
-SIM_FAULTS = ("stall",)  # the faults it injects (crates/fabric-core/src/sim/faults.rs)
+SIM_FAULTS = ("stall", "down")  # the faults it injects (crates/fabric-core/src/sim/faults.rs)
 # Experiments run RoCE and IB at a 4096-byte path MTU, as most deployments do: a quarter of the frames of
 # 1024 for the same bytes, so a quarter of the agents' work per byte.  4200 is the link MTU RoCE fabrics
 # are usually given for it (4096 + 64 bytes of RoCEv2 headers, rounded up); without a `mtu` key the path

@@ -130,17 +130,21 @@ UNFAITHFUL_ADVICE = (
 
 def ratio_lines(variants: list[dict[str, Any]]) -> list[str]:
     """"incast: lossy p99 / lossless p99 = 2.71x" for each variant on another fabric whose setup a
-    lossless one shares (lossy, and the InfiniBand-like ib)."""
+    lossless one shares (lossy, the InfiniBand-like ib, and uet)."""
     lines = []
-    for other in (v for v in variants if v.get("fabric") in ("lossy", "ib")):
-        for lossless in (v for v in variants if v.get("fabric") == "lossless" and _setup(v) == _setup(other)):
+    for other in (v for v in variants if v.get("fabric") in ("lossy", "ib", "uet")):
+        # uet's point is a lossy fabric of shallow buffers against PFC's headroom: its switch may differ
+        but = ("switch",) if other.get("fabric") == "uet" else ()
+        for lossless in (v for v in variants
+                         if v.get("fabric") == "lossless" and _setup(v, but) == _setup(other, but)):
             for stat in ("p99", "mean"):
                 num, den = _cct(other, stat), _cct(lossless, stat)
                 if num is not None and den:
                     unfaithful = [_listed(v["name"]) for v in (other, lossless) if _faithful(v) is False]
+                    differs = " (other switch settings)" if other.get("switch") != lossless.get("switch") else ""
                     lines.append(f"{_listed(other.get('collective', MISSING))}: {_fabric_and_cc(other)} {stat} / "
                                  f"{_fabric_and_cc(lossless)} {stat} = {num / den:.2f}x "
-                                 f"({other['name']} / {lossless['name']})" +
+                                 f"({other['name']} / {lossless['name']}){differs}" +
                                  (f": the machine's ratio, not the fabrics' ({' and '.join(unfaithful)} NOT "
                                   "faithful)" if unfaithful else ""))
     return lines
@@ -151,6 +155,8 @@ def _fabric_and_cc(variant: dict[str, Any]) -> str:
     is PFC and DCQCN, not the lossless fabric alone (multi-job's DCQCN variant was called "lossless")."""
     cc = variant.get("cc", "none")
     name = cc.split(",")[0] if isinstance(cc, str) else cc
+    if variant["fabric"] == "uet":  # its spraying, not a congestion control, is what sets it apart
+        name = variant.get("spray", "reps")
     return _listed(variant["fabric"]) + ("" if name == "none" else f"+{_listed(name)}")
 
 
@@ -297,11 +303,12 @@ def uplink_lines(variants: list[dict[str, Any]]) -> list[str]:
     lines = []
     for variant in variants:
         balance = _number(variant.get("uplink_balance"))
-        if balance is None:
-            continue
         trimmed = variant.get("trimmed")
-        trims = f", {_fmt(trimmed)} packets trimmed" if isinstance(trimmed, int) and trimmed else ""
-        lines.append(f"uplinks of {_listed(variant.get('name', MISSING))}: busiest / mean bytes {balance:.2f}{trims}")
+        trimmed = trimmed if isinstance(trimmed, int) and not isinstance(trimmed, bool) and trimmed > 0 else None
+        facts = ([] if balance is None else [f"uplinks busiest / mean bytes {balance:.2f}"]) + \
+            ([] if trimmed is None else [f"{_fmt(trimmed)} packets trimmed (their headers went on; resent at once)"])
+        if facts:
+            lines.append(f"{_listed(variant.get('name', MISSING))}: {', '.join(facts)}")
     return lines
 
 
@@ -356,12 +363,12 @@ def _render(headers: list[str], rows: list[list[str]], text_columns: int) -> lis
     return [line(headers), *(line(row) for row in rows)]
 
 
-def _setup(variant: dict[str, Any]) -> tuple[Any, ...]:
-    """What must match for a lossy/lossless pair; ``params`` holds the swept values, the fabric among them
-    when the experiment sweeps it."""
+def _setup(variant: dict[str, Any], but: tuple[str, ...] = ()) -> tuple[Any, ...]:
+    """What must match for a lossy/lossless pair (less the keys in ``but``); ``params`` holds the swept values,
+    the fabric among them when the experiment sweeps it."""
     params = variant.get("params")
     swept = {k: v for k, v in params.items() if k != "fabric"} if isinstance(params, dict) else params
-    return (*(variant.get(key) for key in SETUP_KEYS), swept)
+    return (*(variant.get(key) for key in SETUP_KEYS if key not in but), swept)
 
 
 def _same_but_backend(variant: dict[str, Any]) -> tuple[Any, ...]:

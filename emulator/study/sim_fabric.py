@@ -12,15 +12,16 @@ collectives' ranks on top of it are :mod:`emulator.collectives.sim_ranks`.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from emulator._core.mac import ETH_LEN, mac_bytes
 from emulator._core.uet import ACK_FRAME, REQUEST_HEADERS
 from emulator.fabric.agent_config import host_ib, switch_ib, switch_mmu
 from emulator.fabric.ib_subnet import assign
-from emulator.fabric.plan import FabricPlan, NodePlan
+from emulator.fabric.plan import FabricPlan, NodePlan, routes_over, switch_graph
 from emulator.model.dcqcn import DcqcnParams, at_link
 from emulator.model.mmu import MmuConfig
+from emulator.study.experiment import Fault
 
 
 def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | None = None,
@@ -77,6 +78,26 @@ def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | No
     return RustSimFabric(wires, switch_specs, host_specs, _rust_ib_spec(plan, mmu_configs) if fabric == "ib" else None,
                          losses=losses, pfcwd=watchdogs, cc=ccs,
                          uet=uet_transport(plan, spray, mtu) if fabric == "uet" else None)
+
+
+def link_faults(plan: FabricPlan, faults: Iterable[Fault]) -> list[tuple[Any, ...]]:
+    """The ``down`` faults as the compiled fabric's ``set_link_faults`` takes them: each link's two wires (link i
+    of the plan is wires 2i and 2i+1, as :func:`build_rust_fabric` lays them), its times, and every switch's
+    routes without the link and with it (the emulator's ``fabric-emu link`` recomputes them so)."""
+    switches = plan.switches()
+    number = {node.name: i for i, node in enumerate(switches)}
+    addresses: dict[str, bytes] = {}
+    up = [(number[node.name], _rust_routes(node, plan.routes[node.name], addresses)) for node in switches]
+    out = []
+    for fault in faults:
+        if fault.kind != "down" or fault.link is None:
+            continue
+        pair = frozenset(fault.link)
+        link = next(i for i, (a, b) in enumerate(plan.links) if frozenset((a.node, b.node)) == pair)
+        routes = routes_over(switch_graph(plan).without({pair}))
+        down = [(number[node.name], _rust_routes(node, routes[node.name], addresses)) for node in switches]
+        out.append(((2 * link, 2 * link + 1), fault.at_ns, fault.duration_ns, down, up))
+    return out
 
 
 def uplink_bytes(plan: FabricPlan, fabric: Any) -> dict[str, int]:

@@ -26,7 +26,7 @@ from emulator.fabric.plan import make_plan
 from emulator.fabric.topospec import build_topo
 from emulator.model.dcqcn import parse_cc
 from emulator.study.experiment import Variant, plan_needs, topology
-from emulator.study.sim_fabric import build_rust_fabric, rust_pfcwd, uplink_bytes
+from emulator.study.sim_fabric import build_rust_fabric, link_faults, rust_pfcwd, uplink_bytes
 from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, SAMPLE_S, StallTracker
 
 TICK_S = 10.0  # wall seconds between progress lines
@@ -110,8 +110,9 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None],
     if variant.deadlock_ns is not None:  # the goodput watch, in simulated time
         tracker = _watch_goodput(fabric, StallTracker(variant.deadlock_ns,
                                                       variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS))
-    # "stall" only: experiment.py refuses the other faults for this backend
-    fabric.set_faults([(names.index(f.host), f.at_ns, f.duration_ns) for f in variant.faults])
+    # "stall" and "down": experiment.py refuses the others for this backend
+    fabric.set_faults([(names.index(f.host), f.at_ns, f.duration_ns) for f in variant.faults if f.kind == "stall"])
+    fabric.set_link_faults(link_faults(fabric_plan, variant.faults))
     run = run_rust_collective(fabric, names, variant.collective, variant.size, variant.iterations, variant.warmup,
                               variant.senders, variant.mtu, progress, ticker)
     if fabric.stuck:

@@ -13,7 +13,7 @@ use fabric_core::model::spray::SprayPolicy;
 use fabric_core::sim::fabric::{
     Fabric, FabricSpec, HostSpec, IterationRecord, RawIteration, SwitchSpec, Totals,
 };
-use fabric_core::sim::faults::Fault;
+use fabric_core::sim::faults::{FabricRoutes, Fault, LinkFault};
 use fabric_core::sim::host::UetSpec;
 use fabric_core::sim::ib::{IbHostSpec, IbSpec, IbSwitchSpec};
 use fabric_core::sim::plans::{LinkMessages, Plans};
@@ -67,6 +67,10 @@ type PlanTuple = (u32, u64, u64, Vec<StepTuple>, bool, Vec<u32>, u32);
 type LossArg = (bool, f64, Vec<u64>, i128);
 /// A fault: the host's index, when after each measured iteration's start (ns), for how long (None: for good).
 type FaultArg = (u32, u64, Option<u64>);
+/// Every switch's routes: (switch index, [(IPv4 address, egress ports)]).
+type RoutesArg = Vec<(u32, Vec<(Vec<u8>, Vec<u32>)>)>;
+/// A `down` fault: the link's two wires, when, for how long (None: for good), the routes without it and with it.
+type LinkFaultArg = ((u32, u32), u64, Option<u64>, RoutesArg, RoutesArg);
 
 fn mac(bytes: &[u8]) -> PyResult<Mac> {
     bytes
@@ -474,6 +478,38 @@ impl SimFabric {
             .collect();
         self.fabric
             .set_faults(faults)
+            .map_err(PyValueError::new_err)
+    }
+
+    /// `down` faults per (the link's two wires, ns after each measured iteration's start, duration in ns or None for
+    /// good, every switch's routes without the link, and with it): its wires lose what they carry meanwhile.
+    fn set_link_faults(&mut self, faults: Vec<LinkFaultArg>) -> PyResult<()> {
+        let routes = |table: RoutesArg| -> PyResult<FabricRoutes> {
+            table
+                .into_iter()
+                .map(|(switch, routes)| {
+                    let routes = routes
+                        .iter()
+                        .map(|(ip, out)| Ok((ipv4(ip)?, out.clone())))
+                        .collect::<PyResult<Vec<_>>>()?;
+                    Ok((switch, routes))
+                })
+                .collect()
+        };
+        let faults = faults
+            .into_iter()
+            .map(|((a, b), at_ns, duration_ns, down, up)| {
+                Ok(LinkFault {
+                    wires: [a, b],
+                    at_ns,
+                    duration_ns,
+                    routes_down: routes(down)?,
+                    routes_up: routes(up)?,
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        self.fabric
+            .set_link_faults(faults)
             .map_err(PyValueError::new_err)
     }
 

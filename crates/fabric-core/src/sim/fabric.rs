@@ -13,7 +13,7 @@ use crate::model::rc::{Completion, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode}
 use crate::model::rng::CpythonRandom;
 use crate::sim::congestion::CcCounters;
 use crate::sim::engine::Engine;
-use crate::sim::faults::{Fault, FaultSchedule};
+use crate::sim::faults::{Fault, FaultSchedule, LinkFault};
 use crate::sim::frame::SimFrame;
 use crate::sim::host::{SimHost, UetSpec};
 use crate::sim::ib::IbSpec;
@@ -38,11 +38,17 @@ pub enum Event {
     /// A switch's MMU timer (pause expiries, XOFF refreshes).
     SwitchTimer(u32),
     /// A switch port's wire is free: send its next frame.
-    WireFree { switch: u32, port: u32 },
+    WireFree {
+        switch: u32,
+        port: u32,
+    },
     /// A host's NIC queue looks at its queues.
     QueueSend(u32),
     /// A host QP's transport timer.
-    QpTimer { host: u32, qpn: u32 },
+    QpTimer {
+        host: u32,
+        qpn: u32,
+    },
     /// A host's IB port's flow-control timer (an IB fabric).
     IbTimer(u32),
     /// A rank's iteration starts: its first step's sends are posted.
@@ -55,6 +61,9 @@ pub enum Event {
     StormRefresh(u32),
     /// The goodput watch takes a sample.
     Sample,
+    /// A `down` fault's link goes down, and comes back (its index in the schedule's links).
+    LinkDown(u32),
+    LinkUp(u32),
 }
 
 /// One switch as the plan gives it.
@@ -319,6 +328,7 @@ impl Fabric {
             }
             totals.drops += sw.dropped.total() + sw.injected_drops();
         }
+        totals.drops += self.link_lost();
         let (forwarded, credit_stalls) = crate::sim::ib::totals(&self.switches, &self.hosts);
         totals.tx_frames += forwarded;
         totals.ib_credit_stalls = credit_stalls;
@@ -461,8 +471,13 @@ impl Fabric {
     fn dispatch(&mut self, event: Event) {
         match event {
             Event::Deliver(wire) => {
-                if let Some(frame) = self.wires.get_mut(wire as usize).and_then(Wire::arrive) {
-                    self.deliver(wire, frame);
+                let Some(w) = self.wires.get_mut(wire as usize) else {
+                    return;
+                };
+                match w.arrive() {
+                    Some(_) if w.down => w.lost += 1,
+                    Some(frame) => self.deliver(wire, frame),
+                    None => {}
                 }
             }
             Event::SwitchTimer(sw) => {
@@ -504,6 +519,30 @@ impl Fabric {
                 }
             }
             Event::Sample => self.sample(),
+            Event::LinkDown(index) => self.set_link(index, false),
+            Event::LinkUp(index) => self.set_link(index, true),
+        }
+    }
+
+    /// A `down` fault's link goes down (`up` false) or comes back: its wires, and every switch's routes.
+    fn set_link(&mut self, index: u32, up: bool) {
+        let Some(fault) = self.faults.links.get(index as usize) else {
+            return;
+        };
+        for wire in fault.wires {
+            if let Some(w) = self.wires.get_mut(wire as usize) {
+                w.down = !up;
+            }
+        }
+        let routes = if up {
+            &fault.routes_up
+        } else {
+            &fault.routes_down
+        };
+        for (switch, table) in routes {
+            if let Some(s) = self.switches.get_mut(*switch as usize) {
+                s.set_routes(table.clone());
+            }
         }
     }
 
@@ -887,6 +926,49 @@ impl Fabric {
         }
         self.faults.faults = faults;
         Ok(())
+    }
+
+    /// The `down` faults to inject into every measured iteration; an `Err` naming a wire or a switch the fabric
+    /// does not have.
+    pub fn set_link_faults(&mut self, links: Vec<LinkFault>) -> Result<(), String> {
+        for fault in &links {
+            if let Some(wire) = fault
+                .wires
+                .iter()
+                .find(|&&w| w as usize >= self.wires.len())
+            {
+                return Err(format!(
+                    "a down fault on wire {wire} of {}",
+                    self.wires.len()
+                ));
+            }
+            let switches = fault.routes_down.iter().chain(&fault.routes_up);
+            if let Some((switch, _)) = switches
+                .clone()
+                .find(|(s, _)| *s as usize >= self.switches.len())
+            {
+                return Err(format!(
+                    "routes for switch {switch} of {}",
+                    self.switches.len()
+                ));
+            }
+            let ports_ok = switches.clone().all(|(s, table)| {
+                let ports = self.switches[*s as usize].ports.len();
+                table
+                    .iter()
+                    .all(|(_, out)| out.iter().all(|&p| (p as usize) < ports))
+            });
+            if !ports_ok {
+                return Err("a route to a port its switch does not have".to_string());
+            }
+        }
+        self.faults.links = links;
+        Ok(())
+    }
+
+    /// Frames lost on links that were down.
+    pub fn link_lost(&self) -> u64 {
+        self.wires.iter().map(|w| w.lost).sum()
     }
 
     /// Iteration `i` starts at `start`: its faults scheduled from it (`run_sim_variant`'s `started`).

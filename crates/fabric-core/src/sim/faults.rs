@@ -1,6 +1,11 @@
-//! Faults in simulated time: the `stall` fault of a host's NIC (`stall`/`resume`) and
-//! the schedule that injects the variant's faults into every measured iteration (`run_sim_variant`'s
-//! `started`).
+//! Faults in simulated time: the `stall` fault of a host's NIC (`stall`/`resume`), the `down` fault of a
+//! link between two switches, and the schedule that injects the variant's faults into every measured
+//! iteration (`run_sim_variant`'s `started`).
+//!
+//! A link that goes down loses what is on it and what its ends still send into it; its two switches and
+//! every other take the routes of the fabric without it at once (the emulator's `fabric-emu link` recomputes
+//! and hands out every switch's routes the same way: a local ECMP group shrinking, not a routing protocol's
+//! convergence), and the routes with it when it comes back.
 //!
 //! A stalled NIC's receive pipeline hangs: its RDMA frames wait unread (up to [`STALL_BUFFER`] bytes, the
 //! agent's socket buffer; beyond it they are lost), and it pauses its switch port on the lossless priorities
@@ -96,10 +101,26 @@ pub struct Fault {
     pub duration_ns: Option<u64>,
 }
 
+/// Every switch's routes, by switch index: the table `SimSwitch::new` takes.
+pub type FabricRoutes = Vec<(u32, Vec<([u8; 4], Vec<u32>)>)>;
+
+/// A `down` fault as the variant gives it: the link's two wires go down `at_ns` after each measured
+/// iteration's start and come back `duration_ns` later (never, if `None`); the switches' routes without it
+/// and with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkFault {
+    pub wires: [u32; 2],
+    pub at_ns: u64,
+    pub duration_ns: Option<u64>,
+    pub routes_down: FabricRoutes,
+    pub routes_up: FabricRoutes,
+}
+
 /// The variant's faults and how many were injected.
 #[derive(Clone, Debug, Default)]
 pub struct FaultSchedule {
     pub faults: Vec<Fault>,
+    pub links: Vec<LinkFault>,
     /// Faults injected so far (one per fault per measured iteration).
     pub injected: u64,
 }
@@ -123,6 +144,14 @@ impl FaultSchedule {
             self.injected += 1;
             if let Some(duration) = fault.duration_ns {
                 out.push((at.saturating_add(duration), Event::Resume(fault.host)));
+            }
+        }
+        for (index, fault) in (0..).zip(&self.links) {
+            let at = start.saturating_add(fault.at_ns);
+            out.push((at, Event::LinkDown(index)));
+            self.injected += 1;
+            if let Some(duration) = fault.duration_ns {
+                out.push((at.saturating_add(duration), Event::LinkUp(index)));
             }
         }
     }
@@ -175,6 +204,13 @@ mod tests {
                     duration_ns: None,
                 },
             ],
+            links: vec![LinkFault {
+                wires: [3, 4],
+                at_ns: 20,
+                duration_ns: Some(5),
+                routes_down: vec![],
+                routes_up: vec![],
+            }],
             injected: 0,
         };
         let mut out = Vec::new();
@@ -186,9 +222,11 @@ mod tests {
             vec![
                 (5100, Event::Stall(2)),
                 (5150, Event::Resume(2)),
-                (5010, Event::Stall(0))
+                (5010, Event::Stall(0)),
+                (5020, Event::LinkDown(0)),
+                (5025, Event::LinkUp(0)),
             ]
         );
-        assert_eq!(schedule.injected, 2);
+        assert_eq!(schedule.injected, 3);
     }
 }

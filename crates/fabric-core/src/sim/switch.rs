@@ -126,6 +126,11 @@ impl SimSwitch {
 
     /// Injected loss on the ports' links (one [`PortLoss`] per port, at the ports' `rates`), kept only if some
     /// port loses frames.
+    /// New routes (a link went down or came back): what arrives from now on goes by them.
+    pub fn set_routes(&mut self, routes: Vec<([u8; 4], Vec<u32>)>) {
+        self.routes = Routes::new(routes);
+    }
+
     pub fn lose(&mut self, losses: &[PortLoss], rates: &[u64]) -> Result<(), String> {
         if losses.len() != self.ports.len() || rates.len() != self.ports.len() {
             return Err(format!(

@@ -53,6 +53,10 @@ pub struct Wire {
     pub free_at: u64,
     pub frames: u64,
     pub bytes: u64,
+    /// A cable pulled (the `down` fault): what arrives on it is lost.
+    pub down: bool,
+    /// Frames it lost while down.
+    pub lost: u64,
     in_flight: VecDeque<SimFrame>,
 }
 
@@ -66,6 +70,8 @@ impl Wire {
             free_at: 0,
             frames: 0,
             bytes: 0,
+            down: false,
+            lost: 0,
             in_flight: VecDeque::new(),
         }
     }
