@@ -570,7 +570,7 @@ def _check_sim(fabric: str, capture: bool, faults: tuple[Fault, ...], context: s
     if capture:
         raise FabricError(f'{context}: backend "sim" writes no captures; set capture = false')
     if unsupported := sorted({fault.kind for fault in faults} - set(SIM_FAULTS)):
-        raise FabricError(f'{context}: backend "sim" injects the {", ".join(SIM_FAULTS)} fault, not '
+        raise FabricError(f'{context}: backend "sim" injects the {" and ".join(SIM_FAULTS)} faults, not '
                           f'{", ".join(map(repr, unsupported))} (yet)')
 
 

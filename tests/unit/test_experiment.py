@@ -50,7 +50,7 @@ def by_name(exp) -> dict[str, Variant]:
 # --- the built-ins ---------------------------------------------------------
 
 def test_builtin_names():
-    assert builtin_names() == ["dcqcn", "deadlock", "fidelity", "headline", "incast-scaling", "multi-job", "pause-storm", "scale", "smoke", "straggler", "validate", "victim"]
+    assert builtin_names() == ["dcqcn", "deadlock", "fidelity", "headline", "incast-scaling", "multi-job", "pause-storm", "scale", "smoke", "straggler", "uet", "validate", "victim"]
 
 
 def test_validate_runs_each_variant_on_both_backends():
@@ -297,7 +297,16 @@ def test_unknown_variant_key_message_in_full(tmp_path):
     ('backend = "ns3"', 'variant "a": key "backend": \'ns3\' is not one of emulator, sim'),
     ('backend = "sim"\ncapture = true', 'variant "a": backend "sim" writes no captures; set capture = false'),
     ('backend = "sim"\nfaults = [{ at = "0s", host = "h1", fault = "slow", fraction = 0.5 }]',
-     'variant "a": backend "sim" injects the stall fault, not \'slow\' (yet)'),
+     'variant "a": backend "sim" injects the stall and down faults, not \'slow\' (yet)'),
+    ('fabric = "uet"', 'variant "a": fabric "uet" runs on backend "sim" for now: the emulated RNIC has no UET '
+                       'transport yet (set backend = "sim")'),
+    ('spray = "oblivious"', 'variant "a": key "spray" chooses UET\'s entropy values: fabric \'lossless\' sends '
+                            'each flow on one path (set fabric = "uet", or remove spray)'),
+    ('fabric = "uet"\nbackend = "sim"\nspray = "random"',
+     'variant "a": key "spray": \'random\' is not one of reps, oblivious, flow'),
+    ('fabric = "uet"\nbackend = "sim"\ncc = "dcqcn"',
+     'variant "a": key "cc": dcqcn is RoCE\'s congestion control; the uet fabric\'s RNICs run NSCC: use fabric '
+     'lossless or lossy, or cc none'),
 ])
 def test_variant_mistakes(tmp_path, extra, expected):
     assert expected in load_error(tmp_path, MINIMAL + extra + "\n")
@@ -468,7 +477,7 @@ def test_missing_file_names_it_and_the_builtins(tmp_path):
         load_experiment(missing)
     message = str(info.value)
     assert message.startswith(f"{missing}: no such experiment file") and "\n" not in message
-    assert "(built-in: dcqcn, deadlock, fidelity, headline, incast-scaling, multi-job, pause-storm, scale, smoke, straggler, validate, victim)" in message
+    assert "(built-in: dcqcn, deadlock, fidelity, headline, incast-scaling, multi-job, pause-storm, scale, smoke, straggler, uet, validate, victim)" in message
 
 
 def test_a_directory_is_not_an_experiment(tmp_path):
