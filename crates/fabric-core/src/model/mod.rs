@@ -10,6 +10,7 @@ pub mod mmu;
 pub mod nscc;
 pub mod pause;
 pub mod pfcwd;
+pub mod queue_pair;
 pub mod rc;
 pub mod rdma_params;
 pub mod rng;

@@ -714,7 +714,7 @@ impl Fabric {
                 let qpn = SimRank::qpn(send.dst);
                 let host = &mut self.hosts[rank];
                 if let Some(Some(entry)) = host.qps.get_mut(qpn as usize) {
-                    let _ = entry.transport.post_send(&mut host.memory, wr);
+                    let _ = entry.qp.post_send(&mut host.memory, wr);
                 }
                 self.ranks[rank].outstanding += 1;
                 self.hosts[rank].kick(rank as u32, &mut self.engine, &mut self.wires, qpn);
@@ -851,7 +851,10 @@ impl Fabric {
                 .get(rank)
                 .and_then(|host| host.qps.get(SimRank::qpn(peer) as usize))
                 .and_then(Option::as_ref)
-                .map_or((0, 0), |entry| entry.transport.retransmissions())
+                .map_or((0, 0), |entry| {
+                    let counters = entry.qp.counters();
+                    (counters.retransmitted_packets, counters.timeouts)
+                })
         };
         let summary = summarize(
             self.run.iteration,
@@ -893,8 +896,8 @@ impl Fabric {
             .iter()
             .filter_map(|peer| {
                 let entry = host.qps.get(SimRank::qpn(peer.rank) as usize)?.as_ref()?;
-                let (retransmitted, timeouts) = entry.transport.retransmissions();
-                Some((peer.rank, retransmitted, timeouts))
+                let counters = entry.qp.counters();
+                Some((peer.rank, counters.retransmitted_packets, counters.timeouts))
             })
             .collect();
         let released = plans

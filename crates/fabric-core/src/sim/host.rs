@@ -20,7 +20,8 @@ use crate::model::dcqcn::DcqcnParams;
 use crate::model::ib_port::IbPort;
 use crate::model::nscc::NsccParams;
 use crate::model::pause::PrioritySet;
-use crate::model::rc::{default_timeout_ns, Completion, RcConfig, RcQueuePair, RecvWr, SendWr};
+use crate::model::queue_pair::QueuePair;
+use crate::model::rc::{default_timeout_ns, Completion, RcConfig, RcQueuePair};
 use crate::model::rdma_params::MAX_MR_BYTES;
 use crate::model::spray::SprayPolicy;
 use crate::model::uet::{UetConfig, UetPdc, RX_WINDOW};
@@ -61,81 +62,18 @@ pub struct UetSpec {
     pub timeout_ns: u64,
 }
 
-/// What carries one QP's messages: RC on RoCE or IB frames, or UET's RUD on UET frames.
+/// How one QP's packets are framed: RoCE or IB for RC, UET's frames for a PDC.
 #[derive(Debug)]
-#[allow(clippy::large_enum_variant)] // RC, on every fabric but one, stays in place (its `HostQp` is boxed)
-pub enum Transport {
-    Rc {
-        qp: RcQueuePair<Window>,
-        framer: QpFramer,
-    },
-    /// Boxed: a PDC's entropy draws keep a Mersenne Twister's state.
-    Uet {
-        pdc: Box<UetPdc<Window>>,
-        framer: UetFramer,
-    },
-}
-
-impl Transport {
-    /// Queues a send work request (a refused verb is the caller's mistake, as the emulator's RNIC says).
-    pub fn post_send(&mut self, memory: &mut FlatMemory, wr: SendWr) -> Result<(), String> {
-        match self {
-            Transport::Rc { qp, .. } => qp.post_send(memory, wr).map_err(|e| e.to_string()),
-            Transport::Uet { pdc, .. } => pdc.post_send(memory, wr).map_err(|e| e.to_string()),
-        }
-    }
-
-    pub fn post_recv(&mut self, wr: RecvWr) {
-        match self {
-            Transport::Rc { qp, .. } => qp.post_recv(wr),
-            Transport::Uet { pdc, .. } => pdc.post_recv(wr),
-        }
-    }
-
-    /// Its completions, stamped `now`, appended to `out`.
-    fn drain_completions(&mut self, now: u64, out: &mut Vec<Completion>) {
-        let stamp = |mut completion: Completion| {
-            completion.timestamp = now;
-            completion
-        };
-        match self {
-            Transport::Rc { qp, .. } => out.extend(qp.poll_completions(None).map(stamp)),
-            Transport::Uet { pdc, .. } => out.extend(pdc.poll_completions(None).map(stamp)),
-        }
-    }
-
-    fn next_deadline(&self) -> Option<u64> {
-        match self {
-            Transport::Rc { qp, .. } => qp.next_deadline(),
-            Transport::Uet { pdc, .. } => pdc.next_deadline(),
-        }
-    }
-
-    fn on_timer(&mut self, now: u64) {
-        match self {
-            Transport::Rc { qp, .. } => qp.on_timer(now),
-            Transport::Uet { pdc, .. } => pdc.on_timer(now),
-        }
-    }
-
-    /// Packets sent again and retransmission timeouts.
-    pub fn retransmissions(&self) -> (u64, u64) {
-        match self {
-            Transport::Rc { qp, .. } => {
-                (qp.counters().retransmitted_packets, qp.counters().timeouts)
-            }
-            Transport::Uet { pdc, .. } => (
-                pdc.counters().retransmitted_packets,
-                pdc.counters().timeouts,
-            ),
-        }
-    }
+pub enum HostFramer {
+    Rc(QpFramer),
+    Uet(UetFramer),
 }
 
 /// One QP of the host: the transport and its framer, its peer's address, its timer.
 #[derive(Debug)]
 pub struct HostQp {
-    pub transport: Transport,
+    pub qp: QueuePair<Window>,
+    framer: HostFramer,
     peer_ip: [u8; 4],
     timer: TimerId,
 }
@@ -303,7 +241,14 @@ impl SimHost {
         if let Some(cc) = self.cc.as_mut() {
             cc.connect(qpn, (self.mac, self.gateway_mac, self.ip, peer_ip), port)?;
         }
-        self.install(engine, index, qpn, Transport::Rc { qp, framer }, peer_ip);
+        self.install(
+            engine,
+            index,
+            qpn,
+            QueuePair::Rc(qp),
+            HostFramer::Rc(framer),
+            peer_ip,
+        );
         Ok(())
     }
 
@@ -339,18 +284,25 @@ impl SimHost {
         pdc.connect(peer_qpn, 0)
             .map_err(|error| error.to_string())?;
         let framer = UetFramer::new(self.mac, self.gateway_mac, self.ip, peer_ip);
-        let pdc = Box::new(pdc);
-        self.install(engine, index, qpn, Transport::Uet { pdc, framer }, peer_ip);
+        self.install(
+            engine,
+            index,
+            qpn,
+            QueuePair::Uet(Box::new(pdc)),
+            HostFramer::Uet(framer),
+            peer_ip,
+        );
         Ok(())
     }
 
-    /// `transport` as QP `qpn`, with its timer.
+    /// `qp` framed by `framer` as QP `qpn`, with its timer.
     fn install(
         &mut self,
         engine: &mut Engine<Event>,
         index: u32,
         qpn: u32,
-        transport: Transport,
+        qp: QueuePair<Window>,
+        framer: HostFramer,
         peer_ip: [u8; 4],
     ) {
         let timer = engine.timer(Event::QpTimer { host: index, qpn });
@@ -360,24 +312,29 @@ impl SimHost {
             self.in_ready.resize(at + 1, false);
         }
         self.qps[at] = Some(Box::new(HostQp {
-            transport,
+            qp,
+            framer,
             peer_ip,
             timer,
         }));
     }
 
     /// The QP numbered `qpn`.
-    pub fn qp_mut(&mut self, qpn: u32) -> Option<&mut Transport> {
+    pub fn qp_mut(&mut self, qpn: u32) -> Option<&mut QueuePair<Window>> {
         self.qps
             .get_mut(qpn as usize)?
             .as_mut()
-            .map(|entry| &mut entry.transport)
+            .map(|entry| &mut entry.qp)
     }
 
     /// The completions `qpn` has, stamped `now`, appended to `out`.
     pub fn collect(&mut self, qpn: u32, now: u64, out: &mut Vec<Completion>) {
         if let Some(Some(entry)) = self.qps.get_mut(qpn as usize) {
-            entry.transport.drain_completions(now, out);
+            let from = out.len();
+            entry.qp.poll_into(out);
+            for completion in &mut out[from..] {
+                completion.timestamp = now;
+            }
         }
     }
 
@@ -471,16 +428,16 @@ impl SimHost {
             self.counters.unknown += 1;
             return None;
         }
-        let Transport::Rc { qp, .. } = &entry.transport else {
+        if !matches!(entry.qp, QueuePair::Rc(_)) {
             self.counters.unknown += 1;
             return None;
-        };
-        let remote_qpn = qp.remote_qpn();
+        }
+        let remote_qpn = entry.qp.remote_qpn();
         if self.congestion(index, engine, wires, qpn, remote_qpn, &packet) {
             return None;
         }
         let entry = self.qps.get_mut(qpn as usize).and_then(Option::as_mut);
-        if let Some(Transport::Rc { qp, .. }) = entry.map(|entry| &mut entry.transport) {
+        if let Some(QueuePair::Rc(qp)) = entry.map(|entry| &mut entry.qp) {
             qp.receive_with_payload(now, &packet, payload, &mut self.memory);
         }
         Some(qpn)
@@ -498,8 +455,8 @@ impl SimHost {
         let qpn = u32::from(decoded.packet.dpdcid);
         let payload = frame.get(decoded.payload.clone()).unwrap_or(&[]);
         let entry = self.qps.get_mut(qpn as usize).and_then(Option::as_mut);
-        match entry.map(|entry| (entry.peer_ip, &mut entry.transport)) {
-            Some((peer_ip, Transport::Uet { pdc, .. })) if peer_ip == decoded.src_ip => {
+        match entry.map(|entry| (entry.peer_ip, &mut entry.qp)) {
+            Some((peer_ip, QueuePair::Uet(pdc))) if peer_ip == decoded.src_ip => {
                 pdc.receive_with_payload(engine.now(), &decoded.packet, payload, &mut self.memory);
                 Some(qpn)
             }
@@ -562,8 +519,8 @@ impl SimHost {
     /// The QP's timer fired; the caller collects its completions, then calls [`SimHost::resume`].
     pub fn on_timer(&mut self, engine: &Engine<Event>, qpn: u32) {
         let now = engine.now();
-        if let Some(transport) = self.qp_mut(qpn) {
-            transport.on_timer(now);
+        if let Some(qp) = self.qp_mut(qpn) {
+            qp.on_timer(now);
         }
         if let Some(cc) = self.cc.as_mut() {
             cc.on_timer(qpn, now);
@@ -601,9 +558,9 @@ impl SimHost {
             };
             let data = self.cc.as_ref().is_none_or(|cc| cc.may_send(qpn, now));
             self.memory.take_last_read(); // forgotten: only this packet's read says where its payload lies
-            let (qp, framer) = match &mut entry.transport {
-                Transport::Rc { qp, framer } => (qp, framer),
-                Transport::Uet { pdc, framer } => {
+            let (qp, framer) = match (&mut entry.qp, &mut entry.framer) {
+                (QueuePair::Rc(qp), HostFramer::Rc(framer)) => (qp, framer),
+                (QueuePair::Uet(pdc), HostFramer::Uet(framer)) => {
                     if !pdc.next_packet(now, &mut self.memory, &mut self.uet_scratch) {
                         continue;
                     }
@@ -624,6 +581,7 @@ impl SimHost {
                     }
                     continue;
                 }
+                _ => continue, // a QP is made with its own framer: never mismatched
             };
             if !qp.next_packet(now, data, &mut self.memory, &mut self.scratch) {
                 // Held to its rate: its ACKs may go, and its timer wakes it when its next frame may.
@@ -704,7 +662,7 @@ impl SimHost {
     /// The QP's one timer at its earliest deadline: the transport's, and with DCQCN its limiter's.
     fn arm(&mut self, engine: &mut Engine<Event>, qpn: u32) {
         if let Some(Some(entry)) = self.qps.get(qpn as usize) {
-            let deadline = entry.transport.next_deadline();
+            let deadline = entry.qp.next_deadline();
             let deadline = match &self.cc {
                 Some(cc) => cc.deadline(qpn, deadline),
                 None => deadline,
