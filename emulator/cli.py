@@ -34,7 +34,8 @@ from emulator.fabric.node import Node
 from emulator.fabric.plan import DEFAULT_LINK, dilated, link_params
 from emulator.model.dcqcn import CC_OPTIONS, at_link, check_fabric, check_link, parse_cc
 from emulator._core.rdma_params import PATHS_MTU
-from emulator.model.switch_params import EMULATED_FABRICS, SWITCH_OPTIONS, parse_overrides
+from emulator.agents.config import SPRAYS
+from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, parse_overrides
 from emulator.fabric.topospec import build_topo, topo_parameters
 from emulator.units import format_rate, parse_size
 from topologies import topos as builtin_topos
@@ -68,6 +69,8 @@ def _fabric(args: argparse.Namespace) -> Fabric:
     switch = parse_options(args.switch, dict.fromkeys(SWITCH_OPTIONS), "--switch")
     link_params({}, link)  # reject bad values before asking for root
     parse_overrides(switch, args.fabric)
+    if getattr(args, "spray", None) is not None and args.fabric != "uet":
+        raise FabricError(f"--spray chooses UET's entropy values: --fabric {args.fabric} sends each flow on one path")
     factor = None
     written = link.get("delay", DEFAULT_LINK["delay"])
     if getattr(args, "model", None) is not None:
@@ -88,7 +91,7 @@ def _fabric(args: argparse.Namespace) -> Fabric:
     return Fabric(topo, link=link, name=getattr(args, "name", None), spec=args.topo, fabric=args.fabric,
                   switch=switch, seed=args.seed, capture=getattr(args, "capture", None),
                   telemetry=getattr(args, "telemetry", None), log=progress, workers=args.workers, cc=cc,
-                  dilation=factor)
+                  dilation=factor, spray=getattr(args, "spray", None) or "reps")
 
 
 def _pick_run(run: str | None) -> runstate.RunState:
@@ -421,8 +424,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--custom", metavar="FILE", help="a Mininet custom file with a topos dict")
         p.add_argument("--link", metavar="OPTS",
                        help="default link options: bw=100mbit,delay=0us,mtu=1500,loss=0,drop=N:M")
-        p.add_argument("--fabric", choices=EMULATED_FABRICS, default="lossless",
-                       help="lossless: PFC on priority 3 (default); lossy: tail drop everywhere; ib: native IB packets under link credits")
+        p.add_argument("--fabric", choices=FABRICS, default="lossless",
+                       help="lossless: PFC on priority 3 (default); lossy: tail drop everywhere; ib: native IB packets "
+                            "under link credits; uet: lossy with trimming, UET's transport on the RNICs")
+        p.add_argument("--spray", choices=SPRAYS, default=None,
+                       help="--fabric uet: how each packet's entropy value (its path) is chosen (default reps)")
         p.add_argument("--switch", metavar="OPTS",
                        help="switch settings, e.g. buffer=256KiB,headroom=24KiB,alpha=1,kmin=15KiB,lossless=3")
         p.add_argument("--seed", type=flags.whole("--seed", bounds.SEED), default=1,

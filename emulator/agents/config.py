@@ -202,6 +202,24 @@ def check_routes(routes: dict[str, tuple[str, ...]], ports: set[str]) -> None:
             raise ConfigError(f"routes[{shown(ip)}]: {shown(ifnames)} names no port or a port this switch lacks")
 
 
+SPRAYS = ("reps", "oblivious", "flow")  # how a UET sender chooses each packet's entropy value (model::spray)
+MAX_EVS = 16384  # the UDP source ports an entropy value may take (wire::uet)
+
+
+@dataclass(frozen=True)
+class UetTransport(_Checked):
+    """The uet fabric's transport on every RNIC (``emulator.fabric.uet_transport`` derives it from the plan)."""
+
+    spray: str
+    evs: int = _within(1, MAX_EVS)
+    network_rtt_ns: int = _at_least(1)  # the empty fabric's longest round trip: NSCC's base RTT and scale
+    timeout_ns: int = _at_least(1)  # a packet not acknowledged this long is sent again
+
+    def check(self) -> None:
+        if self.spray not in SPRAYS:
+            raise ConfigError(f"spray: {shown(self.spray)} is not one of {', '.join(SPRAYS)}")
+
+
 @dataclass(frozen=True)
 class HostConfig(AgentConfig):
     """A host agent: its NIC (for the pause gates) and its RNIC."""
@@ -217,6 +235,7 @@ class HostConfig(AgentConfig):
     rx_cpu: int | None = None  # as PortConfig's
     cc: DcqcnParams | None = None  # DCQCN in the emulated link's units, or no congestion control
     rates_file: str | None = None  # where the RNIC writes its QPs' DCQCN rate trace (CSV) when it stops
+    uet: UetTransport | None = None  # the uet fabric: UET's transport on UET frames instead of RC on RoCEv2
 
     def check(self) -> None:
         _check_mac("mac", self.mac)

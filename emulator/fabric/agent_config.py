@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from emulator.agents.config import HostConfig, HostIbConfig, PortConfig, SwitchConfig, SwitchIbConfig
+from emulator.agents.config import HostConfig, HostIbConfig, PortConfig, SwitchConfig, SwitchIbConfig, UetTransport
 from emulator.fabric import runstate
 from emulator.fabric.ib_subnet import Subnet
 from emulator.fabric.plan import FabricPlan, NodePlan
@@ -43,21 +43,23 @@ def switch_mmu(node: NodePlan, fabric: str, overrides: dict[str, str]) -> MmuCon
 
 def agent_configs(plan: FabricPlan, seed: int, mmu: dict[str, MmuConfig], subnet: Subnet | None,
                   monitor: bool = True, cpus: dict[str, int] | None = None, cc: DcqcnParams | None = None,
-                  dilation: float | None = None) -> dict[str, HostConfig | SwitchConfig]:
+                  dilation: float | None = None, uet: UetTransport | None = None) -> dict[str, HostConfig | SwitchConfig]:
     """Every node's agent config, in the plan's node order; ``mmu`` holds each switch's settings.
 
     ``cpus`` (node -> the CPU its process is pinned to) makes each interface
     receive on its peer's CPU, the one that sends into it.  ``cc`` (DCQCN's
     constants in modelled units) goes to every RNIC at its link's rate, at
-    time dilation ``dilation`` (:func:`emulator.model.dcqcn.at_link`).
+    time dilation ``dilation`` (:func:`emulator.model.dcqcn.at_link`).  ``uet`` (the uet fabric) makes every
+    RNIC run UET's transport.
     """
-    return {node.name: _agent_config(plan, node, seed * 1000 + index, mmu, subnet, monitor, cpus or {}, cc, dilation)
+    return {node.name: _agent_config(plan, node, seed * 1000 + index, mmu, subnet, monitor, cpus or {}, cc, dilation,
+                                     uet)
             for index, node in enumerate(plan.nodes.values(), start=1)}
 
 
 def _agent_config(plan: FabricPlan, node: NodePlan, seed: int, mmu_configs: dict[str, MmuConfig],
                   subnet: Subnet | None, monitor: bool, cpus: dict[str, int], cc: DcqcnParams | None,
-                  dilation: float | None) -> HostConfig | SwitchConfig:
+                  dilation: float | None, uet: UetTransport | None) -> HostConfig | SwitchConfig:
     directory = runstate.run_dir(plan.run)
     common = dict(name=node.name, netns=node.netns, control=runstate.control_socket(plan.run, node.name),
                   stats_file=os.path.join(directory, f"{node.name}.stats.json"), seed=seed,
@@ -69,7 +71,8 @@ def _agent_config(plan: FabricPlan, node: NodePlan, seed: int, mmu_configs: dict
                           verbs=runstate.verbs_socket(plan.run, node.name),
                           ib=host_ib(plan, node, mmu_configs, subnet), rx_cpu=cpus.get(port.peer_node),
                           cc=None if cc is None else at_link(cc, port.params.bw_bps, dilation)[0],
-                          rates_file=None if cc is None else os.path.join(directory, f"{node.name}.rates.csv"))
+                          rates_file=None if cc is None else os.path.join(directory, f"{node.name}.rates.csv"),
+                          uet=uet)
     return SwitchConfig(
         **common, mmu=mmu_configs[node.name],
         occupancy_file=os.path.join(directory, f"{node.name}.occupancy.csv"),

@@ -40,6 +40,7 @@ from emulator.kernel.netns import create_namespace, entered, existing_namespaces
 from emulator.fabric.placement import check_workers, default_workers, node_cpus, place, process_cpus
 from emulator.fabric.link_state import save_graph
 from emulator.fabric.plan import GATEWAY_IP, FabricPlan, NodePlan, make_plan, switch_graph, veth_mac
+from emulator.fabric.uet_transport import UET_IP_HEADERS, uet_transport
 from emulator.fabric.ib_subnet import assign as assign_subnet
 from emulator.fabric.privileges import require_root
 from emulator.fabric.reachability import pingall
@@ -81,7 +82,8 @@ class Fabric:
                  spec: str = "", fabric: str = "lossless", switch: dict[str, str] | None = None,
                  seed: int = 1, capture: str | None = None, telemetry: str | None = None,
                  log: Callable[[str], None] | None = None, monitor: bool = True,
-                 workers: int | None = None, cc: DcqcnParams | None = None, dilation: float | None = None) -> None:
+                 workers: int | None = None, cc: DcqcnParams | None = None, dilation: float | None = None,
+                 spray: str = "reps") -> None:
         require_root()
         if name is not None:
             runstate.check_run_name(name)
@@ -96,6 +98,10 @@ class Fabric:
         self.workers = default_workers() if workers is None else check_workers(workers)  # data-plane processes
         self.mmu_configs = {node.name: switch_mmu(node, fabric, switch or {}) for node in self.plan.switches()}
         self.subnet = assign_subnet(self.plan) if fabric == "ib" else None
+        # uet: every RNIC runs UET's transport, its packets as long as the links allow (the RDMA path MTU of
+        # the experiments, 4096, on their 4200-byte links)
+        self.uet = uet_transport(self.plan, spray, min(p.params.mtu for n in self.plan.nodes.values()
+                                                       for p in n.ports) - UET_IP_HEADERS) if fabric == "uet" else None
         check_fabric(cc, fabric)
         self.cc, self.dilation = cc, dilation  # DCQCN's constants (modelled units), the fabric's D if modelled
         self.capture_dir = os.path.abspath(capture) if capture else None  # `down` may run in another directory
@@ -221,7 +227,7 @@ class Fabric:
         groups = place(self.plan, self.workers)
         cpus = process_cpus(len(groups), os.sched_getaffinity(0))
         configs = agent_configs(self.plan, self.seed, self.mmu_configs, self.subnet, self.monitor,
-                                node_cpus(groups, cpus), self.cc, self.dilation)
+                                node_cpus(groups, cpus), self.cc, self.dilation, self.uet)
         for number, (group, cpu) in enumerate(zip(groups, cpus)):
             specs = []
             for node in group:

@@ -57,7 +57,7 @@ from emulator.errors import FabricError, listed, shown
 from emulator.fabric.names import RUN_NAME, check_ifname, check_node_name, check_run_name, namespace_name, owns_namespace
 from emulator.kernel.netns import existing_namespaces, remove_namespace
 from emulator.kernel.processes import ProcessId
-from emulator.model.switch_params import EMULATED_FABRICS
+from emulator.model.switch_params import FABRICS
 
 RUN_ROOT = "/run/fabric-emu"
 ROOT_MODE = 0o755  # the runs' names for anyone (list without root); each run's directory is 0700
@@ -229,7 +229,7 @@ def check_record(state: RunState) -> None:
     _require(isinstance(state.features, dict)
              and all(_is_text(k, 32) and type(v) is bool for k, v in state.features.items()),
              "features is not an object of booleans")
-    _require(state.fabric in EMULATED_FABRICS, f"fabric is not one of {', '.join(EMULATED_FABRICS)}")
+    _require(state.fabric in FABRICS, f"fabric is not one of {', '.join(FABRICS)}")
     _require(_is_directory_path(state.capture_dir), "capture_dir is not an absolute, normalized path")
     _require(_is_directory_path(state.telemetry_dir), "telemetry_dir is not an absolute, normalized path")
     _require(type(state.detached) is bool, "detached is not true or false")

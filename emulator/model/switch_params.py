@@ -28,7 +28,7 @@ rest lossy; ``--fabric lossy`` has no lossless priority, so no PFC.
 ``uet`` is lossy with trimming: a UET request over its threshold goes on
 as its headers at priority 6 (strict), and the RNICs run UET's RUD
 transport with NSCC, spraying each packet over the paths by its entropy
-value (the simulation backend only, for now).
+value.
 ``--fabric ib`` carries RDMA as native IB packets under credit-based flow
 control, with ``vl_buffer`` (default 16 MTU frames) of receive buffer per
 virtual lane and port, a grown credit grant sent after two frame times and
@@ -54,8 +54,6 @@ from emulator.model.pfcwd import parse_pfcwd
 from emulator.units import format_size, format_time, parse_size, parse_time
 
 FABRICS = ("lossless", "lossy", "ib", "uet")
-# What the emulator builds; "uet" (trimming switches, UET on the RNICs) is the simulation backend's for now.
-EMULATED_FABRICS = ("lossless", "lossy", "ib")
 VL_BUFFER_FRAMES = 16  # IB: receive buffer per VL per port, in MTU frames
 MAX_VL_BUFFER = 2048 * 64  # IB credit accounting allows at most 2048 blocks of 64 bytes in flight
 DEFAULT_LOSSLESS = (3,)

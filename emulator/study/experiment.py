@@ -44,6 +44,7 @@ from emulator import __version__, bounds
 from emulator._core.rdma_params import MAX_MR_BYTES, PATHS_MTU, ROCE_OVERHEAD
 from emulator.collectives.algorithms import COLLECTIVES, SENDER_COLLECTIVES, chunk_bytes
 from emulator.collectives.algorithms import plan as rank_plans
+from emulator.agents.config import SPRAYS
 from emulator.errors import FabricError, one_line, printable, shown
 from emulator.fabric.builder import PACKAGE_PARENT
 from emulator.fabric.capacity import meminfo_bytes
@@ -73,8 +74,6 @@ DEFAULTS: dict[str, Any] = {"fabric": "lossless", "iterations": 10, "warmup": 1,
 # in simulated time (the compiled core's emulator._core.sim), what one VM cannot hold.
 BACKENDS = ("emulator", "sim")
 SIM_FABRICS = ("lossless", "lossy", "ib", "uet")  # what the simulation backend runs
-# uet: how each packet's entropy value is chosen (model::spray): REPS by default, as uet-htsim's recycling
-SPRAYS = ("reps", "oblivious", "flow")
 SIM_FAULTS = ("stall", "down")  # the faults it injects (crates/fabric-core/src/sim/faults.rs)
 # Experiments run RoCE and IB at a 4096-byte path MTU, as most deployments do: a quarter of the frames of
 # 1024 for the same bytes, so a quarter of the agents' work per byte.  4200 is the link MTU RoCE fabrics
@@ -465,9 +464,6 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     if fabric != "uet" and "spray" in settings.values:
         raise FabricError(f'{context}: key "spray" chooses UET\'s entropy values: fabric {fabric!r} sends each '
                           'flow on one path (set fabric = "uet", or remove spray)')
-    if fabric == "uet" and backend != "sim":
-        raise FabricError(f'{context}: fabric "uet" runs on backend "sim" for now: the emulated RNIC has no UET '
-                          'transport yet (set backend = "sim")')
     topo, cabling = _topology(values["topo"], collective, backend, context)
     plan, links = cabling.plan, cabling.links(link)
     with _key(context, "switch"):

@@ -15,10 +15,11 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from emulator._core.mac import ETH_LEN, mac_bytes
-from emulator._core.uet import ACK_FRAME, REQUEST_HEADERS
+from emulator.agents.config import UetTransport
 from emulator.fabric.agent_config import host_ib, switch_ib, switch_mmu
 from emulator.fabric.ib_subnet import assign
 from emulator.fabric.plan import FabricPlan, NodePlan, routes_over, switch_graph
+from emulator.fabric.uet_transport import uet_transport
 from emulator.model.dcqcn import DcqcnParams, at_link
 from emulator.model.mmu import MmuConfig
 from emulator.study.experiment import Fault
@@ -34,8 +35,8 @@ def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | No
     link's rate, scaled as the emulator scales it (:func:`~emulator.model.dcqcn.at_link`, ``dilation`` from
     ``model``).  ``seed`` seeds every switch as the builder seeds its agent (ECMP's hash, ECN's draws, injected
     loss by frame number on each link); paths still differ where the QP numbers in the UDP source port do.  On
-    ``uet`` the switches trim and every RNIC runs UET's transport (:func:`uet_transport`: ``spray``, packets of
-    ``mtu`` bytes)."""
+    ``uet`` the switches trim and every RNIC runs UET's transport
+    (:func:`~emulator.fabric.uet_transport.uet_transport`: ``spray``, packets of ``mtu`` bytes)."""
     from emulator._core.sim import SimFabric as RustSimFabric
 
     if fabric not in ("lossless", "lossy", "ib", "uet"):
@@ -77,7 +78,12 @@ def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | No
     ccs = [None if cc is None else at_link(cc, node.ports[0].params.bw_bps, dilation)[0] for node in hosts]
     return RustSimFabric(wires, switch_specs, host_specs, _rust_ib_spec(plan, mmu_configs) if fabric == "ib" else None,
                          losses=losses, pfcwd=watchdogs, cc=ccs,
-                         uet=uet_transport(plan, spray, mtu) if fabric == "uet" else None)
+                         uet=_rust_uet(uet_transport(plan, spray, mtu)) if fabric == "uet" else None)
+
+
+def _rust_uet(uet: UetTransport) -> tuple[str, int, bool, int, int]:
+    """The UET transport as the compiled fabric takes it: (spray, entropy values, NSCC on, RTT ns, timeout ns)."""
+    return uet.spray, uet.evs, True, uet.network_rtt_ns, uet.timeout_ns
 
 
 def link_faults(plan: FabricPlan, faults: Iterable[Fault]) -> list[tuple[Any, ...]]:
@@ -111,48 +117,6 @@ def uplink_bytes(plan: FabricPlan, fabric: Any) -> dict[str, int]:
             if plan.nodes[port.peer_node].kind != "host":
                 uplinks[port.ifname] = fabric.port_figures(s, k)["tx_bytes"]
     return uplinks
-
-
-UET_EVS = 64  # entropy values per connection, as uet-htsim's default
-UET_QUEUE_FRAMES = 64  # a switch port's share of the pool (switch_params.SHARED_FRAMES_PER_PORT) a resend waits out
-
-
-def uet_transport(plan: FabricPlan, spray: str, mtu: int) -> tuple[str, int, bool, int, int]:
-    """The UET transport of every RNIC: (spray, entropy values, NSCC on, network RTT ns, timeout ns).
-
-    The network RTT is uet-htsim's: the round trip of the longest host-to-host path when empty, a full packet
-    out and an ACK back over every link of it (from the first host: the built-in topologies look the same from
-    every host).  The retransmission timeout covers that RTT twice and three full port queues on the way, as
-    uet-htsim's covers six queue drains: a packet is resent on a timeout only when it (or its header) was lost,
-    not while it waits in a queue."""
-    hosts = plan.hosts()
-    hops = _longest_path(plan, hosts[0].name) if hosts else 1
-    rate = min((p.params.bw_bps for node in plan.nodes.values() for p in node.ports), default=1)
-    delay = max((p.params.delay_ns for node in plan.nodes.values() for p in node.ports), default=0)
-    frame_ns = (mtu + REQUEST_HEADERS) * 8 * 1_000_000_000 // rate
-    ack_ns = ACK_FRAME * 8 * 1_000_000_000 // rate
-    rtt = hops * (2 * delay + frame_ns + ack_ns)
-    timeout = 2 * rtt + 3 * UET_QUEUE_FRAMES * frame_ns
-    return spray, UET_EVS, True, max(rtt, 1), max(timeout, 1)
-
-
-def _longest_path(plan: FabricPlan, start: str) -> int:
-    """Links on the longest of the shortest paths from host ``start`` to another host (breadth first)."""
-    neighbours: dict[str, list[str]] = {}
-    for a, b in plan.links:
-        neighbours.setdefault(a.node, []).append(b.node)
-        neighbours.setdefault(b.node, []).append(a.node)
-    depth = {start: 0}
-    frontier = [start]
-    while frontier:
-        following = []
-        for node in frontier:
-            for peer in neighbours.get(node, ()):
-                if peer not in depth:
-                    depth[peer] = depth[node] + 1
-                    following.append(peer)
-        frontier = following
-    return max((d for name, d in depth.items() if plan.nodes[name].kind == "host"), default=1) or 1
 
 
 def _rust_routes(node: NodePlan, table: Mapping[str, list[str]], addresses: dict[str, bytes]

@@ -298,8 +298,6 @@ def test_unknown_variant_key_message_in_full(tmp_path):
     ('backend = "sim"\ncapture = true', 'variant "a": backend "sim" writes no captures; set capture = false'),
     ('backend = "sim"\nfaults = [{ at = "0s", host = "h1", fault = "slow", fraction = 0.5 }]',
      'variant "a": backend "sim" injects the stall and down faults, not \'slow\' (yet)'),
-    ('fabric = "uet"', 'variant "a": fabric "uet" runs on backend "sim" for now: the emulated RNIC has no UET '
-                       'transport yet (set backend = "sim")'),
     ('spray = "oblivious"', 'variant "a": key "spray" chooses UET\'s entropy values: fabric \'lossless\' sends '
                             'each flow on one path (set fabric = "uet", or remove spray)'),
     ('fabric = "uet"\nbackend = "sim"\nspray = "random"',

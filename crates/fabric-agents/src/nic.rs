@@ -20,6 +20,7 @@ use fabric_core::wire::ib::ETHERTYPE_IB;
 use fabric_core::wire::mac::ETH_LEN;
 use fabric_core::wire::pfc::{ETHERTYPE_MAC_CONTROL, PRIORITIES};
 use fabric_core::wire::roce::ROCE_PORT;
+use fabric_core::wire::uet::UET_PORT;
 use fabric_io::event_loop::{Agent, Registry};
 use fabric_io::io::clock::StampClock;
 use fabric_io::io::mapped::MappedFile;
@@ -130,19 +131,32 @@ pub struct GateFailures {
     pub first: Option<String>,
 }
 
-/// Classic BPF: accept IPv4 (no options) / UDP / destination port 4791, drop the rest.
-const ROCE_FILTER: [Insn; 10] = [
-    insn(0x28, 0, 0, 12), // ldh [12]
-    insn(0x15, 0, 7, ETH_P_IP as u32),
-    insn(0x30, 0, 0, 14), // ldb [14]: version 4, IHL 5
-    insn(0x15, 0, 5, 0x45),
-    insn(0x30, 0, 0, 23), // ldb [23]: UDP
-    insn(0x15, 0, 3, 17),
-    insn(0x28, 0, 0, 36), // ldh [36]: destination port
-    insn(0x15, 0, 1, ROCE_PORT as u32),
-    insn(0x06, 0, 0, 0xFFFF), // accept
-    insn(0x06, 0, 0, 0),      // drop
-];
+/// Classic BPF: accept IPv4 (no options) / UDP / destination port `port`, drop the rest.
+const fn udp_filter(port: u16) -> [Insn; 10] {
+    [
+        insn(0x28, 0, 0, 12), // ldh [12]
+        insn(0x15, 0, 7, ETH_P_IP as u32),
+        insn(0x30, 0, 0, 14), // ldb [14]: version 4, IHL 5
+        insn(0x15, 0, 5, 0x45),
+        insn(0x30, 0, 0, 23), // ldb [23]: UDP
+        insn(0x15, 0, 3, 17),
+        insn(0x28, 0, 0, 36), // ldh [36]: destination port
+        insn(0x15, 0, 1, port as u32),
+        insn(0x06, 0, 0, 0xFFFF), // accept
+        insn(0x06, 0, 0, 0),      // drop
+    ]
+}
+/// RoCEv2's frames and UET's.
+const ROCE_FILTER: [Insn; 10] = udp_filter(ROCE_PORT);
+const UET_FILTER: [Insn; 10] = udp_filter(UET_PORT);
+
+/// What an RNIC's socket carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkKind {
+    Roce,
+    Ib,
+    Uet,
+}
 /// Classic BPF that drops everything.
 const DROP_ALL: [Insn; 1] = [insn(0x06, 0, 0, 0)];
 
@@ -154,8 +168,8 @@ const fn insn(code: u16, jt: u8, jf: u8, k: u32) -> Insn {
 pub struct NicPlane {
     nic: Nic<MappedFile>,
     socket: PacketSocket,
-    /// RoCE: a UDP socket bound to port 4791 that takes nothing, so that the host's kernel does not answer
-    /// every RoCE frame with an ICMP port unreachable.
+    /// RoCE and UET: a UDP socket bound to the transport's port that takes nothing, so that the host's kernel
+    /// does not answer every frame with an ICMP port unreachable.
     _sink: Option<UdpSocket>,
     batch: Batch,
     kernel_drops: u64,
@@ -199,25 +213,29 @@ impl Wire for SocketWire<'_, '_> {
 
 impl NicPlane {
     /// `nic` on a socket on `ifname` (opened in the calling thread's network namespace), whose link carries
-    /// frames of `mtu` bytes after the Ethernet header at `rate_bps`; native IB when `ib`.
+    /// frames of `mtu` bytes after the Ethernet header at `rate_bps`, of `kind`.
     pub fn open(
         nic: Nic<MappedFile>,
         ifname: &str,
         mtu: usize,
         rate_bps: u64,
-        ib: bool,
+        kind: LinkKind,
     ) -> io::Result<NicPlane> {
         let frame = ETH_LEN.saturating_add(mtu);
         let send = send_frames(rate_bps, frame).saturating_mul(frame);
-        let (socket, sink) = if ib {
-            let socket = PacketSocket::open(ifname, ETHERTYPE_IB, send, RECV_BUFFER)?;
-            (socket, None)
-        } else {
-            let socket =
-                PacketSocket::open_filtered(ifname, ETH_P_IP, send, RECV_BUFFER, &ROCE_FILTER)?;
-            let sink = UdpSocket::bind(("0.0.0.0", ROCE_PORT))?;
+        let udp = |filter: &[Insn], port: u16| -> io::Result<(PacketSocket, Option<UdpSocket>)> {
+            let socket = PacketSocket::open_filtered(ifname, ETH_P_IP, send, RECV_BUFFER, filter)?;
+            let sink = UdpSocket::bind(("0.0.0.0", port))?;
             attach_filter(sink.as_fd(), &DROP_ALL)?;
-            (socket, Some(sink))
+            Ok((socket, Some(sink)))
+        };
+        let (socket, sink) = match kind {
+            LinkKind::Ib => (
+                PacketSocket::open(ifname, ETHERTYPE_IB, send, RECV_BUFFER)?,
+                None,
+            ),
+            LinkKind::Roce => udp(&ROCE_FILTER, ROCE_PORT)?,
+            LinkKind::Uet => udp(&UET_FILTER, UET_PORT)?,
         };
         let pfc = PacketSocket::open(ifname, ETHERTYPE_MAC_CONTROL, 0, PFC_BUFFER)?;
         pfc.stamp_frames()?;

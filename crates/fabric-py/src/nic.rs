@@ -9,12 +9,14 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 
 use fabric_agents::lock;
-use fabric_agents::nic::NicPlane;
+use fabric_agents::nic::{LinkKind, NicPlane};
 use fabric_core::agent::nic::{Nic as CoreNic, NicConfig, TimerKind, Wire};
 use fabric_core::agent::switch::Sent;
 use fabric_core::model::ib_port::IbPortConfig;
 use fabric_core::model::rc::{RcCounters, RecvWr, SendWr};
 use fabric_core::model::rx_pipeline::RxPipeline;
+use fabric_core::model::spray::SprayPolicy;
+use fabric_core::model::uet::UetSpec;
 use fabric_core::wire::mac::ETH_LEN;
 use fabric_io::io::mapped::MappedFile;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
@@ -164,11 +166,28 @@ fn nic_of(config: &Bound<'_, PyAny>) -> PyResult<(CoreNic<MappedFile>, usize)> {
             Some(crate::dcqcn::params_of(&cc)?)
         },
         ib,
+        uet: uet_of(&config.getattr("uet")?)?,
         monitor: config.getattr("monitor")?.is_truthy()?,
         seed: (seed & 0xFFFF_FFFF_FFFF_FFFF) as u64,
     })
     .map_err(PyValueError::new_err)?;
     Ok((nic, mtu))
+}
+
+/// The uet fabric's transport of a `HostConfig` (its `UetTransport`, or None: RC).
+fn uet_of(uet: &Bound<'_, PyAny>) -> PyResult<Option<UetSpec>> {
+    if uet.is_none() {
+        return Ok(None);
+    }
+    let spray: String = uet.getattr("spray")?.extract()?;
+    Ok(Some(UetSpec {
+        spray: SprayPolicy::parse(&spray)
+            .ok_or_else(|| PyValueError::new_err(format!("no spray policy {spray:?}")))?,
+        evs: uet.getattr("evs")?.extract()?,
+        nscc: true,
+        network_rtt_ns: uet.getattr("network_rtt_ns")?.extract()?,
+        timeout_ns: uet.getattr("timeout_ns")?.extract()?,
+    }))
 }
 
 fn kind_name(kind: TimerKind) -> &'static str {
@@ -195,8 +214,14 @@ impl Nic {
         let (nic, mtu) = nic_of(config)?;
         let ifname: String = config.getattr("ifname")?.extract()?;
         let rate_bps: u64 = config.getattr("rate_bps")?.extract()?;
-        let ib = !config.getattr("ib")?.is_none();
-        let plane = NicPlane::open(nic, &ifname, mtu, rate_bps, ib)
+        let kind = if !config.getattr("ib")?.is_none() {
+            LinkKind::Ib
+        } else if !config.getattr("uet")?.is_none() {
+            LinkKind::Uet
+        } else {
+            LinkKind::Roce
+        };
+        let plane = NicPlane::open(nic, &ifname, mtu, rate_bps, kind)
             .map_err(|error| PyOSError::new_err(format!("{ifname}: {error}")))?;
         Ok(Nic {
             handle: Handle::Wired(Arc::new(Mutex::new(plane))),

@@ -10,11 +10,11 @@ use fabric_core::model::ib_plane::IbPlaneConfig;
 use fabric_core::model::mmu::MmuConfig;
 use fabric_core::model::pause::PrioritySet;
 use fabric_core::model::spray::SprayPolicy;
+use fabric_core::model::uet::UetSpec;
 use fabric_core::sim::fabric::{
     Fabric, FabricSpec, HostSpec, IterationRecord, RawIteration, SwitchSpec, Totals,
 };
 use fabric_core::sim::faults::{FabricRoutes, Fault, LinkFault};
-use fabric_core::sim::host::UetSpec;
 use fabric_core::sim::ib::{IbHostSpec, IbSpec, IbSwitchSpec};
 use fabric_core::sim::plans::{LinkMessages, Plans};
 use fabric_core::sim::summary::IterationSummary;

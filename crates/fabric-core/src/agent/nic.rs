@@ -3,7 +3,8 @@
 //! The verbs (applications' connections, protection domains, CQ numbers, timed posts) stay in Python; they
 //! reach this model through its verbs-side calls (`register`, `connect`, `post_send`, `completions`, ...).
 //! Everything a frame touches is here: RC queue pairs over the registered memory ([`Regions`]), RoCEv2 or
-//! native IB framing (sent only against the switch's credits), DCQCN's notification and reaction points,
+//! native IB framing (sent only against the switch's credits), or on the uet fabric UET PDCs on UET frames
+//! (each packet from its entropy value's UDP port: `model::uet`), DCQCN's notification and reaction points,
 //! the transmit turn across QPs, the slow-receiver fault, the fidelity monitor's virtual wire, and the NIC's
 //! obedience to PFC: a PFC frame holds the host's priority from its arrival, through the host's pause gates
 //! ([`Nic::take_gate_changes`]), until its quanta run out or an XON comes.
@@ -22,13 +23,16 @@ use crate::model::fidelity::{Durations, EgressWire};
 use crate::model::ib_port::{IbPort, IbPortConfig};
 use crate::model::link::wire_ns;
 use crate::model::pause::PauseState;
+use crate::model::queue_pair::QueuePair;
 use crate::model::rc::{Completion, QpState, RcConfig, RcCounters, RcQueuePair, RecvWr, SendWr};
 use crate::model::rx_pipeline::{PauseChange, RxPipeline};
+use crate::model::uet::{UetPdc, UetSpec};
 use crate::wire::ib::{encode_data_with_payload, Lrh, MIN_FRAME as IB_FC_FRAME};
 use crate::wire::mac::Mac;
 use crate::wire::pfc::{decode_pfc, PRIORITIES};
 use crate::wire::roce::{decode, Framer, CNP_DSCP, DATA_DSCP};
 use crate::wire::transport::{opcode, Packet};
+use crate::wire::uet::{self, UetFramer, UetPacket};
 
 /// RoCEv2 source ports carry the QP's ECMP entropy (and stay clear of well-known dissectors).
 pub const SOURCE_PORT_BASE: u16 = 49152;
@@ -75,6 +79,8 @@ pub struct NicConfig {
     pub cc: Option<DcqcnParams>,
     /// Native IB instead of RoCEv2.
     pub ib: Option<IbPortConfig>,
+    /// UET's transport on UET frames instead of RC on RoCEv2 (the uet fabric).
+    pub uet: Option<UetSpec>,
     /// Whether the fidelity monitor's wire is kept.
     pub monitor: bool,
     /// Seeds the memory keys' random bytes.
@@ -86,12 +92,13 @@ pub struct NicConfig {
 enum QpFramer {
     Roce { data: Framer, cnp: Framer },
     Ib { dlid: u16 },
+    Uet(UetFramer),
 }
 
 /// A connected QP and what goes with it.
 #[derive(Debug)]
 struct NicQp {
-    qp: RcQueuePair<Window>,
+    qp: QueuePair<Window>,
     owner: u32,
     remote_ip: [u8; 4],
     remote_gid: String,
@@ -108,6 +115,7 @@ struct NicQp {
 enum Link {
     Roce { malformed: u64 },
     Ib(Box<IbPort>),
+    Uet { spec: UetSpec, malformed: u64 },
 }
 
 /// What the RNIC counts (`stats()["rnic"]` in Python, with the verbs server's own).
@@ -212,6 +220,7 @@ pub struct Nic<B> {
     next_kind: TimerKind,
     // reused buffers
     packet: Packet,
+    uet_packet: UetPacket,
     frame: Vec<u8>,
     fc: Vec<[u8; IB_FC_FRAME]>,
     turn: Vec<u32>,
@@ -222,14 +231,15 @@ pub struct Nic<B> {
 impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
     /// The RNIC of `config`, or why its IB port cannot be made.
     pub fn new(config: NicConfig) -> Result<Self, String> {
-        let link = match config.ib {
-            Some(ib) => Link::Ib(Box::new(IbPort::new(ib).map_err(|e| e.to_string())?)),
-            None => Link::Roce { malformed: 0 },
+        let link = match (config.ib, config.uet) {
+            (Some(ib), _) => Link::Ib(Box::new(IbPort::new(ib).map_err(|e| e.to_string())?)),
+            (None, Some(spec)) => Link::Uet { spec, malformed: 0 },
+            (None, None) => Link::Roce { malformed: 0 },
         };
-        let cc = if matches!(link, Link::Ib(_)) {
-            None // the IB fabric's flow control is its credits
-        } else {
-            config.cc
+        let cc = match link {
+            Link::Roce { .. } => config.cc,
+            // the IB fabric's flow control is its credits, UET's congestion control its NSCC
+            Link::Ib(_) | Link::Uet { .. } => None,
         };
         Ok(Nic {
             name: config.name,
@@ -270,6 +280,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
             lateness: [Durations::new(), Durations::new(), Durations::new()],
             next_kind: TimerKind::Link,
             packet: Packet::default(),
+            uet_packet: UetPacket::default(),
             frame: Vec::new(),
             fc: Vec::new(),
             turn: Vec::new(),
@@ -334,10 +345,33 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
                     .framer(&remote_gid, u64::from(config.mtu))
                     .map_err(|e| e.to_string())?,
             },
+            Link::Uet { .. } => QpFramer::Uet(UetFramer::new(
+                self.mac,
+                self.gateway_mac,
+                self.ip,
+                remote_ip,
+            )),
         };
-        let mut qp = RcQueuePair::new(qpn, config, initial_psn);
-        qp.connect(remote_qpn, remote_psn)
-            .map_err(|e| e.to_string())?;
+        let mut qp = match &self.link {
+            Link::Uet { spec, .. } => {
+                let seed = u64::from(qpn) << 32 | u64::from(remote_qpn);
+                let mut pdc = UetPdc::new(
+                    qpn,
+                    spec.config(config.mtu, self.rate_bps),
+                    initial_psn,
+                    seed,
+                );
+                pdc.connect(remote_qpn, remote_psn)
+                    .map_err(|e| e.to_string())?;
+                QueuePair::Uet(Box::new(pdc))
+            }
+            Link::Roce { .. } | Link::Ib(_) => {
+                let mut qp = RcQueuePair::new(qpn, config, initial_psn);
+                qp.connect(remote_qpn, remote_psn)
+                    .map_err(|e| e.to_string())?;
+                QueuePair::Rc(qp)
+            }
+        };
         for wr in early_recvs {
             qp.post_recv(*wr);
         }
@@ -377,10 +411,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
             .ok_or_else(|| format!("QP {qpn} is not connected (post_send needs RTS)"))?;
         let mut memory = self.regions.domain(entry.owner);
         for wr in wrs {
-            entry
-                .qp
-                .post_send(&mut memory, *wr)
-                .map_err(|e| e.to_string())?;
+            entry.qp.post_send(&mut memory, *wr)?;
         }
         Ok(())
     }
@@ -438,16 +469,14 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
     /// QP `qpn`'s send (with its timed posts) and receive queues' lengths.
     pub fn queue_lengths(&self, qpn: u32) -> Option<(usize, usize)> {
         let entry = self.qps.get(&qpn)?;
-        Some((
-            entry.qp.send_queue_len().saturating_add(entry.timed),
-            entry.qp.recv_queue_len(),
-        ))
+        let (send, recv) = entry.qp.queue_lengths();
+        Some((send.saturating_add(entry.timed), recv))
     }
 
     /// QP `qpn`'s state and counters.
     pub fn qp_status(&self, qpn: u32) -> Option<(QpState, RcCounters)> {
         let qp = &self.qps.get(&qpn)?.qp;
-        Some((qp.state(), *qp.counters()))
+        Some((qp.state(), qp.counters()))
     }
 
     /// Destroys QP `qpn`: its counters are kept in the RNIC's totals.
@@ -476,7 +505,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
     /// Every QP's new completions, QP by QP, into `out`.
     pub fn completions(&mut self, out: &mut Vec<Completion>) {
         for entry in self.qps.values_mut() {
-            out.extend(entry.qp.poll_completions(None));
+            entry.qp.poll_into(out);
         }
     }
 
@@ -616,6 +645,10 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
 
     /// One frame: to its QP, or dropped and counted.
     fn process(&mut self, now: u64, frame: &[u8]) {
+        if let Link::Uet { .. } = self.link {
+            self.process_uet(now, frame);
+            return;
+        }
         let (packet, payload, source_ok) = match &mut self.link {
             Link::Roce { malformed } => {
                 let Some(decoded) = decode(frame) else {
@@ -649,6 +682,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
                     .is_some_and(|e| e.remote_gid == accepted.source);
                 (accepted.decoded.packet, accepted.decoded.payload, ok)
             }
+            Link::Uet { .. } => return,
         };
         if !source_ok {
             self.counters.unknown_qp += 1;
@@ -680,9 +714,34 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
         }
         let payload = frame.get(payload).unwrap_or_default();
         let mut memory = self.regions.domain(entry.owner);
-        entry
-            .qp
-            .receive_with_payload(now, &packet, payload, &mut memory);
+        if let QueuePair::Rc(qp) = &mut entry.qp {
+            qp.receive_with_payload(now, &packet, payload, &mut memory);
+        }
+    }
+
+    /// A frame on the uet fabric: to the PDC it names, if its checksum held and it comes from that PDC's peer.
+    fn process_uet(&mut self, now: u64, frame: &[u8]) {
+        let Some(decoded) = uet::decode(frame) else {
+            if let Link::Uet { malformed, .. } = &mut self.link {
+                *malformed += 1;
+            }
+            return;
+        };
+        self.counters.frames_received += 1;
+        if !decoded.checksum_ok {
+            self.counters.icrc_errors += 1;
+            return;
+        }
+        let entry = self.qps.get_mut(&u32::from(decoded.packet.dpdcid));
+        let Some(entry) = entry.filter(|e| e.remote_ip == decoded.src_ip) else {
+            self.counters.unknown_qp += 1;
+            return;
+        };
+        let payload = frame.get(decoded.payload.clone()).unwrap_or_default();
+        let mut memory = self.regions.domain(entry.owner);
+        if let QueuePair::Uet(pdc) = &mut entry.qp {
+            pdc.receive_with_payload(now, &decoded.packet, payload, &mut memory);
+        }
     }
 
     /// The socket has room again at `now`: the waiting frame first, then the control queue, then the QPs.
@@ -928,10 +987,11 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
                 };
                 let data = entry.rp.as_ref().is_none_or(|rp| rp.may_send(now));
                 let mut memory = self.regions.domain(entry.owner);
-                if !entry
-                    .qp
-                    .next_packet(now, data, &mut memory, &mut self.packet)
-                {
+                let produced = match &mut entry.qp {
+                    QueuePair::Rc(qp) => qp.next_packet(now, data, &mut memory, &mut self.packet),
+                    QueuePair::Uet(pdc) => pdc.next_packet(now, &mut memory, &mut self.uet_packet),
+                };
+                if !produced {
                     if !data && entry.qp.has_data() && self.paced.insert(qpn) {
                         self.counters.paced_waits += 1;
                     }
@@ -959,8 +1019,11 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
                             &mut frame,
                         )
                         .map_err(|e| e.to_string()),
-                        Link::Roce { .. } => Err(String::new()),
+                        Link::Roce { .. } | Link::Uet { .. } => Err(String::new()),
                     },
+                    QpFramer::Uet(framer) => framer
+                        .encode(&self.uet_packet, &self.uet_packet.payload, &mut frame)
+                        .map_err(|e| e.to_string()),
                 };
                 if framed.is_err() {
                     self.counters.send_errors += 1; // the transport's packets always frame: never seen
@@ -1068,7 +1131,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
     /// Frames that were no packet this RNIC's link speaks.
     pub fn malformed(&self) -> u64 {
         match &self.link {
-            Link::Roce { malformed } => *malformed,
+            Link::Roce { malformed } | Link::Uet { malformed, .. } => *malformed,
             Link::Ib(port) => port.malformed(),
         }
     }
@@ -1077,7 +1140,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
     pub fn ib_port(&self) -> Option<&IbPort> {
         match &self.link {
             Link::Ib(port) => Some(port),
-            Link::Roce { .. } => None,
+            Link::Roce { .. } | Link::Uet { .. } => None,
         }
     }
 
@@ -1189,6 +1252,7 @@ mod tests {
             rate_bps: 100_000_000,
             cc: None,
             ib: None,
+            uet: None,
             monitor: true,
             seed: u64::from(mac),
         }
@@ -1270,6 +1334,88 @@ mod tests {
         assert_eq!(out, pattern);
         assert_eq!(a.counters().frames_sent, 4);
         assert_eq!(b.counters().frames_received, 4);
+    }
+
+    #[test]
+    fn on_the_uet_fabric_a_write_goes_as_uet_frames_sprayed_and_lands_whole() {
+        let spec = UetSpec {
+            spray: crate::model::spray::SprayPolicy::Oblivious,
+            evs: 64,
+            nscc: true,
+            network_rtt_ns: 50_000,
+            timeout_ns: 1_000_000,
+        };
+        let uet_nic = |ip, mac| {
+            Nic::<Vec<u8>>::new(NicConfig {
+                uet: Some(spec),
+                ..config_of(ip, mac)
+            })
+            .unwrap()
+        };
+        let (mut a, mut b) = (uet_nic(A, 1), uet_nic(B, 2));
+        let ka = a
+            .regions_mut()
+            .register(1, 0x10000, 65536, ACCESS_ALL, vec![0; 65536])
+            .unwrap();
+        let kb = b
+            .regions_mut()
+            .register(1, 0x10000, 65536, ACCESS_ALL, vec![0; 65536])
+            .unwrap();
+        a.connect(0x11, 1, 100, config(), 0x12, 200, B, &[])
+            .unwrap();
+        b.connect(0x12, 1, 200, config(), 0x11, 100, A, &[])
+            .unwrap();
+        let pattern: Vec<u8> = (0..16384u32).map(|i| (i * 7) as u8).collect();
+        let mut memory = a.regions_mut().domain(1);
+        let window = Memory::local(&mut memory, ka, 0x10000, 16384, true).unwrap();
+        Memory::write(&mut memory, &window, 0, &pattern);
+        b.post_recv(
+            0x12,
+            &[RecvWr {
+                wr_id: 9,
+                addr: 0,
+                length: 0,
+                lkey: kb,
+            }],
+        )
+        .unwrap();
+        let mut wr = write(7, ka, kb, 16384);
+        wr.opcode = WrOpcode::RdmaWriteWithImm;
+        wr.imm = 0xBEEF;
+        a.post_send(0x11, &[wr]).unwrap();
+        let (mut wa, mut wb) = (TestWire::default(), TestWire::default());
+        let mut ports = std::collections::BTreeSet::new();
+        let mut now = 1_000;
+        for _ in 0..40 {
+            a.after_events(now, &mut wa);
+            for frame in wa.sent.drain(..) {
+                let decoded = uet::decode(&frame).expect("a UET frame");
+                assert!(decoded.checksum_ok);
+                ports.insert(decoded.packet.ev);
+                b.receive(now, &frame);
+            }
+            b.after_events(now, &mut wb);
+            for frame in wb.sent.drain(..) {
+                a.receive(now, &frame);
+            }
+            now += 10_000;
+        }
+        let (mut done_a, mut done_b) = (Vec::new(), Vec::new());
+        a.completions(&mut done_a);
+        b.completions(&mut done_b);
+        assert_eq!((done_a[0].wr_id, done_a[0].status), (7, WcStatus::Success));
+        assert_eq!((done_b[0].wr_id, done_b[0].imm), (9, Some(0xBEEF)));
+        let mut out = Vec::new();
+        let mut memory = b.regions_mut().domain(1);
+        let window = Memory::local(&mut memory, kb, 0x10000, 16384, false).unwrap();
+        Memory::read(&mut memory, &window, 0, 16384, &mut out);
+        assert_eq!(out, pattern);
+        assert!(ports.len() > 4, "16 packets sprayed over {ports:?}");
+        let (state, counters) = a.qp_status(0x11).unwrap();
+        assert_eq!(
+            (state, counters.packets_sent, counters.retransmitted_packets),
+            (QpState::Rts, 16, 0)
+        );
     }
 
     #[test]

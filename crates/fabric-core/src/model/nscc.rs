@@ -192,10 +192,10 @@ impl Nscc {
         self.ignored += acked;
         let delay = match rtt {
             Some(rtt) => {
-                if rtt < self.base_rtt {
-                    self.base_rtt = rtt;
-                    self.max_window = (1.5 * self.params.bdp(rtt)).max(self.mss);
-                }
+                // A shorter round trip lowers the base the delay counts from; unlike uet-htsim's, the largest
+                // window stays the network RTT's: a packet is in flight here from the sender's NIC queue on
+                // (uet_transport counts that queue in the network RTT), which the first packets skip.
+                self.base_rtt = self.base_rtt.min(rtt);
                 let delay = rtt - self.base_rtt;
                 self.average(delay, ecn);
                 delay

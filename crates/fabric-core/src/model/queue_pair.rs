@@ -45,6 +45,14 @@ impl<W> QueuePair<W> {
         }
     }
 
+    /// Completions waiting to be polled.
+    pub fn completions_len(&self) -> usize {
+        match self {
+            QueuePair::Rc(qp) => qp.completions_len(),
+            QueuePair::Uet(pdc) => pdc.completions_len(),
+        }
+    }
+
     pub fn next_deadline(&self) -> Option<u64> {
         match self {
             QueuePair::Rc(qp) => qp.next_deadline(),

@@ -31,6 +31,7 @@ use crate::model::nscc::{Nscc, NsccParams};
 use crate::model::rc::{
     AccessError, Completion, Memory, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode,
 };
+use crate::model::rdma_params::MAX_MR_BYTES;
 use crate::model::spray::{Spray, SprayPolicy};
 use crate::wire::uet::{nack, PdsKind, UetPacket};
 
@@ -60,6 +61,39 @@ pub struct UetConfig {
     pub spray: SprayPolicy,
     /// NSCC's settings; `None` runs a fixed window of `window` packets.
     pub nscc: Option<NsccParams>,
+}
+
+/// A UET fabric's transport settings, the same for every RNIC of it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct UetSpec {
+    pub spray: SprayPolicy,
+    pub evs: u16,
+    /// NSCC on (else a window of [`RX_WINDOW`] packets).
+    pub nscc: bool,
+    /// The longest round trip of the empty fabric: NSCC's base RTT and the scale of its constants.
+    pub network_rtt_ns: u64,
+    pub timeout_ns: u64,
+}
+
+impl UetSpec {
+    /// A PDC's settings for packets of `mss` bytes on a link of `rate_bps`: seven timeouts of one packet
+    /// before its work request fails (RC's default retry count), an ACK at least every four requests
+    /// (uet-htsim's 16 KB of 4 KB packets), the widest window the responder tracks, NSCC on the path.
+    pub fn config(&self, mss: u32, rate_bps: u64) -> UetConfig {
+        UetConfig {
+            mss,
+            timeout_ns: self.timeout_ns,
+            retries: 7,
+            ack_every: 4,
+            window: RX_WINDOW as u32,
+            max_msg: MAX_MR_BYTES,
+            evs: self.evs,
+            spray: self.spray,
+            nscc: self
+                .nscc
+                .then(|| NsccParams::for_path(self.network_rtt_ns, rate_bps, true)),
+        }
+    }
 }
 
 /// Why a verb was refused outright.

@@ -18,13 +18,10 @@ use std::collections::VecDeque;
 
 use crate::model::dcqcn::DcqcnParams;
 use crate::model::ib_port::IbPort;
-use crate::model::nscc::NsccParams;
 use crate::model::pause::PrioritySet;
 use crate::model::queue_pair::QueuePair;
 use crate::model::rc::{default_timeout_ns, Completion, RcConfig, RcQueuePair};
-use crate::model::rdma_params::MAX_MR_BYTES;
-use crate::model::spray::SprayPolicy;
-use crate::model::uet::{UetConfig, UetPdc, RX_WINDOW};
+use crate::model::uet::{UetPdc, UetSpec};
 use crate::sim::congestion::{Arrival, HostCc, CNP_PRIORITY};
 use crate::sim::engine::{Engine, TimerId};
 use crate::sim::fabric::Event;
@@ -49,18 +46,6 @@ pub const ROCE_PRIORITY: usize = 3;
 
 /// ACKs and NACKs of UET: strict, above the data (uet-htsim's high queue).
 pub const UET_CONTROL_PRIORITY: usize = (uet::CONTROL_DSCP >> 3) as usize;
-
-/// A UET fabric's transport settings, the same for every host.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct UetSpec {
-    pub spray: SprayPolicy,
-    pub evs: u16,
-    /// NSCC on (else a window of one bandwidth-delay product... of `RX_WINDOW` packets).
-    pub nscc: bool,
-    /// The longest round trip of the empty fabric: NSCC's base RTT and the scale of its constants.
-    pub network_rtt_ns: u64,
-    pub timeout_ns: u64,
-}
 
 /// How one QP's packets are framed: RoCE or IB for RC, UET's frames for a PDC.
 #[derive(Debug)]
@@ -265,20 +250,7 @@ impl SimHost {
         mtu: u32,
         spec: UetSpec,
     ) -> Result<(), String> {
-        let rate = self.queue.pause.rate_bps;
-        let config = UetConfig {
-            mss: mtu,
-            timeout_ns: spec.timeout_ns,
-            retries: 7,
-            ack_every: 4,
-            window: RX_WINDOW as u32,
-            max_msg: MAX_MR_BYTES,
-            evs: spec.evs,
-            spray: spec.spray,
-            nscc: spec
-                .nscc
-                .then(|| NsccParams::for_path(spec.network_rtt_ns, rate, true)),
-        };
+        let config = spec.config(mtu, self.queue.pause.rate_bps);
         let seed = u64::from(index) << 32 | u64::from(qpn);
         let mut pdc = UetPdc::new(qpn, config, 0, seed);
         pdc.connect(peer_qpn, 0)
