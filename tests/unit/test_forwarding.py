@@ -240,6 +240,20 @@ def test_ecmp_different_seeds_can_differ():
     assert len({(x - y) % 4 for x, y in pairs}) > 1
 
 
+def test_ecmp_choices_of_two_switches_are_independent():
+    """Two switches (two seeds) choose for the same flows independently: with a hash affine in its key and seed
+    (a bare CRC-32), the second's choice among two was the first's flipped by a constant, so in a fat tree an
+    aggregation switch sent everything from one edge switch to one core and left half its uplinks idle."""
+    rng = random.Random(7)
+    template = udp_frame()
+    flows = [with_flow(template, f"10.0.{rng.randrange(256)}.{rng.randrange(1, 255)}",
+                       f"10.0.{rng.randrange(256)}.{rng.randrange(1, 255)}", rng.randrange(49152, 65536), 4791)
+             for _ in range(400)]
+    for a, b in ((1001, 1002), (1001, 1017), (5, 6)):
+        same = sum(ecmp_index(f, a, 2) == ecmp_index(f, b, 2) for f in flows)
+        assert 120 < same < 280, (a, b, same)
+
+
 def with_flow(template: bytes, src: str, dst: str, sport: int, dport: int) -> bytes:
     """``template`` (Ether/IPv4 without options/UDP) with a new 5-tuple, by byte surgery
     (building 1000 frames with scapy would dominate the unit test run time)."""

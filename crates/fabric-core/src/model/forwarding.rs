@@ -50,8 +50,11 @@ pub fn ipv4_ok_len(frame: &[u8], len: usize) -> bool {
 /// Which of `choices` equal-cost ports this IPv4 frame's flow takes (after [`ipv4_ok`]); `None` if the frame
 /// is too short to hold a protocol field or `choices` is 0.
 ///
-/// The key is source and destination address, protocol and, for TCP and UDP, the two ports: the bytes the
-/// Python model hashes, cut short where the frame ends (as its slices are).
+/// The key is source and destination address, protocol and, for TCP and UDP, the two ports, cut short where
+/// the frame ends. Its CRC-32 is mixed with the switch's `seed` by MurmurHash3's 64-bit finalizer: the CRC
+/// alone, continued from the seed, is affine in both, so every switch's choice among two was the previous
+/// switch's flipped by a constant, and in a fat tree an aggregation switch sent all of an edge switch's flows
+/// to one core (found by the uet-htsim comparison, docs/performance.md).
 pub fn ecmp_index(frame: &[u8], seed: u32, choices: usize) -> Option<usize> {
     let proto = *frame.get(23)?;
     if choices == 0 {
@@ -70,10 +73,19 @@ pub fn ecmp_index(frame: &[u8], seed: u32, choices: usize) -> Option<usize> {
         key[len..len + ports.len()].copy_from_slice(ports);
         len += ports.len();
     }
-    // zlib's CRC-32 continued from `seed`, as the Python model's zlib.crc32(key, seed).
-    let mut crc = crc32fast::Hasher::new_with_initial(seed);
+    let mut crc = crc32fast::Hasher::new();
     crc.update(&key[..len]);
-    Some((crc.finalize() as usize) % choices)
+    let mixed = fmix64(u64::from(crc.finalize()) | u64::from(seed) << 32);
+    Some((mixed % choices as u64) as usize)
+}
+
+/// MurmurHash3's 64-bit finalizer: every bit of the input moves every bit of the output, not linearly.
+fn fmix64(mut k: u64) -> u64 {
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    k ^ (k >> 33)
 }
 
 /// Up to `len` bytes of `frame` from `start`, fewer where it ends.
