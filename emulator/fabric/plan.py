@@ -244,6 +244,16 @@ class SwitchGraph:
         return (ends_a[0], ends_b[0]) if ends_a and ends_b else None
 
 
+def uplinks(plan: FabricPlan) -> list[tuple[int, NodePlan, int, PortPlan]]:
+    """Every uplink: a port of a switch with hosts that leads to another switch (a leaf's or edge switch's way
+    up), as (switch index in ``plan.switches()``, the switch, port index, the port)."""
+    out = []
+    for s, node in enumerate(plan.switches()):
+        if any(plan.nodes[p.peer_node].kind == "host" for p in node.ports):
+            out += [(s, node, k, port) for k, port in enumerate(node.ports) if plan.nodes[port.peer_node].kind != "host"]
+    return out
+
+
 def switch_graph(plan: FabricPlan) -> SwitchGraph:
     links = {s.name: [(p.ifname, p.peer_node) for p in s.ports if plan.nodes[p.peer_node].kind == "switch"]
              for s in plan.switches()}

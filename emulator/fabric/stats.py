@@ -8,6 +8,7 @@ from emulator.errors import FabricError
 from emulator.fabric import runstate
 from emulator.fabric.agent_control import query_agent
 from emulator.fabric.losses import account
+from emulator.fabric.plan import FabricPlan, uplinks
 from emulator.kernel.processes import running
 
 
@@ -27,6 +28,17 @@ def collect_stats(state: runstate.RunState) -> dict[str, Any]:
                               f"({type(err).__name__}: {err}) and {how}; see {state.directory}/{name}.log, "
                               f"fabric-emu down --run {state.run} removes the run") from None
     return with_totals(state, stats)
+
+
+def uplink_bytes(plan: FabricPlan, switches: dict[str, Any]) -> dict[str, int]:
+    """Bytes each uplink (:func:`~emulator.fabric.plan.uplinks`) sent through the MMU, all priorities, from the
+    switches' stats, by interface; the IB plane's forwarding is not in them (empty on ib)."""
+    out = {}
+    for _, node, _, port in uplinks(plan):
+        counters = switches.get(node.name, {}).get("ports", {}).get(port.ifname)
+        if counters is not None:
+            out[port.ifname] = sum(p["tx_bytes"] for p in counters["priorities"])
+    return out
 
 
 def with_totals(state: runstate.RunState, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from emulator.fabric.agent_control import query_agent
 from emulator.fabric.builder import Fabric
 from emulator.fabric.link_state import set_link
 from emulator.fabric.plan import hop_distances, link_params, make_plan
-from emulator.fabric.stats import explained_by_faults
+from emulator.fabric.stats import explained_by_faults, uplink_bytes
 from emulator.model.dcqcn import parse_cc
 from emulator.study.sim_variant import run_sim_variant, sim_variant_bytes
 from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, GoodputWatch, StallTracker
@@ -213,6 +213,10 @@ def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
     else:
         summary = summarize_variant(variant, run, fabric_delta, stats["fidelity"])
     summary["losses"] = stats["losses"]
+    sent_up = uplink_bytes(net.plan, stats["switches"])
+    if any(sent_up.values()):  # the whole run's, warm-up included (the switches' counters are not reset)
+        summary["uplinks"] = sent_up
+        summary["uplink_balance"] = uplink_balance(sent_up)
     if tracker is not None:
         summary.update(tracker.verdict())
     if tracker is not None or variant.faults:
@@ -546,7 +550,8 @@ def with_bound_check(fidelity: dict[str, Any], mean_us: float, bound_us: float, 
 
     The agents' own measures can miss a CPU that paced every sender alike
     (nothing waited long enough anywhere to show); a collective above
-    BOUND_SLACK times its bound with no drop or trim, no retransmission, no pause
+    BOUND_SLACK times its bound with no drop or trim, no ECN mark (a queue in the fabric: an uplink two
+    flows hashed onto, say), no retransmission, no pause
     (from a switch or a faulty host's NIC), no IB congestion (credit stalls
     on more than CREDIT_STALL_SHARE of the frames forwarded: an agent late
     with its credit updates stalls a few now and then, congestion
@@ -557,8 +562,8 @@ def with_bound_check(fidelity: dict[str, Any], mean_us: float, bound_us: float, 
     """
     ratio = mean_us / bound_us
     congested_ib = counters["ib_credit_stalls"] > CREDIT_STALL_SHARE * counters["tx_frames"]
-    explained = (counters["drops"] or counters["trimmed"] or counters["pfc_sent"] or counters["host_pfc_sent"]
-                 or counters["cnps_received"]
+    explained = (counters["drops"] or counters["trimmed"] or counters["ecn_marked"] or counters["pfc_sent"]
+                 or counters["host_pfc_sent"] or counters["cnps_received"]
                  or counters["paced_waits"] or congested_ib or any(it.retransmissions for it in run.iterations))
     if ratio <= BOUND_SLACK or explained:
         return fidelity

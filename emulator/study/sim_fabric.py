@@ -18,7 +18,7 @@ from emulator._core.mac import ETH_LEN, mac_bytes
 from emulator.agents.config import UetTransport
 from emulator.fabric.agent_config import host_ib, switch_ib, switch_mmu
 from emulator.fabric.ib_subnet import assign
-from emulator.fabric.plan import FabricPlan, NodePlan, routes_over, switch_graph
+from emulator.fabric.plan import FabricPlan, NodePlan, routes_over, switch_graph, uplinks
 from emulator.fabric.uet_transport import uet_transport
 from emulator.model.dcqcn import DcqcnParams, at_link
 from emulator.model.mmu import MmuConfig
@@ -109,14 +109,7 @@ def link_faults(plan: FabricPlan, faults: Iterable[Fault]) -> list[tuple[Any, ..
 def uplink_bytes(plan: FabricPlan, fabric: Any) -> dict[str, int]:
     """Bytes each uplink sent over the whole run (warm-up included), by interface: every port of a switch with
     hosts that leads to another switch (a leaf's or edge switch's way up).  Empty on a one-switch fabric."""
-    uplinks = {}
-    for s, node in enumerate(plan.switches()):
-        if not any(plan.nodes[p.peer_node].kind == "host" for p in node.ports):
-            continue
-        for k, port in enumerate(node.ports):
-            if plan.nodes[port.peer_node].kind != "host":
-                uplinks[port.ifname] = fabric.port_figures(s, k)["tx_bytes"]
-    return uplinks
+    return {port.ifname: fabric.port_figures(s, k)["tx_bytes"] for s, _, k, port in uplinks(plan)}
 
 
 def _rust_routes(node: NodePlan, table: Mapping[str, list[str]], addresses: dict[str, bytes]

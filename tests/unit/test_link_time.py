@@ -62,7 +62,8 @@ def test_near_the_bound_or_with_a_cause_in_the_fabric_the_agents_verdict_stands(
     assert with_bound_check(FAITHFUL, BOUND_SLACK * 1000.0, 1000.0, QUIET, run) is FAITHFUL
     for counters, retransmissions in (({**QUIET, "drops": 3}, 0), ({**QUIET, "pfc_sent": 1}, 0), (QUIET, 2),
                                       ({**QUIET, "cnps_received": 4}, 0), ({**QUIET, "paced_waits": 9}, 0),
-                                      ({**QUIET, "ib_credit_stalls": 101}, 0), ({**QUIET, "host_pfc_sent": 3}, 0)):
+                                      ({**QUIET, "ib_credit_stalls": 101}, 0), ({**QUIET, "host_pfc_sent": 3}, 0),
+                                      ({**QUIET, "trimmed": 2}, 0), ({**QUIET, "ecn_marked": 5}, 0)):
         run = run_of([3000.0], retransmissions)
         assert with_bound_check(FAITHFUL, 3000.0, 1000.0, counters, run)["faithful"]
 
