@@ -328,6 +328,13 @@ def cmd_calibration(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dissector(args: argparse.Namespace) -> int:
+    from importlib import resources
+
+    print(resources.files("emulator.study") / "dissectors" / "uet.lua")
+    return 0
+
+
 def cmd_topos(args: argparse.Namespace) -> int:
     for name in sorted(builtin_topos):
         factory = builtin_topos[name]
@@ -541,6 +548,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pcap", help="convert the captures of an --fabric ib run to ERF pcaps tshark reads as InfiniBand")
     p.add_argument("directory", metavar="DIR")
     p.set_defaults(func=cmd_pcap)
+
+    p = sub.add_parser("dissector", help="the path of the Wireshark Lua dissector of the uet fabric's frames "
+                                         "(wireshark -X lua_script:PATH)")
+    p.set_defaults(func=cmd_dissector)
 
     p = sub.add_parser("topos", help="list the built-in topologies")
     p.set_defaults(func=cmd_topos)

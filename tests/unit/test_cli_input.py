@@ -104,6 +104,9 @@ def assert_one_line_error(code, out, err, *fragments):
     (["up", "--topo", "star", "--switch", "fc_floor=1ms"], ["--switch fc_floor=... sets IB's link credits: --fabric lossless has none"]),
     (["pingall", "--topo", "star", "--fabric", "lossy", "--switch", "vl_buffer=64KiB"],
      ["--switch vl_buffer=... sets IB's link credits: --fabric lossy has none"]),
+    (["up", "--topo", "star", "--spray", "oblivious"],
+     ["--spray chooses UET's entropy values: --fabric lossless sends each flow on one path"]),
+    (["up", "--topo", "star", "--fabric", "uet", "--cc", "dcqcn"], ["the uet fabric's RNICs run NSCC"]),
 ])
 @pytest.mark.parametrize("root", [False, True], ids=["nonroot", "root"])
 def test_bad_input_is_one_line_before_any_root_check(capsys, monkeypatch, argv, fragments, root):
@@ -178,6 +181,13 @@ def test_topos_lists_the_five_builtins(capsys):
     assert lines[2].startswith("leafspine(leaves=2, spines=2, hosts=2): Two-tier Clos")
     assert lines[3].startswith("ring(n=4, hosts=1): Switches")
     assert lines[4].startswith("star(n=4): One switch")
+
+
+def test_dissector_prints_the_installed_lua_script(capsys):
+    code, out, err = run(capsys, "dissector")
+    assert code == 0 and err == ""
+    path = out.strip()
+    assert path.endswith("uet.lua") and "register" in open(path).read()
 
 
 def test_unknown_command_is_argparse_usage_error(capsys):
