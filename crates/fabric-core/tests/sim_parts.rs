@@ -557,32 +557,33 @@ fn an_n_to_1_rdma_incast_on_lossless_takes_n_link_times_and_drops_nothing() {
     );
 }
 
-#[test]
-fn a_write_across_a_leaf_spine_takes_one_spine_each_way() {
-    // s0 and s1 the leaves (host 0 on s0, host 1 on s1), s2 and s3 the spines; a leaf's ports: its host, s2, s3.
+/// Two leaves (host 0 on s0, host 1 on s1) and two spines (s2, s3), links of 10 us at 1 Gbit/s; a leaf's ports:
+/// its host, s2, s3; the spines' ports lead to the leaves' ports 1 (s2) and 2 (s3).
+fn two_leaves(config: MmuConfig) -> Topology {
     let leaf = |host: usize, other: usize| {
         (
             vec![(('h', host), 0), (('s', 2), host), (('s', 3), host)],
             vec![(host, vec![0]), (other, vec![1, 2])],
         )
     };
-    let spine = || {
+    let spine = |port: usize| {
         (
-            vec![(('s', 0), 0), (('s', 1), 0)],
+            vec![(('s', 0), port), (('s', 1), port)],
             vec![(0, vec![0]), (1, vec![1])],
         )
     };
-    let mut leaves = Topology {
-        switches: vec![leaf(0, 1), leaf(1, 0), spine(), spine()],
+    Topology {
+        switches: vec![leaf(0, 1), leaf(1, 0), spine(1), spine(2)],
         hosts: vec![(0, 0), (1, 0)],
         rate_bps: GBIT,
         delay_ns: 10_000,
-        config: mmu_config(4_107_234, 1_260_070, true),
-    };
-    // The spines' ports lead to the leaves' ports 1 (spine s2) and 2 (spine s3).
-    leaves.switches[2].0 = vec![(('s', 0), 1), (('s', 1), 1)];
-    leaves.switches[3].0 = vec![(('s', 0), 2), (('s', 1), 2)];
-    let mut fabric = leaves.fabric();
+        config,
+    }
+}
+
+#[test]
+fn a_write_across_a_leaf_spine_takes_one_spine_each_way() {
+    let mut fabric = two_leaves(mmu_config(4_107_234, 1_260_070, true)).fabric();
     let (time, _, verified) = write_incast(&mut fabric, 2, MIB, 4096); // host 1 into host 0
     assert!(verified);
     let link_ns = message_wire_bytes(MIB, 4096, false) * 8;
@@ -617,30 +618,10 @@ fn uet_spec(network_rtt_ns: u64) -> UetSpec {
 
 #[test]
 fn a_uet_write_across_a_leaf_spine_is_sprayed_over_both_spines() {
-    let leaf = |host: usize, other: usize| {
-        (
-            vec![(('h', host), 0), (('s', 2), host), (('s', 3), host)],
-            vec![(host, vec![0]), (other, vec![1, 2])],
-        )
-    };
-    let spine = || {
-        (
-            vec![(('s', 0), 0), (('s', 1), 0)],
-            vec![(0, vec![0]), (1, vec![1])],
-        )
-    };
-    let mut leaves = Topology {
-        switches: vec![leaf(0, 1), leaf(1, 0), spine(), spine()],
-        hosts: vec![(0, 0), (1, 0)],
-        rate_bps: GBIT,
-        delay_ns: 10_000,
-        config: MmuConfig {
-            trim: true,
-            ..mmu_config(4_107_234, 0, false)
-        },
-    };
-    leaves.switches[2].0 = vec![(('s', 0), 1), (('s', 1), 1)];
-    leaves.switches[3].0 = vec![(('s', 0), 2), (('s', 1), 2)];
+    let leaves = two_leaves(MmuConfig {
+        trim: true,
+        ..mmu_config(4_107_234, 0, false)
+    });
     let mut spec = leaves.spec_with(None);
     spec.uet = Some(uet_spec(2 * 4 * 10_000 + 150_000));
     let mut fabric = Fabric::new(spec).unwrap();

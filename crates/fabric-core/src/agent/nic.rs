@@ -1272,7 +1272,14 @@ mod tests {
 
     /// Two RNICs with QP 0x11 of each connected to the other and a 64 KiB region each: (a, b, a's key, b's key).
     fn pair() -> (Nic<Vec<u8>>, Nic<Vec<u8>>, u32, u32) {
-        let (mut a, mut b) = (nic(A, 1), nic(B, 2));
+        connected(nic(A, 1), nic(B, 2))
+    }
+
+    /// `a` (at A) and `b` (at B) with QP 0x11 of each connected to the other and a 64 KiB region each.
+    fn connected(
+        mut a: Nic<Vec<u8>>,
+        mut b: Nic<Vec<u8>>,
+    ) -> (Nic<Vec<u8>>, Nic<Vec<u8>>, u32, u32) {
         let ka = a
             .regions_mut()
             .register(1, 0x10000, 65536, ACCESS_ALL, vec![0; 65536])
@@ -1352,25 +1359,13 @@ mod tests {
             })
             .unwrap()
         };
-        let (mut a, mut b) = (uet_nic(A, 1), uet_nic(B, 2));
-        let ka = a
-            .regions_mut()
-            .register(1, 0x10000, 65536, ACCESS_ALL, vec![0; 65536])
-            .unwrap();
-        let kb = b
-            .regions_mut()
-            .register(1, 0x10000, 65536, ACCESS_ALL, vec![0; 65536])
-            .unwrap();
-        a.connect(0x11, 1, 100, config(), 0x12, 200, B, &[])
-            .unwrap();
-        b.connect(0x12, 1, 200, config(), 0x11, 100, A, &[])
-            .unwrap();
+        let (mut a, mut b, ka, kb) = connected(uet_nic(A, 1), uet_nic(B, 2));
         let pattern: Vec<u8> = (0..16384u32).map(|i| (i * 7) as u8).collect();
         let mut memory = a.regions_mut().domain(1);
         let window = Memory::local(&mut memory, ka, 0x10000, 16384, true).unwrap();
         Memory::write(&mut memory, &window, 0, &pattern);
         b.post_recv(
-            0x12,
+            0x11,
             &[RecvWr {
                 wr_id: 9,
                 addr: 0,
