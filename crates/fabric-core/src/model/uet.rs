@@ -46,7 +46,9 @@ pub const MAX_INBOUND: usize = 64;
 pub struct UetConfig {
     /// Payload bytes per packet.
     pub mss: u32,
-    /// A packet not acknowledged this long after it was sent is sent again.
+    /// A packet not acknowledged this long after it was sent is sent again: the least retransmission timeout,
+    /// which grows with the round trips measured (RFC 6298's smoothed RTT plus four deviations), so that a
+    /// packet waiting in a deep queue is not taken for lost.
     pub timeout_ns: u64,
     /// Timeouts of one packet before its work request fails (RETRY_EXC_ERR).
     pub retries: u8,
@@ -251,6 +253,8 @@ pub struct UetPdc<W> {
     /// NACKed or timed-out PSNs, to send again first.
     resend: VecDeque<u64>,
     rto_at: Option<u64>,
+    /// RFC 6298's smoothed round trip and its deviation (ns), from packets sent once; none measured yet.
+    srtt: Option<(u64, u64)>,
     // responder
     rx_base: u64,
     /// `seen[i]`: PSN `rx_base + 1 + i` arrived (`rx_base` itself never has: it would have moved on).
@@ -288,6 +292,7 @@ impl<W> UetPdc<W> {
             in_flight_bytes: 0,
             resend: VecDeque::new(),
             rto_at: None,
+            srtt: None,
             rx_base: 0,
             seen: VecDeque::new(),
             inbound: Vec::new(),
@@ -451,7 +456,7 @@ impl<W> UetPdc<W> {
         if self.rto_at.is_none_or(|at| now < at) {
             return;
         }
-        let timeout = self.config.timeout_ns;
+        let timeout = self.rto();
         let mut expired = false;
         let mut exhausted = None;
         for (i, sent) in self.sent.iter_mut().enumerate() {
@@ -651,7 +656,7 @@ impl<W> UetPdc<W> {
         self.counters.packets_sent += 1;
         self.counters.bytes_sent += u64::from(len);
         if self.rto_at.is_none() {
-            self.rto_at = Some(now.saturating_add(self.config.timeout_ns));
+            self.rto_at = Some(now.saturating_add(self.rto()));
         }
         true
     }
@@ -676,6 +681,9 @@ impl<W> UetPdc<W> {
             if let Some(sent) = self.slot(psn).copied() {
                 if !sent.resent {
                     delay = Some(now.saturating_sub(sent.at));
+                }
+                if let Some(rtt) = delay {
+                    self.sample_rtt(rtt);
                 }
                 self.spray.acknowledged(sent.ev, packet.ecn_echo);
             }
@@ -756,9 +764,29 @@ impl<W> UetPdc<W> {
     }
 
     /// The retransmission timer from the oldest packet in flight.
+    /// The retransmission timeout now: the configured least, or the measured RTT's bound if longer.
+    fn rto(&self) -> u64 {
+        let measured = self
+            .srtt
+            .map_or(0, |(srtt, var)| srtt.saturating_add(var.saturating_mul(4)));
+        self.config.timeout_ns.max(measured)
+    }
+
+    /// An RTT sample (RFC 6298 2.2 and 2.3: gains 1/8 and 1/4).
+    fn sample_rtt(&mut self, rtt: u64) {
+        self.srtt = Some(match self.srtt {
+            None => (rtt, rtt / 2),
+            Some((srtt, var)) => {
+                let var = (3 * var + srtt.abs_diff(rtt)) / 4;
+                ((7 * srtt + rtt) / 8, var)
+            }
+        });
+    }
+
     fn rearm(&mut self) {
         let oldest = self.sent.iter().filter(|s| s.in_flight).map(|s| s.at).min();
-        self.rto_at = oldest.map(|at| at.saturating_add(self.config.timeout_ns));
+        let rto = self.rto();
+        self.rto_at = oldest.map(|at| at.saturating_add(rto));
     }
 
     /// Completes the work requests at the front that are done (all acknowledged, or failed locally).
@@ -1413,6 +1441,38 @@ mod tests {
         net.run();
         assert_eq!(net.completions[0][0].status, WcStatus::RemAccessErr);
         assert_eq!(net.pdcs[1].counters().nacks_sent, 1);
+    }
+
+    #[test]
+    fn the_retransmission_timeout_grows_to_the_round_trips_measured() {
+        let config = UetConfig {
+            timeout_ns: 10_000,
+            ack_every: 1,
+            ..config(false)
+        };
+        let mut net = Net::new(config, clean(), 8);
+        net.post(0, write_imm(1, 0, 8 * u64::from(MSS), 8000, 9));
+        net.pull();
+        assert_eq!(
+            net.pdcs[0].next_deadline(),
+            Some(net.now + 10_000),
+            "the least timeout before any sample"
+        );
+        // every request answered 50 us after it left: a deep queue, no loss
+        net.now += 50_000;
+        while net.deliver() {
+            net.pull();
+        }
+        net.post(0, write_imm(2, 0, u64::from(MSS), 8000, 9));
+        let sent_at = net.now;
+        net.pull();
+        let deadline = net.pdcs[0].next_deadline().unwrap();
+        assert!(
+            deadline >= sent_at + 50_000,
+            "{} after the send",
+            deadline - sent_at
+        );
+        assert_eq!(net.pdcs[0].counters().timeouts, 0);
     }
 
     #[test]
