@@ -13,6 +13,7 @@ from importlib import resources
 
 from emulator.study.experiment import Experiment, load_experiment
 from emulator.study.runner import run_experiment
+from faithful import judge_only_if_faithful
 
 DISSECTOR = str(resources.files("emulator.study") / "dissectors" / "uet.lua")
 
@@ -40,10 +41,11 @@ def _tshark(path: str, display_filter: str) -> int:
 def test_a_sprayed_permutation_beats_per_flow_ecmp_on_real_frames(tmp_path):
     variants, _ = _run(tmp_path, "emu-perm-lossless", "emu-perm-uet", iterations=2)
     roce, uet = variants["emu-perm-lossless"], variants["emu-perm-uet"]
-    for v in (roce, uet):
-        assert v["verified"] is True and v["fidelity"]["faithful"] is True, v["fidelity"]
+    assert roce["verified"] is True and uet["verified"] is True
     assert roce["uplink_balance"] > 1.2  # with seed 1 two of a leaf's flows hash onto one uplink
     assert uet["uplink_balance"] < 1.1 and uet["pfc_sent"] == 0
+    for v in (roce, uet):
+        judge_only_if_faithful(v["fidelity"], f"{v['name']}'s CCT")
     assert uet["cct_us"]["mean"] < 0.85 * roce["cct_us"]["mean"]
 
 
