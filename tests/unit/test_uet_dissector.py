@@ -39,7 +39,7 @@ SOM = BASE | {"psn": 5, "offset": 0, "imm": 0xCAFE, "ev": 3, "eom": False, "ack_
 MIDDLE = BASE | {"psn": 6, "offset": 4096, "ev": 4, "eom": False}
 SEND = BASE | {"psn": 7, "offset": 0, "ev": 5, "eom": True, "send": True, "message_id": 3, "length": 2000}
 SACK = (1 << 1) | (1 << 3) | (1 << 63)  # PSNs cack_psn + 1, + 3 and + 63: the bitmap's both ends
-ACK = {"kind": "ack", "psn": 12, "cack_psn": 9, "sack_bitmap": SACK, "ecn_echo": True, "out_of_order": 3,
+ACK = {"kind": "ack", "psn": 12, "cack_psn": 9, "sack_base": 9, "sack_bitmap": SACK, "ecn_echo": True, "out_of_order": 3,
        "ev": 5, "spdcid": 2, "dpdcid": 1}
 NACK = {"kind": "nack", "psn": 7, "nack_code": uet.NACK_TRIMMED, "cack_psn": 7, "ev": 6, "spdcid": 2, "dpdcid": 1}
 
@@ -227,18 +227,19 @@ def test_a_short_capture_or_a_foreign_header_is_not_malformed(tshark, tmp_path):
 
 
 def test_the_sack_base_is_read_from_the_wire(tshark, tmp_path):
-    """Another sender may start its bitmap elsewhere than right after the cumulative PSN: the script takes
-    the SACK PSN offset from the frame, and names the same PSNs as the compiled decoder does."""
+    """The bitmap may start elsewhere than right after the cumulative PSN (this fabric's starts 63 PSNs before
+    the one acknowledged, or at the cumulative point if that is later): the script takes the SACK PSN offset
+    from the frame, and names the same PSNs as the compiled decoder does."""
     bitmap = 0b1011_0110
     frame = bytearray(encode(ACK | {"sack_bitmap": bitmap}))
-    struct.pack_into("!h", frame, ETH_IP_UDP + 14, 5)  # the SACK PSN offset: 5, not this fabric's 1
+    struct.pack_into("!h", frame, ETH_IP_UDP + 14, 5)  # the SACK PSN offset: 5, not the 1 encoded
     frame = cut(bytes(frame), 32)  # the same length; the UDP checksum dropped, as the bytes changed
     (row,) = run(tshark, tmp_path, [frame])
     wire_cack = ACK["cack_psn"] - 1
     assert row["uet.ack.sack_base"] == wire_cack + 5
     assert row["uet.ack.sack_psn"] == [wire_cack + 5 + i for i in range(64) if bitmap >> i & 1]
     decoded = uet.decode(frame)
-    assert row["uet.ack.sack_psn"] == [decoded["cack_psn"] + i for i in range(64) if decoded["sack_bitmap"] >> i & 1]
+    assert row["uet.ack.sack_psn"] == [decoded["sack_base"] + i for i in range(64) if decoded["sack_bitmap"] >> i & 1]
 
 
 def test_a_second_copy_of_the_script_steps_aside(tshark, tmp_path):

@@ -36,6 +36,7 @@ fn packet_of(fields: &Bound<'_, PyDict>) -> PyResult<UetPacket> {
             "ack_request" => packet.ack_request = value.extract()?,
             "retransmit" => packet.retransmit = value.extract()?,
             "cack_psn" => packet.cack_psn = value.extract()?,
+            "sack_base" => packet.sack_base = value.extract()?,
             "sack_bitmap" => packet.sack_bitmap = value.extract()?,
             "ecn_echo" => packet.ecn_echo = value.extract()?,
             "out_of_order" => packet.out_of_order = value.extract()?,
@@ -105,6 +106,7 @@ fn decode<'py>(py: Python<'py>, frame: &[u8]) -> PyResult<Option<Bound<'py, PyDi
     out.set_item("ack_request", p.ack_request)?;
     out.set_item("retransmit", p.retransmit)?;
     out.set_item("cack_psn", p.cack_psn)?;
+    out.set_item("sack_base", p.sack_base)?;
     out.set_item("sack_bitmap", p.sack_bitmap)?;
     out.set_item("ecn_echo", p.ecn_echo)?;
     out.set_item("out_of_order", p.out_of_order)?;

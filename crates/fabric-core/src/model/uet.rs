@@ -670,9 +670,11 @@ impl<W> UetPdc<W> {
         for psn in self.base..cack.max(self.base) {
             acked_bytes += self.acknowledge(psn);
         }
-        for bit in 0..64u64 {
-            if packet.sack_bitmap & (1 << bit) != 0 {
-                acked_bytes += self.acknowledge(cack + bit);
+        if let Some(base) = self.unwrap_tx(packet.sack_base) {
+            for bit in 0..64u64 {
+                if packet.sack_bitmap & (1 << bit) != 0 {
+                    acked_bytes += self.acknowledge(base + bit);
+                }
             }
         }
         let mut delay = None;
@@ -1083,10 +1085,16 @@ impl<W> UetPdc<W> {
     }
 
     fn control_packet(&mut self, control: Control, out: &mut UetPacket) {
+        // The SACK bitmap covers the 64 PSNs that end at the one acknowledged (uet-htsim's), not the 64 after the
+        // cumulative point: with a hole early in a wide window, the packets far past it are acknowledged too.
+        let named = match control {
+            Control::Ack { psn, .. } | Control::Nack { psn, .. } => psn,
+        };
+        let base = named.saturating_sub(63).max(self.rx_base);
         let mut sack = 0u64;
-        for (i, &seen) in self.seen.iter().take(63).enumerate() {
-            if seen {
-                sack |= 1 << (i + 1);
+        for bit in 0..64 {
+            if self.arrived(base + bit) && base + bit >= self.rx_base {
+                sack |= 1 << bit;
             }
         }
         let out_of_order = self.seen.iter().filter(|&&seen| seen).count();
@@ -1096,6 +1104,7 @@ impl<W> UetPdc<W> {
             spdcid: self.pdc as u16,
             dpdcid: self.remote_pdc as u16,
             cack_psn: self.rx_base as u32,
+            sack_base: base as u32,
             sack_bitmap: sack,
             out_of_order: u16::try_from(out_of_order).unwrap_or(u16::MAX),
             payload,

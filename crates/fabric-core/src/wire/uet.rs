@@ -12,9 +12,9 @@
 //!   id, buffer offset = the message's target address, memory key = its rkey, header data = the immediate
 //!   on the first packet, payload length and message offset on the others, request length), then the payload.
 //! - An ACK is a PDS ACK_CC (32 bytes: type 8, the M flag echoing a CE mark, the cumulative PSN = the last PSN
-//!   of the unbroken run, the ACKed PSN as an offset from it, a 64-bit SACK bitmap whose base is the PSN
-//!   after the cumulative one (SACK offset 1) and bit i is base + i, NSCC's state with the out-of-order
-//!   count). It goes out on the EV of the request it acknowledges.
+//!   of the unbroken run, the ACKed PSN as an offset from it, a 64-bit SACK bitmap whose base is given as an
+//!   offset from the cumulative PSN and bit i is base + i, NSCC's state with the out-of-order count). It goes
+//!   out on the EV of the request it acknowledges.
 //! - A NACK is a PDS NACK (16 bytes: type 10, the code, the PSN, the responder's next expected PSN).
 //! - DSCP: requests at 26 (priority 3, ECT(0)); ACKs and NACKs at 48 (priority 6); a trimmed request at 50
 //!   (priority 6: the switch rewrites it, and the receiver knows a trimmed header by it).
@@ -107,7 +107,8 @@ pub struct UetPacket {
     pub retransmit: bool,
     /// An ACK or NACK: every PSN before it arrived.
     pub cack_psn: u32,
-    /// An ACK: bit i set when PSN `cack_psn + i` arrived (bit 0 never is).
+    /// An ACK: the PSN of the SACK bitmap's bit 0, and the bitmap (bit i set when PSN `sack_base + i` arrived).
+    pub sack_base: u32,
     pub sack_bitmap: u64,
     /// An ACK: the packet at `psn` arrived CE-marked.
     pub ecn_echo: bool,
@@ -289,8 +290,13 @@ fn pack(packet: &UetPacket, payload_len: usize, out: &mut Vec<u8>) -> Result<(),
             out.extend_from_slice(&packet.spdcid.to_be_bytes());
             out.extend_from_slice(&packet.dpdcid.to_be_bytes());
             out.extend_from_slice(&[0, 0]); // CC type NSCC, no flags; MPR
-            out.extend_from_slice(&1i16.to_be_bytes()); // the SACK bitmap starts right after the cumulative PSN
-            out.extend_from_slice(&packet.sack_bitmap.to_be_bytes());
+                                            // the SACK bitmap's base as an offset from the cumulative PSN; one too far for 16 bits is sent empty
+            let (base, bitmap) = match i16::try_from(packet.sack_base.wrapping_sub(cack) as i32) {
+                Ok(base) => (base, packet.sack_bitmap),
+                Err(_) => (1, 0),
+            };
+            out.extend_from_slice(&base.to_be_bytes());
+            out.extend_from_slice(&bitmap.to_be_bytes());
             out.extend_from_slice(&[0; 6]); // service time, window penalty, received bytes
             out.extend_from_slice(&packet.out_of_order.to_be_bytes());
         }
@@ -407,14 +413,10 @@ pub fn decode(frame: &[u8]) -> Option<DecodedUet> {
             let offset = be16(ack, 2)? as i16;
             packet.psn = cack.wrapping_add_signed(i32::from(offset));
             packet.cack_psn = cack.wrapping_add(1);
-            // The bitmap's base relative to the wire's cumulative PSN: 1 here (bit i is PSN `cack_psn + i`);
-            // another sender's may differ.
+            // the bitmap's base, relative to the wire's cumulative PSN
             let base = be16(ack, 14)? as i16;
-            let bitmap = be64(ack, 16)?;
-            packet.sack_bitmap = match base {
-                1..=64 => bitmap.checked_shl(base as u32 - 1).unwrap_or(0),
-                _ => 0,
-            };
+            packet.sack_base = cack.wrapping_add_signed(i32::from(base));
+            packet.sack_bitmap = be64(ack, 16)?;
             packet.out_of_order = be16(ack, 30)?;
         }
         (NACK, _) => {
@@ -594,6 +596,7 @@ mod tests {
             dpdcid: 3,
             psn: 0x1_0005,
             cack_psn: 0x1_0000,
+            sack_base: 0x1_0003,
             sack_bitmap: 0b1011_0110,
             ecn_echo: true,
             out_of_order: 3,
