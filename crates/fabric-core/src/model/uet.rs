@@ -265,6 +265,9 @@ pub struct UetPdc<W> {
     unclaimed: VecDeque<(Option<u32>, u64)>,
     out: VecDeque<Control>,
     unacked_requests: u32,
+    /// An ACK held back for coalescing goes out by then anyway, for the latest request (its PSN, EV): a sender
+    /// whose window shrank after it sent them waits for it and sends nothing more meanwhile.
+    ack_due: Option<(u64, u64, u16)>,
 }
 
 impl<W> UetPdc<W> {
@@ -300,6 +303,7 @@ impl<W> UetPdc<W> {
             unclaimed: VecDeque::new(),
             out: VecDeque::new(),
             unacked_requests: 0,
+            ack_due: None,
         }
     }
 
@@ -445,14 +449,28 @@ impl<W> UetPdc<W> {
 
     // --- the I/O layer's side ----------------------------------------------------------------------------
 
-    /// When `on_timer` is due: the oldest packet in flight's retransmission timeout.
+    /// When `on_timer` is due: the oldest packet in flight's retransmission timeout, or an ACK held back.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.rto_at
+        match (self.rto_at, self.ack_due.map(|(at, _, _)| at)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// Every packet in flight whose timeout passed goes back to be sent again (or fails its work request
-    /// once its retries are spent).
+    /// An ACK held back past its time goes; every packet in flight whose timeout passed goes back to be sent
+    /// again (or fails its work request once its retries are spent).
     pub fn on_timer(&mut self, now: u64) {
+        if let Some((at, psn, ev)) = self.ack_due {
+            if now >= at {
+                self.ack_due = None;
+                self.unacked_requests = 0;
+                self.owe(Control::Ack {
+                    psn,
+                    ecn: false,
+                    ev,
+                });
+            }
+        }
         if self.rto_at.is_none_or(|at| now < at) {
             return;
         }
@@ -557,7 +575,7 @@ impl<W> UetPdc<W> {
         match packet.kind {
             PdsKind::Ack => self.on_ack(now, packet),
             PdsKind::Nack => self.on_nack(now, packet),
-            PdsKind::Request => self.on_request(packet, payload, memory),
+            PdsKind::Request => self.on_request(now, packet, payload, memory),
         }
     }
 
@@ -864,6 +882,7 @@ impl<W> UetPdc<W> {
 
     fn on_request<M: Memory<Window = W>>(
         &mut self,
+        now: u64,
         packet: &UetPacket,
         payload: &[u8],
         memory: &mut M,
@@ -873,7 +892,7 @@ impl<W> UetPdc<W> {
             // behind the cumulative point: a resend of something already in
             self.counters.duplicate_packets += 1;
             let behind = u64::from((self.rx_base as u32).wrapping_sub(packet.psn));
-            self.owe_ack(self.rx_base.saturating_sub(behind), packet, true);
+            self.owe_ack(now, self.rx_base.saturating_sub(behind), packet, true);
             return;
         }
         if ahead >= RX_WINDOW {
@@ -883,7 +902,7 @@ impl<W> UetPdc<W> {
         let psn = self.rx_base + ahead;
         if self.arrived(psn) {
             self.counters.duplicate_packets += 1;
-            self.owe_ack(psn, packet, true);
+            self.owe_ack(now, psn, packet, true);
             return;
         }
         if packet.trimmed {
@@ -912,7 +931,7 @@ impl<W> UetPdc<W> {
         }
         self.mark_arrived(psn);
         let urgent = packet.ack_request || packet.ecn_ce || ahead != 0;
-        self.owe_ack(psn, packet, urgent);
+        self.owe_ack(now, psn, packet, urgent);
     }
 
     /// Writes `payload` where it belongs, finishing its message if it was the last part missing.
@@ -1062,12 +1081,18 @@ impl<W> UetPdc<W> {
     }
 
     /// An ACK of `packet` (at `psn`) is owed: sent at once if `urgent` or every `ack_every` requests.
-    fn owe_ack(&mut self, psn: u64, packet: &UetPacket, urgent: bool) {
+    fn owe_ack(&mut self, now: u64, psn: u64, packet: &UetPacket, urgent: bool) {
         self.unacked_requests += 1;
         if !urgent && self.unacked_requests < self.config.ack_every.max(1) {
+            if self.ack_due.is_none() {
+                self.ack_due = Some((now.saturating_add(self.ack_delay()), psn, packet.ev));
+            } else if let Some(due) = self.ack_due.as_mut() {
+                (due.1, due.2) = (psn, packet.ev);
+            }
             return;
         }
         self.unacked_requests = 0;
+        self.ack_due = None;
         // A later ACK carries everything an earlier one still waiting would: it takes its place, unless that
         // one echoes a mark this one does not.
         if let Some(Control::Ack { ecn: false, .. }) = self.out.back() {
@@ -1082,6 +1107,11 @@ impl<W> UetPdc<W> {
 
     fn owe(&mut self, control: Control) {
         self.out.push_back(control);
+    }
+
+    /// How long an ACK may be held back: an eighth of the least retransmission timeout (about a round trip).
+    fn ack_delay(&self) -> u64 {
+        (self.config.timeout_ns / 8).max(1)
     }
 
     fn control_packet(&mut self, control: Control, out: &mut UetPacket) {
@@ -1482,6 +1512,31 @@ mod tests {
             deadline - sent_at
         );
         assert_eq!(net.pdcs[0].counters().timeouts, 0);
+    }
+
+    #[test]
+    fn an_ack_held_back_for_coalescing_goes_out_when_its_time_comes() {
+        let mut net = Net::new(config(false), clean(), 9);
+        net.post(0, write_imm(1, 0, 8 * u64::from(MSS), 8000, 9));
+        net.pull();
+        let requests: Vec<UetPacket> = net.wire.drain(..).map(|(_, p)| p).collect();
+        // the first two arrive in order, unmarked, asking for nothing: held for coalescing
+        for packet in &requests[..2] {
+            assert!(!packet.ack_request);
+            let payload = packet.payload.clone();
+            net.pdcs[1].receive_with_payload(net.now, packet, &payload, &mut net.memory[1]);
+        }
+        let mut out = UetPacket::default();
+        assert!(!net.pdcs[1].next_packet(net.now, &mut net.memory[1], &mut out));
+        let due = net.pdcs[1].next_deadline().expect("the held ACK's time");
+        assert_eq!(due, net.now + config(false).timeout_ns / 8);
+        net.pdcs[1].on_timer(due);
+        assert!(net.pdcs[1].next_packet(due, &mut net.memory[1], &mut out));
+        assert_eq!(
+            (out.kind, out.cack_psn),
+            (PdsKind::Ack, PSN_A.wrapping_add(2))
+        );
+        assert_eq!(net.pdcs[1].next_deadline(), None);
     }
 
     #[test]
