@@ -5,9 +5,11 @@ out and an ACK back over every link of it (from the first host: the built-in top
 every host), and here also the sender's own transmit queue: a packet counts in flight from when the RNIC
 hands it to its NIC queue (the simulated host's four frames; the emulated host's kernel queue holds two to
 twelve), so a window of the wire's RTT alone left the wire idle (a permutation at 20 Mbit/s took 1.65 times
-its link time on the simulator).  NSCC takes it as its base RTT and scales its constants by it.  The retransmission timeout
-covers that RTT twice and three full port queues on the way, as uet-htsim's covers six queue drains: a
-packet is resent on a timeout only when it (or its trimmed header) was lost, not while it waits in a queue.
+its link time on the simulator).  NSCC takes it as its base RTT and scales its constants by it.  The least
+retransmission timeout is four network RTTs; the PDC lengthens it to the round trips it measures (RFC 6298),
+so a packet waiting in a deep queue is not taken for lost, while one lost with a link is resent soon (with
+three full port queues on top, as uet-htsim's six queue drains, a link down mid-permutation cost 3.2 times
+the permutation's time on the emulator at 20 Mbit/s; with four RTTs, 1.45).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from emulator.fabric.plan import FabricPlan
 UET_EVS = 64  # entropy values per connection, as uet-htsim's default
 UET_IP_HEADERS = REQUEST_HEADERS - 14  # a request's headers within the link MTU: IPv4, UDP, PDS and SES
 SENDER_QUEUE_FRAMES = 4  # the sender's NIC queue, in full frames (sim::host::NIC_FRAMES)
-UET_QUEUE_FRAMES = 64  # a switch port's share of the pool (switch_params.SHARED_FRAMES_PER_PORT) a resend waits out
 
 
 def uet_transport(plan: FabricPlan, spray: str, mtu: int) -> UetTransport:
@@ -31,8 +32,7 @@ def uet_transport(plan: FabricPlan, spray: str, mtu: int) -> UetTransport:
     frame_ns = (mtu + REQUEST_HEADERS) * 8 * 1_000_000_000 // rate
     ack_ns = ACK_FRAME * 8 * 1_000_000_000 // rate
     rtt = max(hops * (2 * delay + frame_ns + ack_ns) + SENDER_QUEUE_FRAMES * frame_ns, 1)
-    return UetTransport(spray=spray, evs=UET_EVS, network_rtt_ns=rtt,
-                        timeout_ns=2 * rtt + 3 * UET_QUEUE_FRAMES * frame_ns)
+    return UetTransport(spray=spray, evs=UET_EVS, network_rtt_ns=rtt, timeout_ns=4 * rtt)
 
 
 def longest_path(plan: FabricPlan, start: str) -> int:
