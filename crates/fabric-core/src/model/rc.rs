@@ -809,17 +809,7 @@ impl<W> RcQueuePair<W> {
             }
             QpState::Rts => {}
         }
-        let mut local = None;
-        let mut error = None;
-        if wr.length > self.config.max_msg {
-            error = Some(WcStatus::LocLenErr);
-        } else if wr.length > 0 {
-            let write = wr.opcode == WrOpcode::RdmaRead;
-            match memory.local(wr.lkey, wr.addr, wr.length, write) {
-                Ok(window) => local = Some(window),
-                Err(AccessError) => error = Some(WcStatus::LocProtErr),
-            }
-        }
+        let (local, error) = local_buffer(memory, &wr, self.config.max_msg);
         if let (Some(status), true) = (error, self.sq.is_empty()) {
             self.complete(wr.wr_id, status, wr.opcode.completion(), 0, None);
             self.enter_error(false);
@@ -1695,6 +1685,27 @@ impl<W> RcQueuePair<W> {
 fn write_at<M: Memory>(memory: &mut M, inbound: &Inbound<M::Window>, payload: &[u8]) {
     if let (Some(window), false) = (&inbound.view, payload.is_empty()) {
         memory.write(window, inbound.offset, payload);
+    }
+}
+
+/// A send work request's local buffer, checked (a READ's is written): its window, or the status it completes
+/// with (longer than `max_msg`: LOC_LEN_ERR; a key, bound or permission refused: LOC_PROT_ERR). A zero-length
+/// request is checked against nothing, as in verbs.
+pub fn local_buffer<M: Memory>(
+    memory: &mut M,
+    wr: &SendWr,
+    max_msg: u64,
+) -> (Option<M::Window>, Option<WcStatus>) {
+    if wr.length > max_msg {
+        return (None, Some(WcStatus::LocLenErr));
+    }
+    if wr.length == 0 {
+        return (None, None);
+    }
+    let write = wr.opcode == WrOpcode::RdmaRead;
+    match memory.local(wr.lkey, wr.addr, wr.length, write) {
+        Ok(window) => (Some(window), None),
+        Err(AccessError) => (None, Some(WcStatus::LocProtErr)),
     }
 }
 

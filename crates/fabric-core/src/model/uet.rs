@@ -29,7 +29,7 @@ use std::fmt;
 
 use crate::model::nscc::{Nscc, NsccParams};
 use crate::model::rc::{
-    AccessError, Completion, Memory, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode,
+    local_buffer, AccessError, Completion, Memory, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode,
 };
 use crate::model::rdma_params::MAX_MR_BYTES;
 use crate::model::spray::{Spray, SprayPolicy};
@@ -393,16 +393,7 @@ impl<W> UetPdc<W> {
             );
             return Ok(());
         }
-        let mut local = None;
-        let mut error = None;
-        if wr.length > self.config.max_msg {
-            error = Some(WcStatus::LocLenErr);
-        } else if wr.length > 0 {
-            match memory.local(wr.lkey, wr.addr, wr.length, false) {
-                Ok(window) => local = Some(window),
-                Err(AccessError) => error = Some(WcStatus::LocProtErr),
-            }
-        }
+        let (local, error) = local_buffer(memory, &wr, self.config.max_msg);
         let packets = if error.is_some() {
             0
         } else {
@@ -1210,6 +1201,16 @@ mod tests {
         }
     }
 
+    /// A receive for a WRITE with immediate (it takes no buffer).
+    fn recv(wr_id: u64) -> RecvWr {
+        RecvWr {
+            wr_id,
+            addr: 0,
+            length: 0,
+            lkey: KEY,
+        }
+    }
+
     fn write_imm(wr_id: u64, addr: u64, length: u64, remote_addr: u64, imm: u32) -> SendWr {
         SendWr {
             wr_id,
@@ -1343,12 +1344,7 @@ mod tests {
     #[test]
     fn a_write_with_immediate_lands_whole_and_completes_on_both_sides() {
         let mut net = Net::new(config(true), clean(), 1);
-        net.pdcs[1].post_recv(RecvWr {
-            wr_id: 70,
-            addr: 0,
-            length: 0,
-            lkey: KEY,
-        });
+        net.pdcs[1].post_recv(recv(70));
         let length = 10 * u64::from(MSS) + 17;
         net.post(0, write_imm(5, 100, length, 3000, 0xABCD));
         net.run();
@@ -1374,12 +1370,7 @@ mod tests {
         };
         let mut net = Net::new(config(false), faults, 2);
         for i in 0..4 {
-            net.pdcs[1].post_recv(RecvWr {
-                wr_id: 70 + i,
-                addr: 0,
-                length: 0,
-                lkey: KEY,
-            });
+            net.pdcs[1].post_recv(recv(70 + i));
             net.post(
                 0,
                 write_imm(i, 100 + i * 4000, 3000, 20_000 + i * 4000, i as u32),
@@ -1406,12 +1397,7 @@ mod tests {
     fn a_trimmed_packet_is_nacked_and_sent_again_at_once() {
         let mut net = Net::new(config(true), clean(), 3);
         net.post(0, write_imm(1, 0, 4 * u64::from(MSS), 8000, 9));
-        net.pdcs[1].post_recv(RecvWr {
-            wr_id: 2,
-            addr: 0,
-            length: 0,
-            lkey: KEY,
-        });
+        net.pdcs[1].post_recv(recv(2));
         net.pull();
         // the second request is cut to its headers on the way
         net.wire[1].1.trimmed = true;
@@ -1440,12 +1426,7 @@ mod tests {
         };
         let mut net = Net::new(config, clean(), 4);
         net.post(0, write_imm(1, 0, 3 * u64::from(MSS), 8000, 9));
-        net.pdcs[1].post_recv(RecvWr {
-            wr_id: 2,
-            addr: 0,
-            length: 0,
-            lkey: KEY,
-        });
+        net.pdcs[1].post_recv(recv(2));
         net.pull();
         net.wire.remove(2); // the last request: nothing after it tells the receiver it is missing
         net.run();
