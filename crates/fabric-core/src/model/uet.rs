@@ -114,10 +114,16 @@ impl fmt::Display for UetVerbError {
         match self {
             UetVerbError::NotConnected { pdc } => write!(f, "PDC {pdc} is not connected"),
             UetVerbError::Connected { pdc } => write!(f, "PDC {pdc} is already connected"),
-            UetVerbError::Unsupported { pdc, opcode } => write!(
-                f,
-                "PDC {pdc}: the uet transport has no {opcode:?} (WRITE and SEND only)"
-            ),
+            UetVerbError::Unsupported { pdc, opcode } => {
+                let name = WrOpcode::ALL
+                    .iter()
+                    .find(|(_, op)| op == opcode)
+                    .map_or("such verb", |(name, _)| name);
+                write!(
+                    f,
+                    "PDC {pdc}: the uet transport has no {name} (WRITE and SEND only)"
+                )
+            }
         }
     }
 }
@@ -1535,7 +1541,10 @@ mod tests {
             ..write_imm(1, 0, 1, 0, 0)
         };
         let refused = pdc.post_send(&mut memory, read).unwrap_err();
-        assert!(refused.to_string().contains("WRITE and SEND only"));
+        assert_eq!(
+            refused.to_string(),
+            "PDC 1: the uet transport has no RDMA_READ (WRITE and SEND only)"
+        );
     }
 
     #[test]
