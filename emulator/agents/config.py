@@ -204,6 +204,7 @@ def check_routes(routes: dict[str, tuple[str, ...]], ports: set[str]) -> None:
 
 SPRAYS = ("reps", "oblivious", "flow")  # how a UET sender chooses each packet's entropy value (model::spray)
 MAX_EVS = 16384  # the UDP source ports an entropy value may take (wire::uet)
+MAX_UET_NS = 86_400 * 10**9  # a UET time (RTT, timeout) is at most a day: longer is a mistake, and it bounds the arithmetic
 
 
 @dataclass(frozen=True)
@@ -212,8 +213,8 @@ class UetTransport(_Checked):
 
     spray: str
     evs: int = _within(1, MAX_EVS)
-    network_rtt_ns: int = _at_least(1)  # the empty fabric's longest round trip: NSCC's base RTT and scale
-    timeout_ns: int = _at_least(1)  # a packet not acknowledged this long is sent again
+    network_rtt_ns: int = _within(1, MAX_UET_NS)  # the empty fabric's longest round trip: NSCC's base RTT, scale
+    timeout_ns: int = _within(1, MAX_UET_NS)  # a packet not acknowledged this long is sent again
 
     def check(self) -> None:
         if self.spray not in SPRAYS:

@@ -6,6 +6,7 @@
 //! figures; and `plan`, the Rust plans as `emulator.collectives.algorithms.plan` gives them.
 use std::sync::{Arc, Mutex};
 
+use fabric_core::model::dcqcn::MAX_PERIOD_NS;
 use fabric_core::model::ib_plane::IbPlaneConfig;
 use fabric_core::model::mmu::MmuConfig;
 use fabric_core::model::pause::PrioritySet;
@@ -398,10 +399,11 @@ impl SimFabric {
                 let spray = SprayPolicy::parse(&spray).ok_or_else(|| {
                     PyValueError::new_err(format!("no spray policy {spray:?}: flow, oblivious or reps"))
                 })?;
-                if evs == 0 || evs > MAX_EVS || network_rtt_ns == 0 || timeout_ns == 0 {
+                let time_ok = |ns: u64| (1..=MAX_PERIOD_NS).contains(&ns);
+                if evs == 0 || evs > MAX_EVS || !time_ok(network_rtt_ns) || !time_ok(timeout_ns) {
                     return Err(PyValueError::new_err(format!(
                         "bad UET settings: {evs} entropy values (1 to {MAX_EVS}), RTT {network_rtt_ns} ns, \
-                         timeout {timeout_ns} ns"
+                         timeout {timeout_ns} ns (1 ns to a day)"
                     )));
                 }
                 Ok(UetSpec {

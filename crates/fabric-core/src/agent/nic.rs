@@ -1343,8 +1343,8 @@ mod tests {
         assert_eq!(b.counters().frames_received, 4);
     }
 
-    #[test]
-    fn on_the_uet_fabric_a_write_goes_as_uet_frames_sprayed_and_lands_whole() {
+    /// An RNIC of the uet fabric at `ip`, spraying obliviously.
+    fn uet_nic(ip: [u8; 4], mac: u8) -> Nic<Vec<u8>> {
         let spec = UetSpec {
             spray: crate::model::spray::SprayPolicy::Oblivious,
             evs: 64,
@@ -1352,13 +1352,15 @@ mod tests {
             network_rtt_ns: 50_000,
             timeout_ns: 1_000_000,
         };
-        let uet_nic = |ip, mac| {
-            Nic::<Vec<u8>>::new(NicConfig {
-                uet: Some(spec),
-                ..config_of(ip, mac)
-            })
-            .unwrap()
-        };
+        Nic::new(NicConfig {
+            uet: Some(spec),
+            ..config_of(ip, mac)
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn on_the_uet_fabric_a_write_goes_as_uet_frames_sprayed_and_lands_whole() {
         let (mut a, mut b, ka, kb) = connected(uet_nic(A, 1), uet_nic(B, 2));
         let pattern: Vec<u8> = (0..16384u32).map(|i| (i * 7) as u8).collect();
         let mut memory = a.regions_mut().domain(1);
@@ -1539,18 +1541,22 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Any bytes, or a valid frame with one byte changed, on RoCE or IB: never a panic, and each frame leaves
-        /// a trace in a counter (received, or dropped as malformed or past our credit).
+        /// Any bytes, or a valid frame with one byte changed, on RoCE, IB or UET: never a panic, and each frame
+        /// leaves a trace in a counter (received, or dropped as malformed or past our credit).
         #[test]
         fn any_frame_is_counted_never_a_panic(
-            ib in proptest::prelude::any::<bool>(),
+            link in 0u8..3,
             frames in proptest::collection::vec(
                 (proptest::collection::vec(proptest::prelude::any::<u8>(), 0..1600),
                  proptest::option::of((0usize..200, proptest::prelude::any::<u8>()))),
                 1..24,
             )
         ) {
-            let (mut nic, peer) = if ib { (ib_nic(), None) } else { let (a, b, _, _) = pair(); (a, Some(b)) };
+            let (mut nic, peer) = match link {
+                0 => { let (a, b, _, _) = pair(); (a, Some(b)) }
+                1 => (ib_nic(), None),
+                _ => { let (a, b, _, _) = connected(uet_nic(A, 1), uet_nic(B, 2)); (a, Some(b)) }
+            };
             let mut wire = TestWire::default();
             let valid = match peer {
                 Some(mut b) => {

@@ -310,7 +310,7 @@ impl Nscc {
         }
         let mut acted = false;
         let far_behind = (self.achieved as f64) < self.max_window / f64::from(1 << QA_GATE);
-        let reason = self.qa_armed || loss || delay > 4 * self.params.target_delay_ns;
+        let reason = self.qa_armed || loss || delay > self.params.target_delay_ns.saturating_mul(4);
         if self.qa_end != 0 && reason && far_behind {
             self.window = (self.achieved as f64).max(self.mss);
             self.ignore = in_flight;

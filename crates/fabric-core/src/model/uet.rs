@@ -38,7 +38,7 @@ use crate::wire::uet::{nack, PdsKind, UetPacket};
 /// PSNs past the cumulative point the responder keeps track of; a request beyond is dropped (its sender
 /// keeps at most this many in flight).
 pub const RX_WINDOW: u64 = 1024;
-/// Inbound messages a PDC assembles at once; a packet of one more waits for its resend.
+/// Inbound messages a PDC assembles or holds for a receive at once; a packet of one more waits for its resend.
 pub const MAX_INBOUND: usize = 64;
 
 /// A PDC's settings.
@@ -265,6 +265,8 @@ pub struct UetPdc<W> {
     rx_base: u64,
     /// `seen[i]`: PSN `rx_base + 1 + i` arrived (`rx_base` itself never has: it would have moved on).
     seen: VecDeque<bool>,
+    /// How many of `seen` are set: PSNs in past a gap (each ACK says it; counted here, not per ACK).
+    out_of_order: usize,
     inbound: Vec<Inbound<W>>,
     rq: VecDeque<RecvWr>,
     /// Messages with immediate complete before a receive was posted for them: (immediate, length).
@@ -304,6 +306,7 @@ impl<W> UetPdc<W> {
             srtt: None,
             rx_base: 0,
             seen: VecDeque::new(),
+            out_of_order: 0,
             inbound: Vec::new(),
             rq: VecDeque::new(),
             unclaimed: VecDeque::new(),
@@ -480,7 +483,7 @@ impl<W> UetPdc<W> {
             }
             sent.in_flight = false;
             sent.timeouts = sent.timeouts.saturating_add(1);
-            self.in_flight_bytes -= u64::from(sent.len);
+            self.in_flight_bytes = self.in_flight_bytes.saturating_sub(u64::from(sent.len));
             self.spray.lost(sent.ev);
             if let Some(cc) = self.cc.as_mut() {
                 cc.on_timeout(u64::from(sent.len));
@@ -734,7 +737,7 @@ impl<W> UetPdc<W> {
         let was_in_flight = std::mem::replace(&mut sent.in_flight, false);
         let len = u64::from(sent.len);
         if was_in_flight {
-            self.in_flight_bytes -= len;
+            self.in_flight_bytes = self.in_flight_bytes.saturating_sub(len);
         }
         if let Some(at) = self.op_at(psn) {
             let op = &mut self.sq[at];
@@ -758,7 +761,7 @@ impl<W> UetPdc<W> {
                 }
                 sent.in_flight = false;
                 let (len, ev) = (u64::from(sent.len), sent.ev);
-                self.in_flight_bytes -= len;
+                self.in_flight_bytes = self.in_flight_bytes.saturating_sub(len);
                 self.spray.lost(ev);
                 self.resend.push_back(psn);
                 let in_flight = self.in_flight_bytes;
@@ -794,8 +797,8 @@ impl<W> UetPdc<W> {
         self.srtt = Some(match self.srtt {
             None => (rtt, rtt / 2),
             Some((srtt, var)) => {
-                let var = (3 * var + srtt.abs_diff(rtt)) / 4;
-                ((7 * srtt + rtt) / 8, var)
+                let var = var.saturating_mul(3).saturating_add(srtt.abs_diff(rtt)) / 4;
+                (srtt.saturating_mul(7).saturating_add(rtt) / 8, var)
             }
         });
     }
@@ -954,7 +957,9 @@ impl<W> UetPdc<W> {
         {
             Some(at) => at,
             None => {
-                if self.inbound.len() >= MAX_INBOUND {
+                // Messages in and waiting for a receive count too: a peer that writes with immediates nobody
+                // takes is held back (its resends wait), not buffered without end.
+                if self.inbound.len() + self.unclaimed.len() >= MAX_INBOUND {
                     return Err(Refused::Drop);
                 }
                 let mut recv = None;
@@ -1009,7 +1014,7 @@ impl<W> UetPdc<W> {
         if let (Some(window), false) = (&message.window, payload.is_empty()) {
             memory.write(window, packet.offset, payload);
         }
-        message.received += len;
+        message.received = message.received.saturating_add(len);
         if message.received >= message.length {
             let message = self.inbound.swap_remove(at);
             self.finish(message);
@@ -1065,6 +1070,7 @@ impl<W> UetPdc<W> {
             while self.seen.front() == Some(&true) {
                 self.seen.pop_front();
                 self.rx_base += 1;
+                self.out_of_order -= 1;
             }
             // the slot of the new rx_base itself is not kept
             self.seen.pop_front();
@@ -1075,6 +1081,7 @@ impl<W> UetPdc<W> {
             self.seen.resize(i + 1, false);
         }
         self.seen[i] = true;
+        self.out_of_order += 1;
     }
 
     /// An ACK of `packet` (at `psn`) is owed: sent at once if `urgent` or every `ack_every` requests.
@@ -1124,7 +1131,6 @@ impl<W> UetPdc<W> {
                 sack |= 1 << bit;
             }
         }
-        let out_of_order = self.seen.iter().filter(|&&seen| seen).count();
         out.payload.clear();
         let payload = std::mem::take(&mut out.payload);
         *out = UetPacket {
@@ -1133,7 +1139,7 @@ impl<W> UetPdc<W> {
             cack_psn: self.rx_base as u32,
             sack_base: base as u32,
             sack_bitmap: sack,
-            out_of_order: u16::try_from(out_of_order).unwrap_or(u16::MAX),
+            out_of_order: u16::try_from(self.out_of_order).unwrap_or(u16::MAX),
             payload,
             ..UetPacket::default()
         };
@@ -1524,6 +1530,43 @@ mod tests {
             (PdsKind::Ack, PSN_A.wrapping_add(2))
         );
         assert_eq!(net.pdcs[1].next_deadline(), None);
+    }
+
+    #[test]
+    fn immediates_nobody_takes_are_held_up_to_a_bound_and_the_rest_resent_later() {
+        let config = UetConfig {
+            ack_every: 1,
+            window: RX_WINDOW as u32,
+            ..config(false)
+        };
+        let mut net = Net::new(config, clean(), 10);
+        let messages = MAX_INBOUND as u64 + 5;
+        for i in 0..messages {
+            net.post(0, write_imm(i, 0, 10, 8000, i as u32));
+        }
+        net.pull();
+        for (_, packet) in net.wire.drain(..).collect::<Vec<_>>() {
+            let payload = packet.payload.clone();
+            net.pdcs[1].receive_with_payload(net.now, &packet, &payload, &mut net.memory[1]);
+        }
+        assert_eq!(
+            net.pdcs[1].counters().dropped_packets,
+            5,
+            "held: the bound's worth"
+        );
+        for i in 0..messages {
+            net.pdcs[1].post_recv(recv(100 + i));
+        }
+        net.run();
+        net.collect();
+        assert_eq!(
+            net.completions[1].len() as u64,
+            messages,
+            "the dropped ones came again"
+        );
+        assert!(net.completions[0]
+            .iter()
+            .all(|c| c.status == WcStatus::Success));
     }
 
     #[test]
