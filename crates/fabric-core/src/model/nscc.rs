@@ -20,8 +20,6 @@
 //! The constants scale with the path: `a` is the path's bandwidth-delay product over uet-htsim's reference
 //! (100 Gbit/s x 12 us), `b` the target over the reference's 12 us, so one parameter set serves a 100 Gbit/s
 //! fabric and an emulated 50 Mbit/s one alike. Times are ns, windows bytes.
-use std::fmt;
-
 /// uet-htsim's reference path: 100 Gbit/s and 12 us, a BDP of 150,000 bytes.
 const REF_BDP: f64 = 150_000.0;
 const REF_RTT_NS: f64 = 12_000.0;
@@ -59,39 +57,9 @@ impl NsccParams {
         }
     }
 
-    /// Why these settings cannot run, if they cannot.
-    pub fn check(&self) -> Result<(), NsccError> {
-        let bad = |field: &'static str| Err(NsccError { field });
-        if self.network_rtt_ns == 0 {
-            return bad("network_rtt_ns");
-        }
-        if self.rate_bps == 0 {
-            return bad("rate_bps");
-        }
-        if self.target_delay_ns == 0 {
-            return bad("target_delay_ns");
-        }
-        if !(self.gamma > 0.0 && self.gamma <= 1.0) {
-            return bad("gamma");
-        }
-        Ok(())
-    }
-
     /// The bandwidth-delay product of `rtt_ns` at the rate, in bytes.
     fn bdp(&self, rtt_ns: u64) -> f64 {
         self.rate_bps as f64 * rtt_ns as f64 / 8e9
-    }
-}
-
-/// A setting out of its range.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NsccError {
-    pub field: &'static str,
-}
-
-impl fmt::Display for NsccError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "NSCC's {} is out of range", self.field)
     }
 }
 
@@ -177,11 +145,6 @@ impl Nscc {
     /// The window in bytes.
     pub fn window(&self) -> u64 {
         self.window as u64
-    }
-
-    /// The averaged queueing delay (ns).
-    pub fn avg_delay(&self) -> u64 {
-        self.avg_delay as u64
     }
 
     /// An ACK at `now` took `acked` bytes out of flight (with `in_flight` bytes still out); `rtt` is the round
@@ -418,16 +381,5 @@ mod tests {
         cc.on_nack(100_000, 4096, 200_000); // next period: a trim, little delivered
         assert_eq!(cc.counters.quick_adapts, 1);
         assert_eq!(cc.window(), 4096);
-    }
-
-    #[test]
-    fn settings_out_of_range_are_named() {
-        let mut params = NsccParams::for_path(10_000, 1_000_000, false);
-        assert_eq!(params.check(), Ok(()));
-        params.gamma = 0.0;
-        assert_eq!(
-            params.check().unwrap_err().to_string(),
-            "NSCC's gamma is out of range"
-        );
     }
 }

@@ -11,7 +11,6 @@
 //!   random EV explores. The ring needs a few bytes per connection and steers off a congested or failed path
 //!   within a round trip.
 use std::collections::VecDeque;
-use std::fmt;
 
 use crate::model::rng::CpythonRandom;
 
@@ -37,20 +36,6 @@ impl SprayPolicy {
     /// The policy called `name`, if any.
     pub fn parse(name: &str) -> Option<SprayPolicy> {
         Self::ALL.iter().find(|(n, _)| *n == name).map(|&(_, p)| p)
-    }
-
-    /// Its name in experiment files.
-    pub fn name(self) -> &'static str {
-        Self::ALL
-            .iter()
-            .find(|&&(_, p)| p == self)
-            .map_or("flow", |&(n, _)| n)
-    }
-}
-
-impl fmt::Display for SprayPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -84,11 +69,6 @@ impl Spray {
             explored: 0,
             recycled: 0,
         }
-    }
-
-    /// The policy.
-    pub fn policy(&self) -> SprayPolicy {
-        self.policy
     }
 
     /// The EV of the next packet sent.
@@ -187,7 +167,6 @@ mod tests {
     fn policies_parse_by_name() {
         for (name, policy) in SprayPolicy::ALL {
             assert_eq!(SprayPolicy::parse(name), Some(policy));
-            assert_eq!(policy.to_string(), name);
         }
         assert_eq!(SprayPolicy::parse("ecmp"), None);
     }

@@ -128,7 +128,7 @@ impl fmt::Display for UetVerbError {
     }
 }
 
-/// What a PDC counts.
+/// What a PDC counts (Python reads them under RC's names: `model::queue_pair`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UetCounters {
     pub packets_sent: u64,
@@ -146,44 +146,6 @@ pub struct UetCounters {
     pub ecn_ce_received: u64,
     /// Requests beyond the window, of a message past [`MAX_INBOUND`], or whose offsets do not fit.
     pub dropped_packets: u64,
-}
-
-impl UetCounters {
-    /// The counters' names, in the order [`UetCounters::values`] gives them.
-    pub const NAMES: [&'static str; 13] = [
-        "packets_sent",
-        "packets_received",
-        "bytes_sent",
-        "retransmitted_packets",
-        "timeouts",
-        "acks_sent",
-        "acks_received",
-        "nacks_sent",
-        "nacks_received",
-        "trimmed_received",
-        "duplicate_packets",
-        "ecn_ce_received",
-        "dropped_packets",
-    ];
-
-    /// The counters in [`UetCounters::NAMES`]' order.
-    pub fn values(&self) -> [u64; 13] {
-        [
-            self.packets_sent,
-            self.packets_received,
-            self.bytes_sent,
-            self.retransmitted_packets,
-            self.timeouts,
-            self.acks_sent,
-            self.acks_received,
-            self.nacks_sent,
-            self.nacks_received,
-            self.trimmed_received,
-            self.duplicate_packets,
-            self.ecn_ce_received,
-            self.dropped_packets,
-        ]
-    }
 }
 
 /// One posted work request.
@@ -332,11 +294,6 @@ impl<W> UetPdc<W> {
 
     pub fn counters(&self) -> &UetCounters {
         &self.counters
-    }
-
-    /// The entropy values explored and recycled.
-    pub fn spray_counts(&self) -> (u64, u64) {
-        (self.spray.explored, self.spray.recycled)
     }
 
     /// The congestion window in bytes (the fixed window's when NSCC is off).
