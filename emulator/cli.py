@@ -35,6 +35,7 @@ from emulator.fabric.plan import DEFAULT_LINK, dilated, link_params
 from emulator.model.dcqcn import CC_OPTIONS, at_link, check_fabric, check_link, parse_cc
 from emulator._core.rdma_params import PATHS_MTU
 from emulator.agents.config import SPRAYS
+from emulator.fabric.ib_subnet import ROUTINGS
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, parse_overrides
 from emulator.fabric.topospec import build_topo, topo_parameters
 from emulator.units import format_rate, parse_size
@@ -71,6 +72,8 @@ def _fabric(args: argparse.Namespace) -> Fabric:
     parse_overrides(switch, args.fabric)
     if getattr(args, "spray", None) is not None and args.fabric != "uet":
         raise FabricError(f"--spray chooses UET's entropy values: --fabric {args.fabric} sends each flow on one path")
+    if getattr(args, "routing", None) is not None and args.fabric != "ib":
+        raise FabricError(f"--routing chooses the IB subnet manager's routing: --fabric {args.fabric} routes by ECMP")
     factor = None
     written = link.get("delay", DEFAULT_LINK["delay"])
     if getattr(args, "model", None) is not None:
@@ -91,7 +94,8 @@ def _fabric(args: argparse.Namespace) -> Fabric:
     return Fabric(topo, link=link, name=getattr(args, "name", None), spec=args.topo, fabric=args.fabric,
                   switch=switch, seed=args.seed, capture=getattr(args, "capture", None),
                   telemetry=getattr(args, "telemetry", None), log=progress, workers=args.workers, cc=cc,
-                  dilation=factor, spray=getattr(args, "spray", None) or "reps")
+                  dilation=factor, spray=getattr(args, "spray", None) or "reps",
+                  routing=getattr(args, "routing", None) or "static")
 
 
 def _pick_run(run: str | None) -> runstate.RunState:
@@ -401,7 +405,7 @@ def cmd_ibroute(args: argparse.Namespace) -> int:
     from emulator.fabric.plan import make_plan
 
     plan = make_plan(build_topo(args.topo, args.custom, "sim"), "ibroute", {})  # the wider caps: either backend's tables
-    subnet = assign(plan)
+    subnet = assign(plan, adaptive=args.routing == "adaptive")
     if args.switch is None:
         print(dump(subnet, plan), end="")
     elif args.switch not in subnet.lfts:
@@ -436,6 +440,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "under link credits; uet: lossy with trimming, UET's transport on the RNICs")
         p.add_argument("--spray", choices=SPRAYS, default=None,
                        help="--fabric uet: how each packet's entropy value (its path) is chosen (default reps)")
+        p.add_argument("--routing", choices=ROUTINGS, default=None,
+                       help="--fabric ib: the subnet manager's tables alone (static, the default) or with adaptive "
+                            "routing: each switch sends a packet by the least-queued port of its shortest paths")
         p.add_argument("--switch", metavar="OPTS",
                        help="switch settings, e.g. buffer=256KiB,headroom=24KiB,alpha=1,kmin=15KiB,lossless=3")
         p.add_argument("--seed", type=flags.whole("--seed", bounds.SEED), default=1,
@@ -543,6 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topo", required=True, metavar="SPEC")
     p.add_argument("--custom", metavar="FILE", help="a Mininet custom file with a topos dict")
     p.add_argument("--switch", metavar="NAME", help="only this switch's table, as ibroute prints it")
+    p.add_argument("--routing", choices=ROUTINGS, default="static", help="adaptive: the AR groups too")
     p.set_defaults(func=cmd_ibroute)
 
     p = sub.add_parser("pcap", help="convert the captures of an --fabric ib run to ERF pcaps tshark reads as InfiniBand")

@@ -30,9 +30,10 @@ from typing import Any, TypeVar
 
 from emulator.errors import one_line, shown
 from emulator._core.credits import FABRIC_REFRESH_NS
-from emulator._core.ib import MANAGEMENT_VL, SLS
+from emulator._core.ib import MANAGEMENT_VL, MAX_UNICAST_LID, SLS
 from emulator._core.mac import mac_bytes
 from emulator._core.pfc import PRIORITIES
+from emulator._core.rc import MAX_REORDER
 # Config types stay Python dataclasses (parsed and checked here); the compiled models read their fields once,
 # when an agent builds its model.
 from emulator.model.dcqcn import DcqcnParams
@@ -118,11 +119,15 @@ class SwitchIbConfig(_Checked):
     vl_buffer: int = _at_least(1)  # bytes each VL of each port receives into
     peer_capacity: tuple[int, ...]  # per port: the bytes each VL of the peer receives into
     fc_floor: int = _within(0, FABRIC_REFRESH_NS)  # ns: the least time a grown credit grant waits for more
+    ar: dict[int, tuple[int, ...]] = field(default_factory=dict)  # adaptive routing: DLID -> port indices
 
     def check(self) -> None:
         _check_sl2vl(self.sl2vl, self.vls)
         if any(capacity < 1 for capacity in self.peer_capacity):
             raise ConfigError(f"peer_capacity: {shown(self.peer_capacity)} has a size below 1")
+        for dlid, group in self.ar.items():
+            if not 1 <= dlid <= MAX_UNICAST_LID or not group:
+                raise ConfigError(f"ar: {shown({dlid: group})} is no group of ports for a unicast DLID")
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,7 @@ class HostIbConfig(_Checked):
     capacity: int = _at_least(1)  # bytes each VL of the RNIC receives into
     peer_capacity: int = _at_least(1)  # bytes each VL of the switch port receives into
     fc_floor: int = _within(0, FABRIC_REFRESH_NS)  # ns: the switch's; the least time a grown grant waits
+    reorder: int = field(default=0, metadata={"range": (0, MAX_REORDER)})  # requests held past a gap (AR)
 
     def check(self) -> None:
         _check_sl2vl(self.sl2vl, self.vls)
@@ -182,6 +188,8 @@ class SwitchConfig(AgentConfig):
                 raise ConfigError(f"ib.peer_capacity: {len(self.ib.peer_capacity)} sizes for {len(self.ports)} ports")
             if not all(0 <= index < len(self.ports) for index in self.ib.lft.values()):
                 raise ConfigError(f"ib.lft: {shown(self.ib.lft)} sends to a port this switch lacks")
+            if not all(0 <= index < len(self.ports) for group in self.ib.ar.values() for index in group):
+                raise ConfigError(f"ib.ar: {shown(self.ib.ar)} sends to a port this switch lacks")
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,13 @@ from emulator.model.dcqcn import DcqcnParams, at_link
 from emulator.model.mmu import MmuConfig
 from emulator.model.switch_params import derive_config
 from emulator._core.ib import SLS
+from emulator._core.rc import RcConfig
 
 IB_SL = 0  # the service level RDMA uses on --fabric ib
 HOST_IB_BUFFER = 2048 * 64  # a host RNIC takes every packet at once; it advertises the most IB credits allow
+# With adaptive routing a QP's packets may pass each other, but none is further ahead than a window of
+# unacknowledged PSNs: its responder holds that many past a gap, and go-back-N is left for real losses.
+AR_REORDER = RcConfig.max_inflight
 
 
 def switch_mmu(node: NodePlan, fabric: str, overrides: dict[str, str]) -> MmuConfig:
@@ -98,12 +102,13 @@ def host_ib(plan: FabricPlan, node: NodePlan, mmu_configs: dict[str, MmuConfig],
     return HostIbConfig(lid=subnet.lids[node.name], sl=IB_SL, sl2vl=_sl2vl(subnet), vls=subnet.vls,
                         lids={n.ip: subnet.lids[n.name] for n in plan.hosts()},
                         capacity=HOST_IB_BUFFER, peer_capacity=mmu_configs[peer].vl_buffer,
-                        fc_floor=mmu_configs[peer].fc_floor)
+                        fc_floor=mmu_configs[peer].fc_floor, reorder=AR_REORDER if subnet.ar else 0)
 
 
 def switch_ib(plan: FabricPlan, node: NodePlan, mmu_configs: dict[str, MmuConfig],
                subnet: Subnet | None) -> SwitchIbConfig | None:
-    """A switch's LFT (by port index), SL to VL map, and every port's credit sizes."""
+    """A switch's LFT and adaptive routing groups (by port index), SL to VL map, and every port's credit
+    sizes."""
     if subnet is None:
         return None
     index_of = {port.number: i for i, port in enumerate(node.ports)}
@@ -113,7 +118,9 @@ def switch_ib(plan: FabricPlan, node: NodePlan, mmu_configs: dict[str, MmuConfig
                                if number in index_of},
                           sl2vl=_sl2vl(subnet), vls=subnet.vls,
                           vl_buffer=mmu_configs[node.name].vl_buffer, peer_capacity=peers,
-                          fc_floor=mmu_configs[node.name].fc_floor)
+                          fc_floor=mmu_configs[node.name].fc_floor,
+                          ar={dlid: tuple(index_of[number] for number in group)
+                              for dlid, group in subnet.ar.get(node.name, {}).items()})
 
 
 def _sl2vl(subnet: Subnet) -> tuple[int, ...]:

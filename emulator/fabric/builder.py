@@ -83,7 +83,7 @@ class Fabric:
                  seed: int = 1, capture: str | None = None, telemetry: str | None = None,
                  log: Callable[[str], None] | None = None, monitor: bool = True,
                  workers: int | None = None, cc: DcqcnParams | None = None, dilation: float | None = None,
-                 spray: str = "reps") -> None:
+                 spray: str = "reps", routing: str = "static") -> None:
         require_root()
         if name is not None:
             runstate.check_run_name(name)
@@ -97,7 +97,7 @@ class Fabric:
         self.monitor = monitor  # the fidelity monitor in every agent (off only to measure its cost)
         self.workers = default_workers() if workers is None else check_workers(workers)  # data-plane processes
         self.mmu_configs = {node.name: switch_mmu(node, fabric, switch or {}) for node in self.plan.switches()}
-        self.subnet = assign_subnet(self.plan) if fabric == "ib" else None
+        self.subnet = assign_subnet(self.plan, adaptive=routing == "adaptive") if fabric == "ib" else None
         # uet: every RNIC runs UET's transport, its packets as long as the links allow (the RDMA path MTU of
         # the experiments, 4096, on their 4200-byte links)
         self.uet = uet_transport(self.plan, spray, min(p.params.mtu for n in self.plan.nodes.values()

@@ -20,6 +20,11 @@ What it copies from OpenSM, so that dumps and behaviour look familiar:
   (``port_profile_switch_nodes`` off), since they carry only management
   traffic.
 - ``ibroute``-style dumps of each LFT (infiniband-diags).
+- With ``adaptive``, as OpenSM's AR routing engines and NVIDIA's switches
+  do: every switch also gets, per host LID it does not reach directly, an
+  adaptive routing group, the ports on its shortest paths to that host.
+  The LFT's port stays the group's default; the switch picks per packet
+  the group's port with the shortest queue (``model::ib_plane``).
 
 Everything here is deterministic: the same plan always gives the same
 subnet, byte for byte in the dump.
@@ -27,16 +32,16 @@ subnet, byte for byte in the dump.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mininet.util import natural
 
 from emulator.errors import FabricError
 from emulator.fabric.plan import FabricPlan, NodePlan, PortPlan, hop_distances
-from emulator._core.ib import MANAGEMENT_VL, SLS
+from emulator._core.ib import MANAGEMENT_VL, MAX_UNICAST_LID, SLS
 
-MAX_UNICAST_LID = 0xBFFF  # 0xC000 and up are multicast LIDs, 0 is reserved
 GUID_BASE = 0x0002C90300000000  # a Mellanox-style OUI prefix; the low bits are the node's index
+ROUTINGS = ("static", "adaptive")  # the LFTs alone, or with adaptive routing groups
 DATA_VL_COUNTS = (1, 2, 4, 8, 15)  # what a port's VLCap can advertise: VL0, VL0-1, VL0-3, VL0-7, VL0-14
 
 
@@ -55,10 +60,11 @@ class Subnet:
     sl2vl: dict[int, int]
     vls: int
     guids: dict[str, int]
+    ar: dict[str, dict[int, tuple[int, ...]]] = field(default_factory=dict)  # switch -> DLID -> AR port numbers
 
 
-def assign(plan: FabricPlan, vls: int = 4) -> Subnet:
-    """Sweep ``plan`` as OpenSM would: LIDs, GUIDs, min-hop LFTs, SL2VL."""
+def assign(plan: FabricPlan, vls: int = 4, adaptive: bool = False) -> Subnet:
+    """Sweep ``plan`` as OpenSM would: LIDs, GUIDs, min-hop LFTs, SL2VL, and with ``adaptive`` the AR groups."""
     if vls not in DATA_VL_COUNTS:
         raise FabricError(f"bad VL count {vls}: an IB port has {', '.join(map(str, DATA_VL_COUNTS))} data VLs")
     order = _lid_order(plan)
@@ -67,13 +73,14 @@ def assign(plan: FabricPlan, vls: int = 4) -> Subnet:
     lids = {name: lid for lid, name in enumerate(order, start=1)}
     links = {s.name: _switch_links(plan, s) for s in plan.switches()}
     distances = {target: hop_distances(links, target) for target in links}
-    lfts = {s: _min_hop_lft(plan, s, order, links[s], distances) for s in order if s in links}
+    routes = {s: _min_hop_lft(plan, s, order, links[s], distances) for s in order if s in links}
     return Subnet(
         lids=lids,
-        lfts=lfts,
+        lfts={s: lft for s, (lft, _) in routes.items()},
         sl2vl={sl: sl % vls for sl in range(SLS)},
         vls=vls,
         guids={name: GUID_BASE | lid for name, lid in lids.items()},
+        ar={s: groups for s, (_, groups) in routes.items()} if adaptive else {},
     )
 
 
@@ -113,8 +120,9 @@ def _next_hops(switch: str, ports: list[PortPlan], dist: dict[str, int]) -> list
 
 
 def _min_hop_lft(plan: FabricPlan, switch: str, order: list[str], ports: list[PortPlan],
-                 distances: dict[str, dict[str, int]]) -> dict[int, int]:
-    """One switch's LFT: every LID to a least-loaded port on a shortest path.
+                 distances: dict[str, dict[str, int]]) -> tuple[dict[int, int], dict[int, tuple[int, ...]]]:
+    """One switch's LFT: every LID to a least-loaded port on a shortest path; and per host LID with more
+    than one shortest path, those paths' ports (its adaptive routing group).
 
     Hosts behind the same edge switch share that switch's set of equal-cost
     ports, but each takes whichever of them carries the fewest host routes
@@ -124,6 +132,7 @@ def _min_hop_lft(plan: FabricPlan, switch: str, order: list[str], ports: list[Po
     host_ports = {p.peer_node: p.number for p in plan.nodes[switch].ports}
     load: dict[int, int] = {}
     lft: dict[int, int] = {}
+    groups: dict[int, tuple[int, ...]] = {}
     for lid, dest in enumerate(order, start=1):
         node = plan.nodes[dest]
         if dest == switch:
@@ -139,7 +148,9 @@ def _min_hop_lft(plan: FabricPlan, switch: str, order: list[str], ports: list[Po
         lft[lid] = port
         if node.kind == "host":
             load[port] = load.get(port, 0) + 1
-    return lft
+            if len(candidates) > 1:
+                groups[lid] = tuple(candidates)
+    return lft, groups
 
 
 def ibroute(subnet: Subnet, plan: FabricPlan, switch: str) -> str:
@@ -156,6 +167,10 @@ def ibroute(subnet: Subnet, plan: FabricPlan, switch: str) -> str:
     ]
     lines += [f"{dlid:#06x} {lft[dlid]:03d} : ({_describe(subnet, plan, names[dlid])})" for dlid in sorted(lft)]
     lines.append(f"{len(lft)} valid lids dumped ")
+    groups = subnet.ar.get(switch, {})
+    if groups:
+        lines.append("Adaptive routing groups (the LFT's port is the default):")
+        lines += [f"{dlid:#06x} : {' '.join(f'{port:03d}' for port in groups[dlid])}" for dlid in sorted(groups)]
     return "\n".join(lines) + "\n"
 
 
@@ -166,7 +181,7 @@ def _describe(subnet: Subnet, plan: FabricPlan, name: str) -> str:
 
 
 def dump(subnet: Subnet, plan: FabricPlan) -> str:
-    """The whole subnet: each switch's ``ibroute`` in LID order, the LIDs, SL2VL."""
+    """The whole subnet: each switch's ``ibroute`` (and AR groups) in LID order, the LIDs, SL2VL."""
     switches = sorted(subnet.lfts, key=subnet.lids.__getitem__)
     parts = [ibroute(subnet, plan, s) for s in switches]
     parts += [_lid_table(subnet, plan), _sl2vl_table(subnet)]

@@ -31,13 +31,14 @@ def collect_stats(state: runstate.RunState) -> dict[str, Any]:
 
 
 def uplink_bytes(plan: FabricPlan, switches: dict[str, Any]) -> dict[str, int]:
-    """Bytes each uplink (:func:`~emulator.fabric.plan.uplinks`) sent through the MMU, all priorities, from the
-    switches' stats, by interface; the IB plane's forwarding is not in them (empty on ib)."""
+    """Bytes each uplink (:func:`~emulator.fabric.plan.uplinks`) sent, from the switches' stats, by interface:
+    through the MMU, all priorities, or on ib through the IB plane."""
     out = {}
     for _, node, _, port in uplinks(plan):
         counters = switches.get(node.name, {}).get("ports", {}).get(port.ifname)
         if counters is not None:
-            out[port.ifname] = sum(p["tx_bytes"] for p in counters["priorities"])
+            ib = counters.get("ib")
+            out[port.ifname] = ib["forwarded_bytes"] if ib else sum(p["tx_bytes"] for p in counters["priorities"])
     return out
 
 

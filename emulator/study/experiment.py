@@ -48,6 +48,7 @@ from emulator.agents.config import SPRAYS
 from emulator.errors import FabricError, one_line, printable, shown
 from emulator.fabric.builder import PACKAGE_PARENT
 from emulator.fabric.capacity import meminfo_bytes
+from emulator.fabric.ib_subnet import ROUTINGS
 from emulator.fabric.plan import (DEFAULT_LINK, FabricPlan, check_connected, dilated, link_params, make_plan,
                                   switch_graph)
 from emulator.model.dcqcn import check_fabric, check_link, parse_cc
@@ -61,15 +62,17 @@ BUILTIN = resources.files("emulator.study") / "experiments"
 MAX_FILE_BYTES = 1 << 20  # an experiment file is a page of text; refuse to read a disk image
 
 VARIANT_KEYS = ("name", "fabric", "collective", "topo", "size", "iterations", "warmup", "senders",
-                "link", "switch", "seed", "mtu", "capture", "model", "cc", "deadlock", "faults", "backend", "spray")
+                "link", "switch", "seed", "mtu", "capture", "model", "cc", "deadlock", "faults", "backend", "spray",
+                "routing")
 SHORTHANDS = {"loss": "link", "bw": "link", "buffer": "switch", "headroom": "switch"}
 SWEEP_KEYS = ("loss", "bw", "buffer", "headroom", "size", "senders", "fabric", "collective", "topo", "model", "cc", "spray",
-              "backend")
+              "backend", "routing")
 EXPERIMENT_KEYS = ("name", "description", "variants", "sweep")
 TOP_LEVEL_KEYS = EXPERIMENT_KEYS + VARIANT_KEYS[1:] + tuple(SHORTHANDS)
 REQUIRED = ("collective", "topo", "size")
 DEFAULTS: dict[str, Any] = {"fabric": "lossless", "iterations": 10, "warmup": 1, "seed": 1, "capture": False,
-                            "cc": "none", "backend": "emulator", "spray": "reps"}
+                            "cc": "none", "backend": "emulator", "spray": "reps",
+                            "routing": "static"}
 # emulator: real frames through namespaces, veths and the agents, in real time; sim: the same models and frames
 # in simulated time (the compiled core's emulator._core.sim), what one VM cannot hold.
 BACKENDS = ("emulator", "sim")
@@ -142,6 +145,7 @@ class Variant:
     faults: tuple[Fault, ...] = ()  # injected into every measured iteration
     backend: str = "emulator"  # BACKENDS
     spray: str = "reps"  # fabric uet: how each packet's entropy value is chosen (SPRAYS)
+    routing: str = "static"  # fabric ib: the subnet manager's LFTs alone, or with adaptive routing (ROUTINGS)
 
     def to_json(self) -> dict[str, Any]:
         """Every field, for config.json and results files (lists, as JSON has them)."""
@@ -464,6 +468,10 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     if fabric != "uet" and "spray" in settings.values:
         raise FabricError(f'{context}: key "spray" chooses UET\'s entropy values: fabric {fabric!r} sends each '
                           'flow on one path (set fabric = "uet", or remove spray)')
+    routing = _choice(values, "routing", ROUTINGS, context)
+    if fabric != "ib" and "routing" in settings.values:
+        raise FabricError(f'{context}: key "routing" chooses the IB subnet manager\'s routing: fabric {fabric!r} '
+                          'routes by ECMP (set fabric = "ib", or remove routing)')
     topo, cabling = _topology(values["topo"], collective, backend, context)
     plan, links = cabling.plan, cabling.links(link)
     with _key(context, "switch"):
@@ -490,6 +498,7 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
         seed=_integer(values, "seed", bounds.SEED, context), mtu=_path_mtu(values, links.mtu, context), capture=capture,
         params=dict(params), model=model, dilation=factor, cc=values["cc"],
         deadlock_ns=_deadlock(values, context), faults=faults, backend=backend, spray=spray,
+        routing=routing,
     )
 
 

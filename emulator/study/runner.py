@@ -161,7 +161,7 @@ def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
     net = Fabric(build_topo(variant.topo), link=dict(variant.link), spec=variant.topo, fabric=variant.fabric,
                  switch=dict(variant.switch), seed=variant.seed, capture=capture, telemetry=telemetry, log=log,
                  cc=parse_cc(variant.cc), dilation=variant.dilation if variant.model is not None else None,
-                 spray=variant.spray)
+                 spray=variant.spray, routing=variant.routing)
     with net:
         if config["features"] is None and net.features is not None:
             config["features"] = net.features.as_dict()

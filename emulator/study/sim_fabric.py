@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping
 from emulator._core.mac import ETH_LEN, mac_bytes
 from emulator.agents.config import UetTransport
 from emulator.fabric.agent_config import host_ib, switch_ib, switch_mmu
-from emulator.fabric.ib_subnet import assign
+from emulator.fabric.ib_subnet import ROUTINGS, assign
 from emulator.fabric.plan import FabricPlan, NodePlan, routes_over, switch_graph, uplinks
 from emulator.fabric.uet_transport import uet_transport
 from emulator.model.dcqcn import DcqcnParams, at_link
@@ -27,11 +27,12 @@ from emulator.study.experiment import Fault
 
 def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | None = None,
                       cc: DcqcnParams | None = None, dilation: float | None = None, seed: int = 1,
-                      spray: str = "reps", mtu: int = 4096) -> Any:
+                      spray: str = "reps", mtu: int = 4096, routing: str = "static") -> Any:
     """The plan's nodes and links as the compiled simulation backend (``emulator._core.sim.SimFabric``): lossless,
     lossy or ib; the plan's switches, routes, MMU settings (the PFC watchdog included), injected loss per switch
     port (each port's loss model as the switch agent's), hosts and wires, every frame in Rust; on ``ib`` also the
-    subnet manager's LIDs, forwarding tables, SL to VL and credit sizes.  With ``cc`` every RNIC runs DCQCN at its
+    subnet manager's LIDs, forwarding tables, SL to VL and credit sizes, and with ``routing`` "adaptive" its
+    adaptive routing groups (the RNICs then hold requests that arrive past a gap).  With ``cc`` every RNIC runs DCQCN at its
     link's rate, scaled as the emulator scales it (:func:`~emulator.model.dcqcn.at_link`, ``dilation`` from
     ``model``).  ``seed`` seeds every switch as the builder seeds its agent (ECMP's hash, ECN's draws, injected
     loss by frame number on each link); paths still differ where the QP numbers in the UDP source port do.  On
@@ -76,7 +77,7 @@ def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | No
                    bytes(int(part) for part in (node.ip or "0.0.0.0").split(".")), node.ports[0].params.bw_bps,
                    wire_of[(node.name, node.ports[0].ifname)]) for node in hosts]
     ccs = [None if cc is None else at_link(cc, node.ports[0].params.bw_bps, dilation)[0] for node in hosts]
-    return RustSimFabric(wires, switch_specs, host_specs, _rust_ib_spec(plan, mmu_configs) if fabric == "ib" else None,
+    return RustSimFabric(wires, switch_specs, host_specs, _rust_ib_spec(plan, mmu_configs, routing) if fabric == "ib" else None,
                          losses=losses, pfcwd=watchdogs, cc=ccs,
                          uet=_rust_uet(uet_transport(plan, spray, mtu)) if fabric == "uet" else None)
 
@@ -132,23 +133,26 @@ def _rust_routes(node: NodePlan, table: Mapping[str, list[str]], addresses: dict
     return routes
 
 
-def _rust_ib_spec(plan: FabricPlan, mmu_configs: dict[str, MmuConfig]) -> tuple[list, list]:
+def _rust_ib_spec(plan: FabricPlan, mmu_configs: dict[str, MmuConfig], routing: str) -> tuple[list, list]:
     """The subnet manager's part of an ``ib`` fabric as :func:`build_rust_fabric` hands it over: per switch its
     :func:`switch_ib` settings and each port's longest frame, per host its :func:`host_ib` settings, its link's
     longest frame and its VL, in the plan's switch and host order."""
-    subnet = assign(plan)
+    if routing not in ROUTINGS:
+        raise ValueError(f"no {routing!r} routing: {' or '.join(ROUTINGS)}")
+    subnet = assign(plan, adaptive=routing == "adaptive")
     switch_specs = []
     for node in plan.switches():
         ib = switch_ib(plan, node, mmu_configs, subnet)
         assert ib is not None  # a subnet was given
         switch_specs.append((sorted(ib.lft.items()), list(ib.sl2vl), ib.vls, ib.vl_buffer, ib.fc_floor,
-                             [(ETH_LEN + port.params.mtu, peer) for port, peer in zip(node.ports, ib.peer_capacity)]))
+                             [(ETH_LEN + port.params.mtu, peer) for port, peer in zip(node.ports, ib.peer_capacity)],
+                             [(dlid, list(group)) for dlid, group in sorted(ib.ar.items())]))
     host_specs = []
     for node in plan.hosts():
         ib = host_ib(plan, node, mmu_configs, subnet)
         assert ib is not None
         host_specs.append((ib.lid, list(ib.lids.items()), ib.sl, ib.sl2vl[ib.sl], ib.vls, ib.capacity,
-                           ib.peer_capacity, ETH_LEN + node.ports[0].params.mtu, ib.fc_floor))
+                           ib.peer_capacity, ETH_LEN + node.ports[0].params.mtu, ib.fc_floor, ib.reorder))
     return switch_specs, host_specs
 
 

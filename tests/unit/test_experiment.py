@@ -300,6 +300,9 @@ def test_unknown_variant_key_message_in_full(tmp_path):
      'variant "a": backend "sim" injects the stall and down faults, not \'slow\' (yet)'),
     ('spray = "oblivious"', 'variant "a": key "spray" chooses UET\'s entropy values: fabric \'lossless\' sends '
                             'each flow on one path (set fabric = "uet", or remove spray)'),
+    ('routing = "adaptive"', 'variant "a": key "routing" chooses the IB subnet manager\'s routing: fabric '
+                             '\'lossless\' routes by ECMP (set fabric = "ib", or remove routing)'),
+    ('fabric = "ib"\nrouting = "ecmp"', 'variant "a": key "routing": \'ecmp\' is not one of static, adaptive'),
     ('fabric = "uet"\nbackend = "sim"\nspray = "random"',
      'variant "a": key "spray": \'random\' is not one of reps, oblivious, flow'),
     ('fabric = "uet"\nbackend = "sim"\ncc = "dcqcn"',

@@ -213,3 +213,35 @@ def test_dump_lists_every_switch_then_lids_and_sl2vl(spec):
     for name, lid in subnet.lids.items():
         assert f"{lid:#06x} {'CA' if name[0] == 'h' else 'SW'}   {subnet.guids[name]:#018x} {name}\n" in text
     assert text.endswith("VL: |" + "".join(f"{sl % 4:2d}|" for sl in range(16)) + "\n")
+
+
+@pytest.mark.parametrize("spec", ["leafspine,2,2,hosts=4", "fattree,4", "ring,4"])
+def test_adaptive_groups_are_every_shortest_path_port_with_the_lft_port_among_them(spec):
+    plan = plan_of(spec)
+    static, adaptive = assign(plan), assign(plan, adaptive=True)
+    assert static.ar == {} and adaptive.lfts == static.lfts  # AR adds groups; the LFTs stay the default
+    hosts = {h.name: static.lids[h.name] for h in plan.hosts()}
+    grouped = 0
+    for switch in plan.switches():
+        links = {p.number: p.peer_node for p in switch.ports}
+        for host, lid in hosts.items():
+            target = plan.nodes[host].ports[0].peer_node  # the host's edge switch
+            dist = distances_to(plan, target)
+            shortest = sorted(n for n, peer in links.items()
+                              if plan.nodes[peer].kind == "switch" and dist[peer] == dist[switch.name] - 1)
+            group = adaptive.ar[switch.name].get(lid)
+            if len(shortest) > 1:
+                assert sorted(group) == shortest and adaptive.lfts[switch.name][lid] in group
+                grouped += 1
+            else:
+                assert group is None  # one path: nothing to choose
+    assert grouped > 0
+
+
+def test_ibroute_lists_the_adaptive_groups():
+    plan = plan_of("leafspine,2,2,hosts=4")
+    text = ibroute(assign(plan, adaptive=True), plan, "s1")  # a leaf: ports 5 and 6 face the spines
+    assert "Adaptive routing groups" in text
+    assert "0x0005 : 005 006" in text  # h5 is behind the other leaf: either spine
+    assert "0x0001" not in text.split("Adaptive")[1]  # h1 is its own: one port
+    assert "Adaptive" not in ibroute(assign(plan), plan, "s1")

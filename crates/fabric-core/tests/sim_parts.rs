@@ -707,6 +707,7 @@ fn an_ib_incast_is_held_back_by_credits_and_the_plane_drops_nothing() {
                 vls,
                 vl_buffer,
                 fc_floor: 500_000,
+                ar: Vec::new(),
             },
             ports: vec![(frame, host_buffer); hosts],
         }],
@@ -721,6 +722,7 @@ fn an_ib_incast_is_held_back_by_credits_and_the_plane_drops_nothing() {
                 peer_capacity: vl_buffer,
                 frame_bytes: frame,
                 fc_floor_ns: 500_000,
+                reorder: 0,
             })
             .collect(),
     };

@@ -334,6 +334,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("OP_INIT", core::OP_INIT)?;
     m.add("SLS", core::SLS)?;
     m.add("MANAGEMENT_VL", core::MANAGEMENT_VL)?;
+    m.add("MAX_UNICAST_LID", core::MAX_UNICAST_LID)?;
     m.add("LRH_AT", core::LRH_AT)?;
     m.add("LRH_LEN", core::LRH_LEN)?;
     m.add("BTH_LEN", core::BTH_LEN)?;

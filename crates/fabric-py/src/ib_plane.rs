@@ -95,6 +95,12 @@ pub(crate) fn plane_of(
         vls: config.getattr("vls")?.extract()?,
         vl_buffer,
         fc_floor: config.getattr("fc_floor")?.extract()?,
+        ar: config
+            .getattr("ar")?
+            .call_method0("items")?
+            .try_iter()?
+            .map(|item| item?.extract::<(u16, Vec<usize>)>())
+            .collect::<PyResult<Vec<_>>>()?,
     };
     core::IbPlane::new(ports, setup).map_err(error)
 }
@@ -289,6 +295,7 @@ pub(crate) fn port_stats<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
     dict.set_item("forwarded", plane.forwarded(port))?;
+    dict.set_item("forwarded_bytes", plane.forwarded_bytes(port))?;
     let queued: Vec<usize> = (0..plane.vls())
         .map(|vl| plane.queue(port, vl).map_or(0, |q| q.len()))
         .collect();

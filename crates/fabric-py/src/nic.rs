@@ -198,7 +198,10 @@ fn kind_name(kind: TimerKind) -> &'static str {
     }
 }
 
-fn counters_dict<'py>(py: Python<'py>, values: &[u64; 15]) -> PyResult<Bound<'py, PyDict>> {
+fn counters_dict<'py>(
+    py: Python<'py>,
+    values: &[u64; RcCounters::COUNT],
+) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
     for (name, value) in RcCounters::NAMES.iter().zip(values) {
         dict.set_item(name, value)?;

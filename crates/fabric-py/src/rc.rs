@@ -333,7 +333,7 @@ impl From<core::Completion> for Completion {
 pub struct RcConfig(pub(crate) core::RcConfig);
 
 /// The names of [`RcConfig`]'s fields, in the dataclass's order.
-const CONFIG_FIELDS: [&str; 9] = [
+const CONFIG_FIELDS: [&str; 10] = [
     "mtu",
     "timeout_ns",
     "retry_cnt",
@@ -343,6 +343,7 @@ const CONFIG_FIELDS: [&str; 9] = [
     "max_inflight",
     "max_rd_atomic",
     "max_msg",
+    "reorder",
 ];
 
 impl RcConfig {
@@ -362,7 +363,8 @@ impl RcConfig {
             5 => config.ack_every.into(),
             6 => config.max_inflight.into(),
             7 => config.max_rd_atomic.into(),
-            _ => config.max_msg,
+            8 => config.max_msg,
+            _ => config.reorder.into(),
         }
     }
 }
@@ -390,7 +392,8 @@ impl ConfigField {
 impl RcConfig {
     #[new]
     #[pyo3(signature = (mtu=1024, timeout_ns=4096 << 14, retry_cnt=7, rnr_retry=7, rnr_timer_ns=1_000_000,
-                        ack_every=16, max_inflight=128, max_rd_atomic=16, max_msg=core::RcConfig::default().max_msg))]
+                        ack_every=16, max_inflight=128, max_rd_atomic=16, max_msg=core::RcConfig::default().max_msg,
+                        reorder=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         mtu: i64,
@@ -402,6 +405,7 @@ impl RcConfig {
         max_inflight: i64,
         max_rd_atomic: i64,
         max_msg: u64,
+        reorder: i64,
     ) -> PyResult<Self> {
         // Python integers of any size come in; one out of a field's range fails that field's check.
         let config = core::RcConfig {
@@ -414,6 +418,7 @@ impl RcConfig {
             max_inflight: u32::try_from(max_inflight).unwrap_or(0),
             max_rd_atomic: u32::try_from(max_rd_atomic).unwrap_or(0),
             max_msg,
+            reorder: u32::try_from(reorder).unwrap_or(u32::MAX),
         }
         .validated()
         .map_err(|err| PyValueError::new_err(err.to_string()))?;
@@ -455,6 +460,10 @@ impl RcConfig {
     #[classattr]
     fn max_msg() -> ConfigField {
         ConfigField(8)
+    }
+    #[classattr]
+    fn reorder() -> ConfigField {
+        ConfigField(9)
     }
 
     fn __hash__(&self) -> u64 {
@@ -930,6 +939,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("INFINITE_RNR_RETRY", core::INFINITE_RNR_RETRY)?;
     m.add("RNR_TIMER_NS", core::RNR_TIMER_NS.to_vec())?;
     m.add("COUNTERS", PyTuple::new(py, core::RcCounters::NAMES)?)?;
+    m.add("MAX_REORDER", core::MAX_REORDER)?;
     m.add_function(wrap_pyfunction!(default_timeout_ns, m)?)?;
     m.add_function(wrap_pyfunction!(rnr_timer_code, m)?)?;
     Ok(())

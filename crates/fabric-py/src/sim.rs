@@ -50,11 +50,31 @@ type SwitchArg = (Vec<PortArg>, Vec<(Vec<u8>, Vec<u32>)>, MmuArg, u64);
 /// A host: MAC, gateway MAC, IPv4 address, rate, the wire it sends on.
 type HostArg = (Vec<u8>, Vec<u8>, Vec<u8>, u64, u32);
 /// A switch's part of the IB subnet: its forwarding table (DLID, port index), SL to VL, data VLs, VL buffer,
-/// `fc_floor`, and per port its longest frame and its peer's VL buffer.
-type IbSwitchArg = (Vec<(u16, usize)>, Vec<u8>, usize, u64, u64, Vec<(u64, u64)>);
+/// `fc_floor`, per port its longest frame and its peer's VL buffer, and its adaptive routing groups (DLID,
+/// port indices).
+type IbSwitchArg = (
+    Vec<(u16, usize)>,
+    Vec<u8>,
+    usize,
+    u64,
+    u64,
+    Vec<(u64, u64)>,
+    Vec<(u16, Vec<usize>)>,
+);
 /// A host's part of the IB subnet: LID, every GID's LID, SL, VL, data VLs, its VL buffer, the switch's, the
-/// link's longest frame, the switch's `fc_floor`.
-type IbHostArg = (u16, Vec<(String, u16)>, u8, u8, usize, u64, u64, u64, u64);
+/// link's longest frame, the switch's `fc_floor`, the requests its responders hold past a gap.
+type IbHostArg = (
+    u16,
+    Vec<(String, u16)>,
+    u8,
+    u8,
+    usize,
+    u64,
+    u64,
+    u64,
+    u64,
+    u32,
+);
 /// The IB subnet: per switch, per host.
 type IbArg = (Vec<IbSwitchArg>, Vec<IbHostArg>);
 /// A send as `algorithms.Send`'s fields: dst, offset, length, region ("data" or "staging"), dst offset.
@@ -139,13 +159,14 @@ fn ib_spec((switches, hosts): IbArg) -> IbSpec {
         switches: switches
             .into_iter()
             .map(
-                |(lft, sl2vl, vls, vl_buffer, fc_floor, ports)| IbSwitchSpec {
+                |(lft, sl2vl, vls, vl_buffer, fc_floor, ports, ar)| IbSwitchSpec {
                     config: IbPlaneConfig {
                         lft,
                         sl2vl,
                         vls,
                         vl_buffer,
                         fc_floor,
+                        ar,
                     },
                     ports,
                 },
@@ -154,7 +175,18 @@ fn ib_spec((switches, hosts): IbArg) -> IbSpec {
         hosts: hosts
             .into_iter()
             .map(
-                |(lid, lids, sl, vl, vls, capacity, peer_capacity, frame_bytes, fc_floor_ns)| {
+                |(
+                    lid,
+                    lids,
+                    sl,
+                    vl,
+                    vls,
+                    capacity,
+                    peer_capacity,
+                    frame_bytes,
+                    fc_floor_ns,
+                    reorder,
+                )| {
                     IbHostSpec {
                         lid,
                         lids,
@@ -165,6 +197,7 @@ fn ib_spec((switches, hosts): IbArg) -> IbSpec {
                         peer_capacity,
                         frame_bytes,
                         fc_floor_ns,
+                        reorder,
                     }
                 },
             )

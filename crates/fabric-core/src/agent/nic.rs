@@ -181,7 +181,7 @@ pub struct Nic<B> {
     qps: BTreeMap<u32, NicQp>,
     np: Option<NotificationPoint>,
     counters: NicCounters,
-    closed_qp_counters: [u64; 15],
+    closed_qp_counters: [u64; RcCounters::COUNT],
     /// The QP whose packet went last: the turn goes on after it.
     served: Option<u32>,
     /// A frame counted out that waits for the kernel's queue (or, `link_waiting`, for credit).
@@ -253,7 +253,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
             regions: Regions::new(config.seed),
             qps: BTreeMap::new(),
             counters: NicCounters::default(),
-            closed_qp_counters: [0; 15],
+            closed_qp_counters: [0; RcCounters::COUNT],
             served: None,
             blocked: None,
             link_waiting: false,
@@ -1113,7 +1113,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
     }
 
     /// Every QP's transport counters summed, the destroyed ones' included (names: [`RcCounters::NAMES`]).
-    pub fn transport_totals(&self) -> [u64; 15] {
+    pub fn transport_totals(&self) -> [u64; RcCounters::COUNT] {
         let mut totals = self.closed_qp_counters;
         for entry in self.qps.values() {
             for (total, value) in totals.iter_mut().zip(entry.qp.counters().values()) {

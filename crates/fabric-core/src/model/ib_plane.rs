@@ -8,6 +8,11 @@
 //! left. Flow-control packets leave in the same sequence as the data, so they never overtake the packets whose
 //! blocks they count.
 //!
+//! With adaptive routing the subnet manager also gives, per DLID, a group of ports on shortest paths: each
+//! packet leaves by the group's port with the fewest bytes queued on its VL (the LFT's port on a tie), as
+//! NVIDIA's switches choose per packet by egress queue depth. Packets of one flow may then pass each other;
+//! the receiving RNIC holds them until the gap fills ([`crate::model::rc::RcConfig::reorder`]).
+//!
 //! No I/O: [`IbPlane::head`] says which frame a port sends next, and the caller reports what became of it
 //! ([`IbPlane::sent`] or [`IbPlane::refused`]); a frame the kernel has no room for yet stays the head. Frames
 //! from the wire are hostile: what the plane cannot parse or will not forward is a counted drop.
@@ -63,6 +68,8 @@ pub struct IbPlaneConfig {
     pub vl_buffer: u64,
     /// The least time a grown grant waits for more.
     pub fc_floor: u64,
+    /// Adaptive routing: DLID to the port indices a packet may leave by (empty: the LFT alone).
+    pub ar: Vec<(u16, Vec<usize>)>,
 }
 
 /// Why a plane could not be built or driven (in Python a `ValueError`, `ZeroDivisionError` or
@@ -141,6 +148,8 @@ struct Port {
     forwarded: u64,
     forwarded_bytes: u64,
     tx_errors: u64,
+    /// Bytes waiting in each VL's queue: what adaptive routing compares.
+    queued: Vec<u64>,
 }
 
 /// Credit state and VL queues of every port of one switch.
@@ -150,6 +159,10 @@ pub struct IbPlane {
     /// DLID to egress port, indexed by DLID up to the largest the table has (the subnet manager gives LIDs
     /// from 1 up, so this is as long as the subnet is large): one index per frame, no hashing.
     lft: Vec<Option<u16>>,
+    /// Per DLID, the ports of its adaptive routing group (empty for none), indexed as `lft`.
+    ar: Vec<Vec<u16>>,
+    /// Packets adaptive routing sent by a port other than the LFT's.
+    rerouted: u64,
     sl2vl: Vec<u8>,
     vls: usize,
     next_id: u64,
@@ -182,6 +195,7 @@ impl IbPlane {
                 forwarded: 0,
                 forwarded_bytes: 0,
                 tx_errors: 0,
+                queued: vec![0; config.vls],
             });
         }
         let mut lft = vec![
@@ -200,9 +214,32 @@ impl IbPlane {
                 _ => return Err(IbPlaneError::NoSuchPort { dlid, port }),
             }
         }
+        let mut ar = vec![
+            Vec::new();
+            config
+                .ar
+                .iter()
+                .map(|&(dlid, _)| usize::from(dlid) + 1)
+                .max()
+                .unwrap_or(0)
+        ];
+        for (dlid, group) in &config.ar {
+            let mut ports = Vec::with_capacity(group.len());
+            for &port in group {
+                match u16::try_from(port) {
+                    Ok(index) if port < built.len() => ports.push(index),
+                    _ => return Err(IbPlaneError::NoSuchPort { dlid: *dlid, port }),
+                }
+            }
+            if let Some(entry) = ar.get_mut(usize::from(*dlid)) {
+                *entry = ports;
+            }
+        }
         Ok(IbPlane {
             ports: built,
             lft,
+            ar,
+            rerouted: 0,
             sl2vl: config.sl2vl,
             vls: config.vls,
             next_id: 0,
@@ -277,6 +314,11 @@ impl IbPlane {
         self.ports.get(port).map(|p| p.setup.max_frame)
     }
 
+    /// Packets adaptive routing sent by a port other than the forwarding table's.
+    pub fn rerouted(&self) -> u64 {
+        self.rerouted
+    }
+
     /// Drops of one cause over every port.
     pub fn total(&self, cause: IbDrop) -> u64 {
         self.ports.iter().map(|p| p.drops[cause as usize]).sum()
@@ -332,7 +374,8 @@ impl IbPlane {
             .get(usize::from(dlid))
             .copied()
             .flatten()
-            .map(usize::from);
+            .map(usize::from)
+            .map(|static_port| self.adaptive(dlid, static_port, vl_out, end));
         let refused = match out {
             None => Some(IbDrop::NoRoute),
             Some(out) if !self.fits(out, vl_out, end) => Some(IbDrop::TooLong),
@@ -353,12 +396,38 @@ impl IbPlane {
             size,
             id,
         };
-        self.ports
-            .get_mut(out)?
-            .queues
-            .get_mut(usize::from(vl_out))?
-            .push_back(item);
+        let egress = self.ports.get_mut(out)?;
+        egress.queues.get_mut(usize::from(vl_out))?.push_back(item);
+        if let Some(queued) = egress.queued.get_mut(usize::from(vl_out)) {
+            *queued += size;
+        }
         Some(out)
+    }
+
+    /// The port a packet for `dlid` on `vl` ending at `end` leaves by: of its adaptive routing group, the
+    /// port with the fewest bytes queued on `vl` that can carry it, the LFT's `static_port` on a tie; the LFT's
+    /// port when the DLID has no group.
+    fn adaptive(&mut self, dlid: u16, static_port: usize, vl: u8, end: usize) -> usize {
+        let Some(group) = self.ar.get(usize::from(dlid)).filter(|g| !g.is_empty()) else {
+            return static_port;
+        };
+        let depth = |port: usize| {
+            self.ports
+                .get(port)
+                .and_then(|p| p.queued.get(usize::from(vl)).copied())
+        };
+        let mut best = (depth(static_port).unwrap_or(u64::MAX), static_port);
+        for port in group.iter().map(|&p| usize::from(p)) {
+            if let Some(bytes) = depth(port) {
+                if bytes < best.0 && self.fits(port, vl, end) {
+                    best = (bytes, port);
+                }
+            }
+        }
+        if best.1 != static_port {
+            self.rerouted += 1;
+        }
+        best.1
     }
 
     /// The frame as it leaves `out`: the egress link's MACs, the rest of the packet, the VL rewritten (and the
@@ -448,6 +517,9 @@ impl IbPlane {
             .get_mut(vl)
             .and_then(VecDeque::pop_front)
             .ok_or(nothing.clone())?;
+        if let Some(queued) = p.queued.get_mut(vl) {
+            *queued = queued.saturating_sub(item.size);
+        }
         if sent {
             p.link.sent(vl, item.size)?;
             p.forwarded += 1;
@@ -497,6 +569,11 @@ mod tests {
     const PEERS: [Mac; 3] = [[2, 0, 0, 0, 2, 1], [2, 0, 0, 0, 2, 2], [2, 0, 0, 0, 2, 3]];
 
     fn plane() -> IbPlane {
+        adaptive_plane(Vec::new()).unwrap()
+    }
+
+    /// [`plane`] with the adaptive routing groups `ar`.
+    fn adaptive_plane(ar: Vec<(u16, Vec<usize>)>) -> Result<IbPlane, IbPlaneError> {
         let ports = (0..3)
             .map(|i| PortSetup {
                 mac: S1[i],
@@ -512,8 +589,9 @@ mod tests {
             vls: 4,
             vl_buffer: 16 * 1514,
             fc_floor: 500_000,
+            ar,
         };
-        IbPlane::new(ports, config).unwrap()
+        IbPlane::new(ports, config)
     }
 
     fn from_h1(sl: u8, psn: u32) -> Vec<u8> {
@@ -568,6 +646,37 @@ mod tests {
         }
         let data: Vec<_> = order.iter().skip(4).copied().collect();
         assert_eq!(data, [0, 1, 0, 1, 0, 1].map(Some));
+    }
+
+    #[test]
+    fn adaptive_routing_takes_the_group_port_with_the_shortest_queue() {
+        let mut ib = adaptive_plane(vec![(2, vec![1, 2])]).unwrap();
+        let ports: Vec<_> = (0..4)
+            .map(|psn| ib.receive(0, 0, &from_h1(0, psn)))
+            .collect();
+        assert_eq!(ports, [1, 2, 1, 2].map(Some)); // ties go to the LFT's port 1
+        assert_eq!(ib.rerouted(), 2);
+        assert_eq!(
+            (ib.queue(1, 0).unwrap().len(), ib.queue(2, 0).unwrap().len()),
+            (2, 2)
+        );
+        // port 2's queue drains: the next two packets go there, though the LFT says port 1
+        while ib.head(2).is_some() {
+            ib.sent(2).unwrap();
+        }
+        let next: Vec<_> = (4..6)
+            .map(|psn| ib.receive(0, 0, &from_h1(0, psn)))
+            .collect();
+        assert_eq!(next, [2, 2].map(Some));
+        assert_eq!(ib.rerouted(), 4);
+        // a packet on another VL sees that VL's queues only: all empty, so the LFT's port
+        assert_eq!(ib.receive(0, 0, &from_h1(1, 6)), Some(1));
+    }
+
+    #[test]
+    fn an_adaptive_group_of_a_missing_port_is_refused() {
+        let err = adaptive_plane(vec![(2, vec![1, 3])]).unwrap_err();
+        assert_eq!(err, IbPlaneError::NoSuchPort { dlid: 2, port: 3 });
     }
 
     #[test]

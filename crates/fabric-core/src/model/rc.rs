@@ -284,7 +284,8 @@ pub struct Completion {
 
 /// The QP attributes of `ibv_modify_qp` that the transport uses: the path MTU, the local ACK timeout and
 /// its retries, the RNR retries and the wait the responder asks for, ACK coalescing, the window of
-/// unacknowledged PSNs, the READs outstanding at once, and the largest message.
+/// unacknowledged PSNs, the READs outstanding at once, the largest message, and how many requests the
+/// responder holds past a gap (`reorder`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RcConfig {
     pub mtu: u32,
@@ -296,7 +297,14 @@ pub struct RcConfig {
     pub max_inflight: u32,
     pub max_rd_atomic: u32,
     pub max_msg: u64,
+    /// Requests the responder holds when they arrive ahead of its expected PSN, executed in PSN order once
+    /// the gap fills: an adaptively routed fabric reorders packets without losing any, and go-back-N would
+    /// resend what the switches only delayed. 0 (IB's default) NAKs the first packet past a gap.
+    pub reorder: u32,
 }
+
+/// The most requests a responder holds past a gap.
+pub const MAX_REORDER: u32 = 4096;
 
 /// Why an [`RcConfig`] was refused (the message of the `ValueError` Python sees).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -305,6 +313,8 @@ pub enum ConfigError {
     Mtu(u32),
     /// `max_inflight`, `ack_every` or `max_rd_atomic` is 0.
     ZeroWindow,
+    /// `reorder` above [`MAX_REORDER`].
+    Reorder(u32),
     /// `retry_cnt` or `rnr_retry` above 7 (3 bits on the wire).
     Retry,
 }
@@ -324,6 +334,12 @@ impl fmt::Display for ConfigError {
                 f.write_str("max_inflight, ack_every and max_rd_atomic must be at least 1")
             }
             ConfigError::Retry => f.write_str("retry_cnt and rnr_retry are 0 to 7"),
+            ConfigError::Reorder(reorder) => {
+                write!(
+                    f,
+                    "reorder {reorder}: a responder holds at most {MAX_REORDER} requests"
+                )
+            }
         }
     }
 }
@@ -341,6 +357,7 @@ impl Default for RcConfig {
             max_inflight: 128,
             max_rd_atomic: 16,
             max_msg: MAX_MR_BYTES,
+            reorder: 0,
         }
     }
 }
@@ -356,6 +373,9 @@ impl RcConfig {
         }
         if self.retry_cnt > 7 || self.rnr_retry > 7 {
             return Err(ConfigError::Retry);
+        }
+        if self.reorder > MAX_REORDER {
+            return Err(ConfigError::Reorder(self.reorder));
         }
         Ok(self)
     }
@@ -460,11 +480,13 @@ pub struct RcCounters {
     pub acks_received: u64,
     pub ecn_ce_received: u64,
     pub malformed_packets: u64,
+    /// Requests that arrived ahead of a gap and were held, with [`RcConfig::reorder`], until it filled.
+    pub reordered_packets: u64,
 }
 
 impl RcCounters {
     /// The counters' names, in the order [`RcCounters::values`] gives them (`COUNTERS` in Python).
-    pub const NAMES: [&'static str; 15] = [
+    pub const NAMES: [&'static str; RcCounters::COUNT] = [
         "packets_sent",
         "packets_received",
         "bytes_sent",
@@ -480,10 +502,14 @@ impl RcCounters {
         "acks_received",
         "ecn_ce_received",
         "malformed_packets",
+        "reordered_packets",
     ];
 
+    /// How many counters there are.
+    pub const COUNT: usize = 16;
+
     /// The values in the order of [`RcCounters::NAMES`].
-    pub fn values(&self) -> [u64; 15] {
+    pub fn values(&self) -> [u64; RcCounters::COUNT] {
         [
             self.packets_sent,
             self.packets_received,
@@ -500,6 +526,7 @@ impl RcCounters {
             self.acks_received,
             self.ecn_ce_received,
             self.malformed_packets,
+            self.reordered_packets,
         ]
     }
 }
@@ -624,6 +651,8 @@ pub struct RcQueuePair<W> {
     nak_sent: bool,
     rq: VecDeque<RecvWr>,
     inbound: Option<Inbound<W>>,
+    /// Requests held past a gap ([`RcConfig::reorder`]): slot `i` is PSN `epsn + 1 + i`.
+    held: VecDeque<Option<Packet>>,
     /// ACKs and NAKs (one pending ACK at most) and READ jobs, in the order they go out.
     out: VecDeque<Response<W>>,
 }
@@ -671,6 +700,7 @@ impl<W> RcQueuePair<W> {
             nak_sent: false,
             rq: VecDeque::new(),
             inbound: None,
+            held: VecDeque::new(),
             out: VecDeque::new(),
         }
     }
@@ -1322,6 +1352,9 @@ impl<W> RcQueuePair<W> {
         let psn = packet.psn & PSN_MASK;
         let distance = psn_diff(psn, self.epsn);
         if distance > 0 {
+            if !self.nak_sent && self.hold(packet, payload, distance) {
+                return;
+            }
             if !self.nak_sent {
                 self.nak_sent = true;
                 self.counters.seq_naks_sent += 1;
@@ -1338,6 +1371,30 @@ impl<W> RcQueuePair<W> {
             }
             return;
         }
+        self.execute(packet, payload, psn, memory);
+        // the requests held behind this one, each in turn while the one before it was accepted
+        let mut done = psn;
+        while !self.held.is_empty() {
+            if self.epsn != psn_add(done, 1) {
+                self.held.clear(); // refused (RNR, error): the requester sends them again
+                break;
+            }
+            let Some(next) = self.held.pop_front().flatten() else {
+                break;
+            };
+            done = next.psn & PSN_MASK;
+            self.execute(&next, &next.payload, done, memory);
+        }
+    }
+
+    /// Execute the request at the expected PSN.
+    fn execute<M: Memory<Window = W>>(
+        &mut self,
+        packet: &Packet,
+        payload: &[u8],
+        psn: u32,
+        memory: &mut M,
+    ) {
         self.nak_sent = false;
         match packet.opcode {
             opcode::READ_REQUEST => self.execute_read(packet, psn, memory),
@@ -1346,6 +1403,31 @@ impl<W> RcQueuePair<W> {
             }
             _ => self.execute_send(packet, payload, psn, memory),
         }
+    }
+
+    /// Hold a request `distance` PSNs ahead of the expected one, if [`RcConfig::reorder`] has room for it;
+    /// false if not (the caller NAKs). A copy of one already held is a duplicate.
+    fn hold(&mut self, packet: &Packet, payload: &[u8], distance: i32) -> bool {
+        let Ok(slot) = usize::try_from(distance - 1) else {
+            return false;
+        };
+        if slot >= self.config.reorder as usize {
+            return false;
+        }
+        if self.held.len() <= slot {
+            self.held.resize(slot + 1, None);
+        }
+        match self.held.get_mut(slot) {
+            Some(Some(_)) => self.counters.duplicate_packets += 1,
+            Some(free) => {
+                let mut copy = packet.clone();
+                copy.payload = payload.to_vec();
+                *free = Some(copy);
+                self.counters.reordered_packets += 1;
+            }
+            None => return false,
+        }
+        true
     }
 
     /// An in-order request packet was executed: advance, and ACK if asked.
@@ -1663,6 +1745,7 @@ impl<W> RcQueuePair<W> {
     /// queued (the NAK that explains the error still goes out), READ responses go either way.
     fn enter_error(&mut self, keep_output: bool) {
         self.state = QpState::Error;
+        self.held.clear();
         self.rto_deadline = None;
         self.rnr_until = None;
         while let Some(op) = self.pop_front() {
@@ -1946,6 +2029,85 @@ mod tests {
         assert_eq!(net.qps[0].una(), psn_add(PSN_A, 6));
     }
 
+    /// A's requests for one WRITE of 8 packets and a SEND, pulled off the wire and delivered to B in the
+    /// order `order` gives (indices into the requests); then both run until quiet.
+    fn deliver_reordered(config: RcConfig, order: &[usize]) -> Net {
+        let mut net = Net::new(config);
+        let length = 8 * 1024;
+        net.post(0, write(1, 0x100, 0x2000, length));
+        net.post(
+            0,
+            SendWr {
+                opcode: WrOpcode::Send,
+                ..write(2, 0x300, 0, 100)
+            },
+        );
+        net.qps[1].post_recv(RecvWr {
+            wr_id: 9,
+            addr: 0x8000,
+            length: 100,
+            lkey: KEY,
+        });
+        let mut requests = Vec::new();
+        let mut packet = Packet::default();
+        while net.qps[0].next_packet(net.now, true, &mut net.memory[0], &mut packet) {
+            requests.push(packet.clone());
+        }
+        assert_eq!(requests.len(), 9);
+        for &index in order {
+            net.qps[1].receive(net.now, &requests[index], &mut net.memory[1]);
+        }
+        net.run(|_, _| false);
+        assert_eq!(
+            net.memory[1].at(0x2000, length),
+            net.memory[0].at(0x100, length)
+        );
+        assert_eq!(net.memory[1].at(0x8000, 100), net.memory[0].at(0x300, 100));
+        assert_eq!(
+            net.results(0),
+            [(1, WcStatus::Success), (2, WcStatus::Success)]
+        );
+        net
+    }
+
+    #[test]
+    fn requests_held_past_a_gap_land_without_a_nak_or_a_resend() {
+        let order = [0, 8, 3, 2, 1, 7, 5, 6, 4];
+        let held = deliver_reordered(
+            RcConfig {
+                reorder: 8,
+                ..RcConfig::default()
+            },
+            &order,
+        );
+        let b = held.qps[1].counters();
+        assert_eq!((b.naks_sent, b.duplicate_packets), (0, 0));
+        assert_eq!(b.reordered_packets, 6); // all but PSNs 0, 1 and 4 came ahead of a gap
+        assert_eq!(held.qps[0].counters().retransmitted_packets, 0);
+        // without the hold, the first packet past the gap is NAKed and the rest sent again
+        let naked = deliver_reordered(RcConfig::default(), &order);
+        assert_eq!(naked.qps[1].counters().seq_naks_sent, 2); // PSN 8, then PSN 7 after 1 came
+        assert!(naked.qps[0].counters().retransmitted_packets > 0);
+        assert_eq!(naked.qps[1].counters().reordered_packets, 0);
+    }
+
+    #[test]
+    fn a_request_past_the_hold_is_naked_and_a_copy_held_is_a_duplicate() {
+        let config = RcConfig {
+            reorder: 4,
+            ..RcConfig::default()
+        };
+        let copied = deliver_reordered(config, &[2, 2, 1, 0, 3, 4, 5, 6, 7, 8]);
+        let b = copied.qps[1].counters();
+        assert_eq!(
+            (b.duplicate_packets, b.reordered_packets, b.naks_sent),
+            (1, 2, 0)
+        );
+        let past = deliver_reordered(config, &[1, 8, 0, 2, 3, 4, 5, 6, 7]);
+        let b = past.qps[1].counters();
+        assert_eq!((b.seq_naks_sent, b.reordered_packets), (1, 1)); // PSN 8 is 8 ahead: past the 4 held
+    }
+
     #[test]
     fn read_and_send_with_immediate_complete_on_both_sides() {
         let mut net = Net::new(RcConfig {
@@ -2223,10 +2385,11 @@ mod tests {
         fn no_panic_on_any_packet_sequence(
             mtu in prop::sample::select(vec![256u32, 1024]),
             max_inflight in 1u32..10,
+            reorder in prop::sample::select(vec![0u32, 4]),
             steps in prop::collection::vec(step(), 0..80),
         ) {
             let config = RcConfig { mtu, max_inflight, max_rd_atomic: 2, retry_cnt: 1, rnr_retry: 1,
-                                    timeout_ns: 1_000_000, max_msg: 2500, ..RcConfig::default() };
+                                    timeout_ns: 1_000_000, max_msg: 2500, reorder, ..RcConfig::default() };
             let mut net = Net::new(config);
             let mut posted = [Vec::new(), Vec::new()];
             let mut completed: [Vec<u64>; 2] = [Vec::new(), Vec::new()];

@@ -189,6 +189,7 @@ impl SimHost {
         let config = RcConfig {
             mtu,
             timeout_ns,
+            reorder: self.ib.as_ref().map_or(0, |ib| ib.reorder),
             ..defaults
         }
         .validated()
@@ -723,13 +724,20 @@ impl SimHost {
     }
 
     /// An IB fabric: the host's IB port, its flow-control timer armed (its first packets, init, go at once).
-    pub fn attach_ib(&mut self, index: u32, engine: &mut Engine<Event>, port: IbPort) {
+    pub fn attach_ib(
+        &mut self,
+        index: u32,
+        engine: &mut Engine<Event>,
+        port: IbPort,
+        reorder: u32,
+    ) {
         let timer = engine.timer(Event::IbTimer(index));
         self.ib = Some(HostIb {
             port,
             held: None,
             timer,
             control: Vec::new(),
+            reorder,
         });
         self.arm_ib(engine);
     }

@@ -29,7 +29,8 @@ pub struct IbSwitchSpec {
 }
 
 /// A host's part of the subnet: its LID, every GID's LID, its SL and VL, the link's VLs, the credit sizes of
-/// both ends, the link's longest frame and the switch's `fc_floor`.
+/// both ends, the link's longest frame, the switch's `fc_floor`, and the requests its RC responders hold past a
+/// gap (`RcConfig::reorder`: adaptive routing's reordering).
 #[derive(Clone, Debug)]
 pub struct IbHostSpec {
     pub lid: u16,
@@ -41,6 +42,7 @@ pub struct IbHostSpec {
     pub peer_capacity: u64,
     pub frame_bytes: u64,
     pub fc_floor_ns: u64,
+    pub reorder: u32,
 }
 
 /// The subnet of an `ib` fabric: one entry per switch and per host, in the fabric's order.
@@ -58,6 +60,8 @@ pub struct HostIb {
     pub held: Option<Vec<u8>>,
     pub timer: TimerId,
     pub control: Vec<[u8; MIN_FRAME]>,
+    /// What its QPs' `RcConfig::reorder` is.
+    pub reorder: u32,
 }
 
 /// How a host's QP frames its packets: RoCEv2 on Ethernet, native IB (the LIDs fixed at connect) on IB.
@@ -163,7 +167,7 @@ pub fn attach(
             fc_floor_ns: ib.fc_floor_ns,
         };
         let port = IbPort::new(config).map_err(|error| format!("host {index}: {error}"))?;
-        host.attach_ib(index as u32, engine, port);
+        host.attach_ib(index as u32, engine, port, ib.reorder);
     }
     Ok(())
 }
@@ -229,6 +233,7 @@ mod tests {
             peer_capacity: vl_buffer,
             frame_bytes: FRAME,
             fc_floor_ns: 500_000,
+            reorder: 0,
         };
         IbSpec {
             switches: vec![IbSwitchSpec {
@@ -238,6 +243,7 @@ mod tests {
                     vls: 4,
                     vl_buffer,
                     fc_floor: 500_000,
+                    ar: Vec::new(),
                 },
                 ports: vec![(FRAME, HOST_BUFFER); 2],
             }],

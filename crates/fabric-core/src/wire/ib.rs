@@ -51,6 +51,9 @@ pub const OP_NORMAL: u8 = 0;
 pub const OP_INIT: u8 = 1;
 /// Service levels: LRH.SL is 4 bits, and an SL-to-VL map has an entry for each.
 pub const SLS: usize = 16;
+/// The largest unicast LID: 0xC000 and up are multicast LIDs, 0 is reserved.
+pub const MAX_UNICAST_LID: u16 = 0xBFFF;
+
 /// Carries subnet management only; data VLs are 0 to 14.
 pub const MANAGEMENT_VL: u8 = 15;
 
