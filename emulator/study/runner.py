@@ -458,7 +458,7 @@ def _setup_and_counters(variant: Variant, hosts: int, counters: dict[str, int]) 
         "drops": counters["drops"], "pfc_sent": counters["pfc_sent"], "ecn_marked": counters["ecn_marked"],
         "cc": variant.cc, "cnps": counters["cnps_received"], "paced_waits": counters["paced_waits"],
         "ib_credit_stalls": counters["ib_credit_stalls"], "paused_ms": round(counters["host_paused_ns"] / 1e6, 3),
-        "trimmed": counters["trimmed"], "spray": variant.spray,
+        "trimmed": counters["trimmed"], "spray": variant.spray, "routing": variant.routing,
     }
 
 

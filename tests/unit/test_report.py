@@ -216,6 +216,17 @@ def test_ratio_lines_name_the_congestion_control():
         "incast: lossy+dcqcn mean / lossless+dcqcn mean = 1.50x (lossy-dcqcn / dcqcn)"]
 
 
+def test_ratio_lines_name_ib_adaptive_routing_and_uet_spraying():
+    lines = report.ratio_lines([variant("lossless", "lossless", mean=1000.0),
+                                variant("ib", "ib", mean=800.0, routing="static"),
+                                variant("ib-ar", "ib", mean=600.0, routing="adaptive"),
+                                variant("uet", "uet", mean=700.0, spray="oblivious")])
+    assert [line for line in lines if "mean" in line] == [
+        "incast: ib mean / lossless mean = 0.80x (ib / lossless)",
+        "incast: ib+ar mean / lossless mean = 0.60x (ib-ar / lossless)",
+        "incast: uet+oblivious mean / lossless mean = 0.70x (uet / lossless)"]
+
+
 def test_ratio_pairs_a_swept_fabric_point_by_point():
     def point(fabric, senders, p99):
         return variant(f"incast-fabric{fabric}-senders{senders}", fabric, p99=p99, senders=senders,
