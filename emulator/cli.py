@@ -72,6 +72,8 @@ def _fabric(args: argparse.Namespace) -> Fabric:
     parse_overrides(switch, args.fabric)
     if getattr(args, "spray", None) is not None and args.fabric != "uet":
         raise FabricError(f"--spray chooses UET's entropy values: --fabric {args.fabric} sends each flow on one path")
+    if getattr(args, "rccc", False) and args.fabric != "uet":
+        raise FabricError(f"--rccc turns on UET's receiver credits: --fabric {args.fabric} has none")
     if getattr(args, "routing", None) is not None and args.fabric != "ib":
         raise FabricError(f"--routing chooses the IB subnet manager's routing: --fabric {args.fabric} routes by ECMP")
     factor = None
@@ -95,7 +97,7 @@ def _fabric(args: argparse.Namespace) -> Fabric:
                   switch=switch, seed=args.seed, capture=getattr(args, "capture", None),
                   telemetry=getattr(args, "telemetry", None), log=progress, workers=args.workers, cc=cc,
                   dilation=factor, spray=getattr(args, "spray", None) or "reps",
-                  routing=getattr(args, "routing", None) or "static")
+                  routing=getattr(args, "routing", None) or "static", rccc=getattr(args, "rccc", False))
 
 
 def _pick_run(run: str | None) -> runstate.RunState:
@@ -440,6 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "under link credits; uet: lossy with trimming, UET's transport on the RNICs")
         p.add_argument("--spray", choices=SPRAYS, default=None,
                        help="--fabric uet: how each packet's entropy value (its path) is chosen (default reps)")
+        p.add_argument("--rccc", action="store_true",
+                       help="--fabric uet: receiver credits (RCCC): each sender sends what its receiver granted")
         p.add_argument("--routing", choices=ROUTINGS, default=None,
                        help="--fabric ib: the subnet manager's tables alone (static, the default) or with adaptive "
                             "routing: each switch sends a packet by the least-queued port of its shortest paths")

@@ -223,6 +223,7 @@ class UetTransport(_Checked):
     evs: int = _within(1, MAX_EVS)
     network_rtt_ns: int = _within(1, MAX_UET_NS)  # the empty fabric's longest round trip: NSCC's base RTT, scale
     timeout_ns: int = _within(1, MAX_UET_NS)  # a packet not acknowledged this long is sent again
+    rccc: bool = False  # receiver credits: a sender sends what its receiver granted (model::rccc)
 
     def check(self) -> None:
         if self.spray not in SPRAYS:

@@ -83,7 +83,7 @@ class Fabric:
                  seed: int = 1, capture: str | None = None, telemetry: str | None = None,
                  log: Callable[[str], None] | None = None, monitor: bool = True,
                  workers: int | None = None, cc: DcqcnParams | None = None, dilation: float | None = None,
-                 spray: str = "reps", routing: str = "static") -> None:
+                 spray: str = "reps", routing: str = "static", rccc: bool = False) -> None:
         require_root()
         if name is not None:
             runstate.check_run_name(name)
@@ -101,7 +101,8 @@ class Fabric:
         # uet: every RNIC runs UET's transport, its packets as long as the links allow (the RDMA path MTU of
         # the experiments, 4096, on their 4200-byte links)
         self.uet = uet_transport(self.plan, spray, min(p.params.mtu for n in self.plan.nodes.values()
-                                                       for p in n.ports) - UET_IP_HEADERS) if fabric == "uet" else None
+                                                       for p in n.ports) - UET_IP_HEADERS,
+                                 rccc) if fabric == "uet" else None
         check_fabric(cc, fabric)
         self.cc, self.dilation = cc, dilation  # DCQCN's constants (modelled units), the fabric's D if modelled
         self.capture_dir = os.path.abspath(capture) if capture else None  # `down` may run in another directory

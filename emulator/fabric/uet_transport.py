@@ -23,8 +23,9 @@ UET_IP_HEADERS = REQUEST_HEADERS - 14  # a request's headers within the link MTU
 SENDER_QUEUE_FRAMES = 4  # the sender's NIC queue, in full frames (sim::host::NIC_FRAMES)
 
 
-def uet_transport(plan: FabricPlan, spray: str, mtu: int) -> UetTransport:
-    """Every RNIC's UET transport on ``plan`` with packets of ``mtu`` payload bytes, spraying by ``spray``."""
+def uet_transport(plan: FabricPlan, spray: str, mtu: int, rccc: bool = False) -> UetTransport:
+    """Every RNIC's UET transport on ``plan`` with packets of ``mtu`` payload bytes, spraying by ``spray``, with
+    receiver credits if ``rccc``."""
     hosts = plan.hosts()
     hops = longest_path(plan, hosts[0].name) if hosts else 1
     rate = min((p.params.bw_bps for node in plan.nodes.values() for p in node.ports), default=1)
@@ -32,7 +33,7 @@ def uet_transport(plan: FabricPlan, spray: str, mtu: int) -> UetTransport:
     frame_ns = (mtu + REQUEST_HEADERS) * 8 * 1_000_000_000 // rate
     ack_ns = ACK_FRAME * 8 * 1_000_000_000 // rate
     rtt = max(hops * (2 * delay + frame_ns + ack_ns) + SENDER_QUEUE_FRAMES * frame_ns, 1)
-    return UetTransport(spray=spray, evs=UET_EVS, network_rtt_ns=rtt, timeout_ns=4 * rtt)
+    return UetTransport(spray=spray, evs=UET_EVS, network_rtt_ns=rtt, timeout_ns=4 * rtt, rccc=rccc)
 
 
 def longest_path(plan: FabricPlan, start: str) -> int:

@@ -63,7 +63,7 @@ MAX_FILE_BYTES = 1 << 20  # an experiment file is a page of text; refuse to read
 
 VARIANT_KEYS = ("name", "fabric", "collective", "topo", "size", "iterations", "warmup", "senders",
                 "link", "switch", "seed", "mtu", "capture", "model", "cc", "deadlock", "faults", "backend", "spray",
-                "routing")
+                "routing", "rccc")
 SHORTHANDS = {"loss": "link", "bw": "link", "buffer": "switch", "headroom": "switch"}
 SWEEP_KEYS = ("loss", "bw", "buffer", "headroom", "size", "senders", "fabric", "collective", "topo", "model", "cc", "spray",
               "backend", "routing")
@@ -72,7 +72,7 @@ TOP_LEVEL_KEYS = EXPERIMENT_KEYS + VARIANT_KEYS[1:] + tuple(SHORTHANDS)
 REQUIRED = ("collective", "topo", "size")
 DEFAULTS: dict[str, Any] = {"fabric": "lossless", "iterations": 10, "warmup": 1, "seed": 1, "capture": False,
                             "cc": "none", "backend": "emulator", "spray": "reps",
-                            "routing": "static"}
+                            "routing": "static", "rccc": False}
 # emulator: real frames through namespaces, veths and the agents, in real time; sim: the same models and frames
 # in simulated time (the compiled core's emulator._core.sim), what one VM cannot hold.
 BACKENDS = ("emulator", "sim")
@@ -146,6 +146,7 @@ class Variant:
     backend: str = "emulator"  # BACKENDS
     spray: str = "reps"  # fabric uet: how each packet's entropy value is chosen (SPRAYS)
     routing: str = "static"  # fabric ib: the subnet manager's LFTs alone, or with adaptive routing (ROUTINGS)
+    rccc: bool = False  # fabric uet: receiver credits (a sender sends what its receiver granted)
 
     def to_json(self) -> dict[str, Any]:
         """Every field, for config.json and results files (lists, as JSON has them)."""
@@ -468,6 +469,12 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     if fabric != "uet" and "spray" in settings.values:
         raise FabricError(f'{context}: key "spray" chooses UET\'s entropy values: fabric {fabric!r} sends each '
                           'flow on one path (set fabric = "uet", or remove spray)')
+    rccc = values["rccc"]
+    if not isinstance(rccc, bool):
+        raise FabricError(f'{context}: key "rccc": expected true or false, got {shown(rccc)}')
+    if fabric != "uet" and "rccc" in settings.values:
+        raise FabricError(f'{context}: key "rccc" turns on UET\'s receiver credits: fabric {fabric!r} has none '
+                          '(set fabric = "uet", or remove rccc)')
     routing = _choice(values, "routing", ROUTINGS, context)
     if fabric != "ib" and "routing" in settings.values:
         raise FabricError(f'{context}: key "routing" chooses the IB subnet manager\'s routing: fabric {fabric!r} '
@@ -498,7 +505,7 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
         seed=_integer(values, "seed", bounds.SEED, context), mtu=_path_mtu(values, links.mtu, context), capture=capture,
         params=dict(params), model=model, dilation=factor, cc=values["cc"],
         deadlock_ns=_deadlock(values, context), faults=faults, backend=backend, spray=spray,
-        routing=routing,
+        routing=routing, rccc=rccc,
     )
 
 

@@ -161,7 +161,7 @@ def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
     net = Fabric(build_topo(variant.topo), link=dict(variant.link), spec=variant.topo, fabric=variant.fabric,
                  switch=dict(variant.switch), seed=variant.seed, capture=capture, telemetry=telemetry, log=log,
                  cc=parse_cc(variant.cc), dilation=variant.dilation if variant.model is not None else None,
-                 spray=variant.spray, routing=variant.routing)
+                 spray=variant.spray, routing=variant.routing, rccc=variant.rccc)
     with net:
         if config["features"] is None and net.features is not None:
             config["features"] = net.features.as_dict()
@@ -459,6 +459,7 @@ def _setup_and_counters(variant: Variant, hosts: int, counters: dict[str, int]) 
         "cc": variant.cc, "cnps": counters["cnps_received"], "paced_waits": counters["paced_waits"],
         "ib_credit_stalls": counters["ib_credit_stalls"], "paused_ms": round(counters["host_paused_ns"] / 1e6, 3),
         "trimmed": counters["trimmed"], "spray": variant.spray, "routing": variant.routing,
+        "rccc": variant.rccc,
     }
 
 

@@ -27,7 +27,7 @@ from emulator.study.experiment import Fault
 
 def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | None = None,
                       cc: DcqcnParams | None = None, dilation: float | None = None, seed: int = 1,
-                      spray: str = "reps", mtu: int = 4096, routing: str = "static") -> Any:
+                      spray: str = "reps", mtu: int = 4096, routing: str = "static", rccc: bool = False) -> Any:
     """The plan's nodes and links as the compiled simulation backend (``emulator._core.sim.SimFabric``): lossless,
     lossy or ib; the plan's switches, routes, MMU settings (the PFC watchdog included), injected loss per switch
     port (each port's loss model as the switch agent's), hosts and wires, every frame in Rust; on ``ib`` also the
@@ -37,7 +37,8 @@ def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | No
     ``model``).  ``seed`` seeds every switch as the builder seeds its agent (ECMP's hash, ECN's draws, injected
     loss by frame number on each link); paths still differ where the QP numbers in the UDP source port do.  On
     ``uet`` the switches trim and every RNIC runs UET's transport
-    (:func:`~emulator.fabric.uet_transport.uet_transport`: ``spray``, packets of ``mtu`` bytes)."""
+    (:func:`~emulator.fabric.uet_transport.uet_transport`: ``spray``, packets of ``mtu`` bytes, receiver credits
+    if ``rccc``)."""
     from emulator._core.sim import SimFabric as RustSimFabric
 
     if fabric not in ("lossless", "lossy", "ib", "uet"):
@@ -79,12 +80,13 @@ def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | No
     ccs = [None if cc is None else at_link(cc, node.ports[0].params.bw_bps, dilation)[0] for node in hosts]
     return RustSimFabric(wires, switch_specs, host_specs, _rust_ib_spec(plan, mmu_configs, routing) if fabric == "ib" else None,
                          losses=losses, pfcwd=watchdogs, cc=ccs,
-                         uet=_rust_uet(uet_transport(plan, spray, mtu)) if fabric == "uet" else None)
+                         uet=_rust_uet(uet_transport(plan, spray, mtu, rccc)) if fabric == "uet" else None)
 
 
-def _rust_uet(uet: UetTransport) -> tuple[str, int, bool, int, int]:
-    """The UET transport as the compiled fabric takes it: (spray, entropy values, NSCC on, RTT ns, timeout ns)."""
-    return uet.spray, uet.evs, True, uet.network_rtt_ns, uet.timeout_ns
+def _rust_uet(uet: UetTransport) -> tuple[str, int, bool, int, int, bool]:
+    """The UET transport as the compiled fabric takes it: (spray, entropy values, NSCC on, RTT ns, timeout ns,
+    receiver credits on)."""
+    return uet.spray, uet.evs, True, uet.network_rtt_ns, uet.timeout_ns, uet.rccc
 
 
 def link_faults(plan: FabricPlan, faults: Iterable[Fault]) -> list[tuple[Any, ...]]:

@@ -84,7 +84,7 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None],
     names = [node.name for node in fabric_plan.hosts()]
     fabric = build_rust_fabric(fabric_plan, variant.fabric, dict(variant.switch), cc=parse_cc(variant.cc),
                                dilation=variant.dilation if variant.model is not None else None, seed=variant.seed,
-                               spray=variant.spray, mtu=variant.mtu, routing=variant.routing)
+                               spray=variant.spray, mtu=variant.mtu, routing=variant.routing, rccc=variant.rccc)
     built = clock()
     log(f"  {variant.name}: simulated fabric of {len(fabric_plan.nodes)} nodes built in {built - began:.1f} s")
     total = variant.warmup + variant.iterations

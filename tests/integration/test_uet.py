@@ -61,3 +61,16 @@ def test_a_uet_incast_trims_and_every_capture_decodes(tmp_path):
     assert _tshark(receiver, "uet.trimmed == 1") > 0  # the trimmed headers, as the receiver got them
     assert _tshark(receiver, "uet.pds.type == 10") > 0  # and its NACKs
     assert _tshark(receiver, "uet.pds.type == 2 && uet.trimmed == 0") > 0
+
+
+def test_receiver_credits_go_on_the_wire_and_decode(tmp_path):
+    variants, directory = _run(tmp_path, "emu-incast-uet-rccc", iterations=2)
+    rccc = variants["emu-incast-uet-rccc"]
+    assert rccc["verified"] is True and rccc["pfc_sent"] == 0 and rccc["rccc"] is True
+    captures = sorted(glob.glob(os.path.join(directory, "pcap", "emu-incast-uet-rccc", "*.pcapng")))
+    assert captures
+    for path in captures:
+        assert _tshark(path, "_ws.malformed || _ws.expert.severity >= 6291456") == 0, path
+    receiver = next(p for p in captures if os.path.basename(p) == "h1-eth0.pcapng")
+    assert _tshark(receiver, "uet.pds.type == 13 && uet.pds.credit_target > 0") > 0  # the senders ask
+    assert _tshark(receiver, "uet.control.type == 7 && uet.control.credit > 0") > 0  # and h1 grants

@@ -107,6 +107,8 @@ def assert_one_line_error(code, out, err, *fragments):
     (["up", "--topo", "star", "--spray", "oblivious"],
      ["--spray chooses UET's entropy values: --fabric lossless sends each flow on one path"]),
     (["up", "--topo", "star", "--fabric", "uet", "--cc", "dcqcn"], ["the uet fabric's RNICs run NSCC"]),
+    (["up", "--topo", "star", "--fabric", "ib", "--rccc"],
+     ["--rccc turns on UET's receiver credits: --fabric ib has none"]),
     (["up", "--topo", "star", "--fabric", "uet", "--routing", "adaptive"],
      ["--routing chooses the IB subnet manager's routing: --fabric uet routes by ECMP"]),
 ])

@@ -302,6 +302,9 @@ def test_unknown_variant_key_message_in_full(tmp_path):
                             'each flow on one path (set fabric = "uet", or remove spray)'),
     ('routing = "adaptive"', 'variant "a": key "routing" chooses the IB subnet manager\'s routing: fabric '
                              '\'lossless\' routes by ECMP (set fabric = "ib", or remove routing)'),
+    ('rccc = true', 'variant "a": key "rccc" turns on UET\'s receiver credits: fabric \'lossless\' has none '
+                    '(set fabric = "uet", or remove rccc)'),
+    ('fabric = "uet"\nbackend = "sim"\nrccc = "yes"', 'variant "a": key "rccc": expected true or false, got \'yes\''),
     ('fabric = "ib"\nrouting = "ecmp"', 'variant "a": key "routing": \'ecmp\' is not one of static, adaptive'),
     ('fabric = "uet"\nbackend = "sim"\nspray = "random"',
      'variant "a": key "spray": \'random\' is not one of reps, oblivious, flow'),

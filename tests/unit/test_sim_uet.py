@@ -41,6 +41,13 @@ def test_a_uet_incast_on_a_shallow_lossy_switch_trims_loses_nothing_and_keeps_ne
     assert uet["cct_us"]["p99"] <= 1.2 * lossless["cct_us"]["p99"]
 
 
+def test_receiver_credits_hold_an_incast_to_fewer_trims_at_the_same_time():
+    lossless, uet, rccc = (_run(name, iterations=2) for name in ("incast-lossless", "incast-uet", "incast-uet-rccc"))
+    assert rccc["drops"] == 0 and rccc["pfc_sent"] == 0
+    assert rccc["trimmed"] < uet["trimmed"]  # only the speculated first window of each sender overflows
+    assert rccc["cct_us"]["p99"] <= 1.2 * lossless["cct_us"]["p99"]
+
+
 def test_a_link_down_mid_iteration_costs_sprayed_uet_under_half_its_time_again():
     none, down = _run("down-uet-none"), _run("down-uet")
     assert down["faults"] == 1 and down["drops"] > 0  # what was on the link when it went down was lost

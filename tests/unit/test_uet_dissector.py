@@ -42,6 +42,8 @@ SACK = (1 << 1) | (1 << 3) | (1 << 63)  # PSNs cack_psn + 1, + 3 and + 63: the b
 ACK = {"kind": "ack", "psn": 12, "cack_psn": 9, "sack_base": 9, "sack_bitmap": SACK, "ecn_echo": True, "out_of_order": 3,
        "ev": 5, "spdcid": 2, "dpdcid": 1}
 NACK = {"kind": "nack", "psn": 7, "nack_code": uet.NACK_TRIMMED, "cack_psn": 7, "ev": 6, "spdcid": 2, "dpdcid": 1}
+ASKING = MIDDLE | {"credit_target": 0x12_3456}  # receiver credits: a RUD_CC request
+CREDIT = {"kind": "credit", "credit": 0x8000_0001, "ev": 7, "spdcid": 2, "dpdcid": 1}
 
 FIELDS = ["_ws.col.Info", "frame.len", "ip.checksum.status", "udp.checksum.status", "udp.srcport", "uet.ev",
           "uet.trimmed", "uet.pds.type", "uet.pds.next_hdr", "uet.pds.flags.ar", "uet.pds.flags.retx",
@@ -50,7 +52,8 @@ FIELDS = ["_ws.col.Info", "frame.len", "ip.checksum.status", "udp.checksum.statu
           "uet.ses.buffer_offset", "uet.ses.memory_key", "uet.ses.header_data", "uet.ses.payload_length",
           "uet.ses.message_offset", "uet.ses.request_length", "uet.ack.ack_psn", "uet.ack.cack_psn",
           "uet.ack.sack_base", "uet.ack.sack_bitmap", "uet.ack.sack_psn", "uet.ack.ooo_count", "uet.nack.code",
-          "uet.nack.psn", "uet.nack.payload", "uet.malformed", "_ws.malformed", "_ws.expert.group", "_ws.lua.error"]
+          "uet.nack.psn", "uet.nack.payload", "uet.pds.credit_target", "uet.control.type", "uet.control.credit",
+          "uet.malformed", "_ws.malformed", "_ws.expert.group", "_ws.lua.error"]
 BOOLS = {"uet.trimmed", "uet.pds.flags.ar", "uet.pds.flags.retx", "uet.pds.flags.m", "uet.ses.flags.som",
          "uet.ses.flags.eom", "uet.ses.flags.hd"}
 TEXT = {"_ws.col.Info", "uet.malformed", "_ws.malformed", "_ws.lua.error"}
@@ -186,8 +189,32 @@ def test_tshark_shows_what_was_encoded(tshark, tmp_path):
     assert "uet.malformed" in rows[5] and rows[5]["uet.pds.psn"] == SOM["psn"]
 
 
-@pytest.mark.parametrize("fields,header", [(SOM, 12 + 44), (ACK, 32), (NACK, 16)],
-                         ids=["request", "ack", "nack"])
+def test_tshark_shows_receiver_credits_asked_and_granted(tshark, tmp_path):
+    asking = encode(ASKING, bytes(4096))
+    trimmed = uet.trim(asking)
+    assert trimmed is not None and len(trimmed) == uet.CC_REQUEST_HEADERS
+    rows = run(tshark, tmp_path, [asking, trimmed, encode(CREDIT)],
+               "-o", "ip.check_checksum:TRUE", "-o", "udp.check_checksum:TRUE")
+    assert [(row["ip.checksum.status"], row["udp.checksum.status"]) for row in rows] == [(GOOD, GOOD)] * 3
+    for row, trimmed_ in zip(rows[:2], (False, True)):
+        want = request_fields(ASKING, 4096) | {  # the header keeps its payload length when trimmed
+            "uet.pds.type": 13, "uet.pds.credit_target": ASKING["credit_target"], "uet.trimmed": trimmed_}
+        assert {k: row.get(k) for k in want} == want
+    credit = rows[2]
+    assert {k: credit.get(k) for k in ("uet.ev", "uet.pds.type", "uet.control.type", "uet.control.credit",
+                                       "uet.pds.spdcid", "uet.pds.dpdcid")} == {
+        "uet.ev": 7, "uet.pds.type": 11, "uet.control.type": 7, "uet.control.credit": CREDIT["credit"],
+        "uet.pds.spdcid": 2, "uet.pds.dpdcid": 1}
+    assert "uet.pds.next_hdr" not in credit  # a CONTROL packet's slot holds its control type
+    assert [row["_ws.col.Info"] for row in rows] == [
+        f"RUD req PSN 6 target {ASKING['credit_target']} WRITE msg 2 off 4096",
+        f"RUD req PSN 6 target {ASKING['credit_target']} WRITE msg 2 off 4096 [trimmed]",
+        f"Credit {CREDIT['credit']}"]
+    assert all("_ws.expert.group" not in row and "_ws.malformed" not in row for row in rows)
+
+
+@pytest.mark.parametrize("fields,header", [(SOM, 12 + 44), (ACK, 32), (NACK, 16), (ASKING, 16 + 44), (CREDIT, 16)],
+                         ids=["request", "ack", "nack", "credit-request", "credit"])
 def test_a_frame_is_malformed_exactly_when_shorter_than_its_header(tshark, tmp_path, fields, header):
     """Every cut of the UDP payload from 1 byte (an empty one goes to no dissector) to the whole header:
     malformed below the header's length, clean at it, and never a Lua error."""
@@ -204,7 +231,7 @@ def test_a_frame_is_malformed_exactly_when_shorter_than_its_header(tshark, tmp_p
 
 def test_a_short_capture_or_a_foreign_header_is_not_malformed(tshark, tmp_path):
     """A frame cut by the capture's snap length is whole on the wire: a note, not malformed.  A PDS type or
-    SES header this fabric does not send (a CONTROL packet, a SES small header) is left undecoded."""
+    SES header this fabric does not send (an ACK_CCX, a SES small header) is left undecoded."""
     som = encode(SOM, bytes(100))
     pcap = bytearray(classic_pcap([(0, som[:ETH_IP_UDP + 20])]))
     struct.pack_into("<I", pcap, 24 + 12, len(som))  # the record's original length: the frame on the wire
@@ -215,12 +242,12 @@ def test_a_short_capture_or_a_foreign_header_is_not_malformed(tshark, tmp_path):
     assert snapped["_ws.col.Info"] == "RUD req PSN 5 [cut by the snap length]"
 
     control = bytearray(encode(NACK))
-    control[ETH_IP_UDP] = 11 << 3  # PDS type 11, CONTROL
+    control[ETH_IP_UDP] = 9 << 3  # PDS type 9, ACK_CCX
     small = bytearray(som)
     struct.pack_into("!H", small, ETH_IP_UDP, 2 << 11 | 1 << 7)  # RUD request, next header 1 (SES small)
     rows = run(tshark, tmp_path, [bytes(control), bytes(small)])
-    assert [row["uet.pds.type"] for row in rows] == [11, 2]
-    assert [row["_ws.col.Info"] for row in rows] == ["PDS Control", "RUD req PSN 5"]
+    assert [row["uet.pds.type"] for row in rows] == [9, 2]
+    assert [row["_ws.col.Info"] for row in rows] == ["PDS ACK_CCX", "RUD req PSN 5"]
     for row in rows:
         assert row["_ws.expert.group"] == [UNDECODED_GROUP] and "uet.ses.opcode" not in row, row
         assert "_ws.lua.error" not in row, row

@@ -613,6 +613,7 @@ fn uet_spec(network_rtt_ns: u64) -> UetSpec {
         nscc: true,
         network_rtt_ns,
         timeout_ns: 8 * network_rtt_ns,
+        rccc: false,
     }
 }
 

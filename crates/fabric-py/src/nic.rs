@@ -187,6 +187,7 @@ fn uet_of(uet: &Bound<'_, PyAny>) -> PyResult<Option<UetSpec>> {
         nscc: true,
         network_rtt_ns: uet.getattr("network_rtt_ns")?.extract()?,
         timeout_ns: uet.getattr("timeout_ns")?.extract()?,
+        rccc: uet.getattr("rccc")?.is_truthy()?,
     }))
 }
 

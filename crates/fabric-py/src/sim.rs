@@ -43,8 +43,8 @@ type MmuArg = (
     (bool, i64, i64, f64, i64, u64, bool),
 );
 /// A UET fabric's transport: spray policy ("flow", "oblivious", "reps"), entropy values, NSCC on, the
-/// network's round trip and the retransmission timeout (ns).
-type UetArg = (String, u16, bool, u64, u64);
+/// network's round trip and the retransmission timeout (ns), receiver credits on.
+type UetArg = (String, u16, bool, u64, u64, bool);
 /// A switch: its ports, its routes (IPv4 address, egress ports), its MMU, its seed.
 type SwitchArg = (Vec<PortArg>, Vec<(Vec<u8>, Vec<u32>)>, MmuArg, u64);
 /// A host: MAC, gateway MAC, IPv4 address, rate, the wire it sends on.
@@ -428,7 +428,7 @@ impl SimFabric {
         let watchdogs = each(pfcwd, switches.len(), "pfcwd", |c| watchdog_config_of(&c))?;
         let ccs = each(cc, hosts.len(), "cc", |params| params_of(&params))?;
         let uet = uet
-            .map(|(spray, evs, nscc, network_rtt_ns, timeout_ns)| {
+            .map(|(spray, evs, nscc, network_rtt_ns, timeout_ns, rccc)| {
                 let spray = SprayPolicy::parse(&spray).ok_or_else(|| {
                     PyValueError::new_err(format!("no spray policy {spray:?}: flow, oblivious or reps"))
                 })?;
@@ -445,6 +445,7 @@ impl SimFabric {
                     nscc,
                     network_rtt_ns,
                     timeout_ns,
+                    rccc,
                 })
             })
             .transpose()?;

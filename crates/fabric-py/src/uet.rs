@@ -4,10 +4,11 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-const KINDS: [(&str, PdsKind); 3] = [
+const KINDS: [(&str, PdsKind); 4] = [
     ("request", PdsKind::Request),
     ("ack", PdsKind::Ack),
     ("nack", PdsKind::Nack),
+    ("credit", PdsKind::Credit),
 ];
 
 fn address<const N: usize>(what: &str, bytes: &[u8]) -> PyResult<[u8; N]> {
@@ -16,7 +17,8 @@ fn address<const N: usize>(what: &str, bytes: &[u8]) -> PyResult<[u8; N]> {
         .map_err(|_| PyValueError::new_err(format!("{what} is {N} bytes, not {}", bytes.len())))
 }
 
-/// The packet a dict describes: `kind` ("request", "ack", "nack") and any of the fields `decode` gives.
+/// The packet a dict describes: `kind` ("request", "ack", "nack", "credit") and any of the fields `decode`
+/// gives.
 fn packet_of(fields: &Bound<'_, PyDict>) -> PyResult<UetPacket> {
     let mut packet = UetPacket::default();
     for (key, value) in fields.iter() {
@@ -50,6 +52,8 @@ fn packet_of(fields: &Bound<'_, PyDict>) -> PyResult<UetPacket> {
             "imm" => packet.imm = value.extract()?,
             "send" => packet.send = value.extract()?,
             "ev" => packet.ev = value.extract()?,
+            "credit_target" => packet.credit_target = value.extract()?,
+            "credit" => packet.credit = value.extract()?,
             // what decode reports of a frame and encode does not choose
             "som" | "ecn_ce" | "trimmed" => {}
             _ => {
@@ -121,6 +125,8 @@ fn decode<'py>(py: Python<'py>, frame: &[u8]) -> PyResult<Option<Bound<'py, PyDi
     out.set_item("imm", p.imm)?;
     out.set_item("send", p.send)?;
     out.set_item("ev", p.ev)?;
+    out.set_item("credit_target", p.credit_target)?;
+    out.set_item("credit", p.credit)?;
     out.set_item("ecn_ce", p.ecn_ce)?;
     out.set_item("trimmed", p.trimmed)?;
     out.set_item(
@@ -145,6 +151,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CONTROL_DSCP", uet::CONTROL_DSCP)?;
     m.add("TRIMMED_DSCP", uet::TRIMMED_DSCP)?;
     m.add("REQUEST_HEADERS", uet::REQUEST_HEADERS)?;
+    m.add("CC_REQUEST_HEADERS", uet::CC_REQUEST_HEADERS)?;
     m.add(
         "ACK_FRAME",
         uet::REQUEST_HEADERS - uet::PDS_REQUEST_LEN - uet::SES_LEN + uet::ACK_LEN,

@@ -3,8 +3,9 @@
 -- Why a script: the tshark of Debian 12 (4.0) knows no UET, and fabric-emu's captures are meant to be read
 -- in Wireshark.  It decodes what crates/fabric-core/src/wire/uet.rs sends (that file is the truth;
 -- docs/uet-wire.md has the tables): a PDS RUD request with its SES standard header, a PDS ACK_CC and a
--- PDS NACK.  Field names follow the public sources (Wireshark's own packet-uet.c, XDP2, Linux's
--- ultraeth.h) under the prefixes uet.pds, uet.ses, uet.ack and uet.nack.
+-- PDS NACK; with receiver credits a PDS RUD_CC request and a PDS CONTROL credit.  Field names follow the
+-- public sources (Wireshark's own packet-uet.c, XDP2, Linux's ultraeth.h) under the prefixes uet.pds,
+-- uet.ses, uet.ack, uet.nack and uet.control.
 --
 -- Load it with `tshark -X lua_script:uet.lua` or copy it to ~/.local/lib/wireshark/plugins/.
 --
@@ -22,9 +23,11 @@ end
 local UET_PORT = 4793
 local EV_PORT_BASE = 49152 -- the fabric's UDP source port of entropy value 0
 local TRIMMED_DSCP = 50 -- a switch cut the payload off (fabric-emu's choice of code point)
-local RUD_REQ, ACK_CC, NACK = 2, 8, 10
+local RUD_REQ, ACK_CC, NACK, CONTROL, RUD_CC_REQ = 2, 8, 10, 11, 13
+local CTL_CREDIT = 7
 local SES_STANDARD = 3
 local PDS_REQUEST_LEN, SES_LEN, ACK_CC_LEN, NACK_LEN = 12, 44, 32, 16
+local PDS_CC_REQUEST_LEN, CONTROL_LEN = 16, 16
 
 local pds_types = {
     [0] = "Reserved", [1] = "TSS", [2] = "RUD request", [3] = "ROD request", [4] = "RUDI request",
@@ -52,6 +55,10 @@ local nack_codes = {
     [0xFD] = "EXP_FD", [0xFE] = "EXP_FE", [0xFF] = "EXP_FF",
 }
 local cc_types = { [0] = "NSCC", [1] = "Credit" }
+local control_types = {
+    [0] = "Noop", [1] = "ACK request", [2] = "Clear", [3] = "Clear request", [4] = "Close",
+    [5] = "Close request", [6] = "Probe", [7] = "Credit", [8] = "Credit request", [9] = "Negotiation",
+}
 local ack_requests = { [0] = "None", [1] = "Clear", [2] = "Close", [3] = "Reserved" }
 
 local f = {
@@ -125,6 +132,12 @@ local f = {
     credit = ProtoField.uint24("uet.ack.credit", "Credit"),
     ooo_count = ProtoField.uint16("uet.ack.ooo_count", "Out-of-order count"),
 
+    ccc_id = ProtoField.uint8("uet.pds.ccc_id", "Congestion control context ID"),
+    credit_target = ProtoField.uint24("uet.pds.credit_target", "Credit target (256-byte units, cumulative)"),
+    ctl_type = ProtoField.uint16("uet.control.type", "Control type", base.DEC, control_types, 0x0780),
+    control_psn = ProtoField.uint32("uet.control.psn", "PSN"),
+    control_payload = ProtoField.uint32("uet.control.payload", "Payload"),
+    granted = ProtoField.uint32("uet.control.credit", "Credit granted (256-byte units, cumulative)"),
     nack_code = ProtoField.uint8("uet.nack.code", "NACK code", base.HEX, nack_codes),
     vendor_code = ProtoField.uint8("uet.nack.vendor_code", "Vendor code", base.HEX),
     nack_psn = ProtoField.uint32("uet.nack.psn", "NACK PSN"),
@@ -217,26 +230,48 @@ local function add_ses(tvb, at, tree, info)
     end
 end
 
-local function add_request(tvb, pds, tree, next_hdr, flags, info)
+-- A RUD request (`pds_len` 12) or a RUD_CC request (16: with its credit target).
+local function add_request(tvb, pds, tree, next_hdr, flags, info, pds_len)
     pds:add(f.clear_psn_offset, tvb(2, 2))
     pds:add(f.psn, tvb(4, 4))
     pds:add(f.spdcid, tvb(8, 2))
     pds:add(f.dpdcid, tvb(10, 2))
     info[#info + 1] = "RUD req PSN " .. tvb(4, 4):uint()
+    if pds_len == PDS_CC_REQUEST_LEN then
+        pds:add(f.ccc_id, tvb(12, 1))
+        pds:add(f.credit_target, tvb(13, 3))
+        info[#info + 1] = "target " .. tvb(13, 3):uint()
+    end
     if set(flags, 0x10) then
         info[#info + 1] = "RETX"
     end
     if next_hdr ~= SES_STANDARD then
         pds:add_proto_expert_info(ei.undecoded, "next header " .. next_hdr .. ": not the SES standard header")
-        return PDS_REQUEST_LEN
+        return pds_len
     end
-    local problem = missing(tvb, PDS_REQUEST_LEN, SES_LEN, tree, "SES standard request header")
+    local problem = missing(tvb, pds_len, SES_LEN, tree, "SES standard request header")
     if problem then
         info[#info + 1] = problem
         return nil
     end
-    add_ses(tvb, PDS_REQUEST_LEN, tree, info)
-    return PDS_REQUEST_LEN + SES_LEN
+    add_ses(tvb, pds_len, tree, info)
+    return pds_len + SES_LEN
+end
+
+-- A CONTROL packet: fabric-emu sends the credit type only (a receiver's grant).
+local function add_control(tvb, pds, ctl_type, info)
+    pds:add(f.ctl_type, tvb(0, 2))
+    pds:add(f.probe_opaque, tvb(2, 2))
+    pds:add(f.control_psn, tvb(4, 4))
+    pds:add(f.spdcid, tvb(8, 2))
+    pds:add(f.dpdcid, tvb(10, 2))
+    if ctl_type == CTL_CREDIT then
+        pds:add(f.granted, tvb(12, 4))
+        info[#info + 1] = "Credit " .. tvb(12, 4):uint()
+    else
+        pds:add(f.control_payload, tvb(12, 4))
+        info[#info + 1] = "Control " .. (control_types[ctl_type] or ctl_type)
+    end
 end
 
 local function add_ack(tvb, pds, flags, info)
@@ -302,10 +337,15 @@ end
 -- The PDS flags of `pds_type`, as the three public sources name them.
 local type_flags = {
     [RUD_REQ] = { f.flag_retx, f.flag_ar, f.flag_syn },
+    [RUD_CC_REQ] = { f.flag_retx, f.flag_ar, f.flag_syn },
     [ACK_CC] = { f.flag_m, f.flag_retx, f.flag_p, f.flag_req },
     [NACK] = { f.flag_m, f.flag_retx, f.flag_nt },
+    [CONTROL] = { f.flag_retx, f.flag_ar, f.flag_syn },
 }
-local header_len = { [RUD_REQ] = PDS_REQUEST_LEN, [ACK_CC] = ACK_CC_LEN, [NACK] = NACK_LEN }
+local header_len = {
+    [RUD_REQ] = PDS_REQUEST_LEN, [RUD_CC_REQ] = PDS_CC_REQUEST_LEN, [ACK_CC] = ACK_CC_LEN, [NACK] = NACK_LEN,
+    [CONTROL] = CONTROL_LEN,
+}
 
 -- The EV and the trim, from the headers below UET (the fabric's conventions, not UET's).
 local function add_below(root, pinfo)
@@ -355,14 +395,16 @@ function uet.dissector(tvb, pinfo, tree)
     local pds = root:add(f.pds, tvb(0, math.min(len or 2, tvb:len())))
     pds:set_text("PDS " .. (pds_types[pds_type] or ("type " .. pds_type)))
     pds:add(f.pds_type, tvb(0, 2))
-    pds:add(f.pds_next_hdr, tvb(0, 2))
+    if pds_type ~= CONTROL then -- a CONTROL packet's slot holds its control type
+        pds:add(f.pds_next_hdr, tvb(0, 2))
+    end
     local flag_tree = pds:add(f.pds_flags, tvb(0, 2))
     for _, field in ipairs(type_flags[pds_type] or {}) do
         flag_tree:add(field, tvb(0, 2))
     end
     if len == nil then
         info[#info + 1] = "PDS " .. (pds_types[pds_type] or ("type " .. pds_type))
-        pds:add_proto_expert_info(ei.undecoded, "PDS type " .. pds_type .. ": fabric-emu sends types 2, 8 and 10")
+        pds:add_proto_expert_info(ei.undecoded, "PDS type " .. pds_type .. ": fabric-emu sends types 2, 8, 10, 11 and 13")
         return finish(2)
     end
     problem = missing(tvb, 0, len, pds, "PDS " .. pds_types[pds_type] .. " header")
@@ -370,10 +412,12 @@ function uet.dissector(tvb, pinfo, tree)
         info[#info + 1] = pds_types[pds_type] .. " " .. problem
         return finish(nil)
     end
-    if pds_type == RUD_REQ then
-        return finish(add_request(tvb, pds, root, next_hdr, flags, info))
+    if pds_type == RUD_REQ or pds_type == RUD_CC_REQ then
+        return finish(add_request(tvb, pds, root, next_hdr, flags, info, len))
     elseif pds_type == ACK_CC then
         add_ack(tvb, pds, flags, info)
+    elseif pds_type == CONTROL then
+        add_control(tvb, pds, next_hdr, info)
     else
         add_nack(tvb, pds, flags, info)
     end

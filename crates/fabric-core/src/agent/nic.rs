@@ -25,6 +25,7 @@ use crate::model::link::wire_ns;
 use crate::model::pause::PauseState;
 use crate::model::queue_pair::QueuePair;
 use crate::model::rc::{Completion, QpState, RcConfig, RcCounters, RcQueuePair, RecvWr, SendWr};
+use crate::model::rccc::{CreditPacer, Turn, GRANT_BYTES};
 use crate::model::rx_pipeline::{PauseChange, RxPipeline};
 use crate::model::uet::{UetPdc, UetSpec};
 use crate::wire::ib::{encode_data_with_payload, Lrh, MIN_FRAME as IB_FC_FRAME};
@@ -191,6 +192,8 @@ pub struct Nic<B> {
     control: VecDeque<Vec<u8>>,
     /// QPs with data held back by their rate limiter.
     paced: BTreeSet<u32>,
+    /// Receiver credits (the uet fabric with RCCC): the grants to the PDCs that ask, paced at the link rate.
+    credit_pacer: Option<CreditPacer>,
     /// Timed posts by (start, order posted): (QP, its work requests), released by the RNIC's own timer.
     timed: BTreeMap<(u64, u64), (u32, Vec<SendWr>)>,
     timed_posted: u64,
@@ -259,6 +262,10 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
             link_waiting: false,
             control: VecDeque::new(),
             paced: BTreeSet::new(),
+            credit_pacer: config
+                .uet
+                .filter(|spec| spec.rccc)
+                .map(|_| CreditPacer::new(config.rate_bps, GRANT_BYTES)),
             timed: BTreeMap::new(),
             timed_posted: 0,
             receiving: true,
@@ -741,6 +748,23 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
         let mut memory = self.regions.domain(entry.owner);
         if let QueuePair::Uet(pdc) = &mut entry.qp {
             pdc.receive_with_payload(now, &decoded.packet, payload, &mut memory);
+            if let (Some(pacer), true) = (self.credit_pacer.as_mut(), pdc.credit_wanted() > 0) {
+                pacer.ask(u32::from(decoded.packet.dpdcid));
+            }
+        }
+    }
+
+    /// The credit pacer's grants that are due at `now`: each PDC in turn owes its peer a grant.
+    fn grant_credit(&mut self, now: u64) {
+        let Some(pacer) = self.credit_pacer.as_mut() else {
+            return;
+        };
+        while let Some(pdc) = pacer.due(now) {
+            let (granted, turn) = match self.qps.get_mut(&pdc).map(|e| &mut e.qp) {
+                Some(QueuePair::Uet(pdc)) => pdc.grant_credit(pacer.per_grant()),
+                _ => (0, Turn::Full),
+            };
+            pacer.granted(now, pdc, granted, turn);
         }
     }
 
@@ -798,6 +822,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
     fn on_timer(&mut self, now: u64) {
         self.expire_pauses(now);
         self.release(now);
+        self.grant_credit(now);
         if let Some(slow) = &mut self.slow {
             let mut taken = std::mem::take(&mut self.taken);
             let change = slow.take(now, &mut taken);
@@ -867,6 +892,12 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Nic<B> {
             offer(slow.next_deadline(), TimerKind::Link);
         }
         offer(self.pause.next_expiry(), TimerKind::Link);
+        offer(
+            self.credit_pacer
+                .as_ref()
+                .and_then(CreditPacer::next_deadline),
+            TimerKind::Link,
+        );
         if let Link::Ib(port) = &mut self.link {
             let at = port.next_deadline();
             offer((at != u64::MAX).then_some(at), TimerKind::Link);
@@ -1351,6 +1382,7 @@ mod tests {
             nscc: true,
             network_rtt_ns: 50_000,
             timeout_ns: 1_000_000,
+            rccc: false,
         };
         Nic::new(NicConfig {
             uet: Some(spec),

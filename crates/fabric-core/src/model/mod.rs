@@ -12,6 +12,7 @@ pub mod pause;
 pub mod pfcwd;
 pub mod queue_pair;
 pub mod rc;
+pub mod rccc;
 pub mod rdma_params;
 pub mod rng;
 pub mod routes;

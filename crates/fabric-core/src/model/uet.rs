@@ -18,7 +18,8 @@
 //!   header and the requester resends at once, on another path. A packet lost outright is resent when its own
 //!   retransmission timeout passes.
 //! - *Spraying*: each packet (and each resend) takes the entropy value `model::spray` chooses.
-//! - *Congestion*: the window is NSCC's (`model::nscc`): ECN and delay from every ACK, trims as losses.
+//! - *Congestion*: the window is NSCC's (`model::nscc`): ECN and delay from every ACK, trims as losses. With
+//!   receiver credits (`model::rccc`) a sender also sends only what its receiver granted.
 //!
 //! PSNs are 32 bits on the wire and 64 inside (the wire's value is the low half). Work requests complete in
 //! the order they were posted, as verbs wants of a QP; inbound messages complete in the order they finish.
@@ -31,6 +32,7 @@ use crate::model::nscc::{Nscc, NsccParams};
 use crate::model::rc::{
     local_buffer, AccessError, Completion, Memory, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode,
 };
+use crate::model::rccc::{CreditReceiver, CreditSender, Turn};
 use crate::model::rdma_params::MAX_MR_BYTES;
 use crate::model::spray::{Spray, SprayPolicy};
 use crate::wire::uet::{nack, PdsKind, UetPacket};
@@ -63,6 +65,9 @@ pub struct UetConfig {
     pub spray: SprayPolicy,
     /// NSCC's settings; `None` runs a fixed window of `window` packets.
     pub nscc: Option<NsccParams>,
+    /// Receiver credits (RCCC): the most credit the sender holds, what it starts speculating with; `None`
+    /// sends without them.
+    pub rccc: Option<u64>,
 }
 
 /// A UET fabric's transport settings, the same for every RNIC of it.
@@ -75,13 +80,17 @@ pub struct UetSpec {
     /// The longest round trip of the empty fabric: NSCC's base RTT and the scale of its constants.
     pub network_rtt_ns: u64,
     pub timeout_ns: u64,
+    /// Receiver credits on.
+    pub rccc: bool,
 }
 
 impl UetSpec {
     /// A PDC's settings for packets of `mss` bytes on a link of `rate_bps`: seven timeouts of one packet
     /// before its work request fails (RC's default retry count), an ACK at least every four requests
-    /// (uet-htsim's 16 KB of 4 KB packets), the widest window the responder tracks, NSCC on the path.
+    /// (uet-htsim's 16 KB of 4 KB packets), the widest window the responder tracks, NSCC on the path, and with
+    /// receiver credits a sender holding at most NSCC's largest window of credit (1.5 bandwidth-delay products).
     pub fn config(&self, mss: u32, rate_bps: u64) -> UetConfig {
+        let nscc = NsccParams::for_path(self.network_rtt_ns, rate_bps, true);
         UetConfig {
             mss,
             timeout_ns: self.timeout_ns,
@@ -91,9 +100,10 @@ impl UetSpec {
             max_msg: MAX_MR_BYTES,
             evs: self.evs,
             spray: self.spray,
-            nscc: self
-                .nscc
-                .then(|| NsccParams::for_path(self.network_rtt_ns, rate_bps, true)),
+            nscc: self.nscc.then_some(nscc),
+            rccc: self
+                .rccc
+                .then(|| Nscc::new(nscc, mss).window().max(u64::from(mss))),
         }
     }
 }
@@ -146,6 +156,9 @@ pub struct UetCounters {
     pub ecn_ce_received: u64,
     /// Requests beyond the window, of a message past [`MAX_INBOUND`], or whose offsets do not fit.
     pub dropped_packets: u64,
+    /// Receiver credits: grants sent and received.
+    pub credits_sent: u64,
+    pub credits_received: u64,
 }
 
 /// One posted work request.
@@ -194,6 +207,7 @@ struct Inbound<W> {
 enum Control {
     Ack { psn: u64, ecn: bool, ev: u16 },
     Nack { psn: u64, code: u8, ev: u16 },
+    Credit { ev: u16 },
 }
 
 /// A packet delivery context: both halves of one UET connection.
@@ -223,6 +237,10 @@ pub struct UetPdc<W> {
     rto_at: Option<u64>,
     /// RFC 6298's smoothed round trip and its deviation (ns), from packets sent once; none measured yet.
     srtt: Option<(u64, u64)>,
+    /// Receiver credits: what this end may send, when it runs them, and when it may send one packet without
+    /// (nothing in flight, no credit: a grant may have been lost).
+    credit_tx: Option<CreditSender>,
+    credit_probe_at: Option<u64>,
     // responder
     rx_base: u64,
     /// `seen[i]`: PSN `rx_base + 1 + i` arrived (`rx_base` itself never has: it would have moved on).
@@ -238,6 +256,8 @@ pub struct UetPdc<W> {
     /// An ACK held back for coalescing goes out by then anyway, for the latest request (its PSN, EV): a sender
     /// whose window shrank after it sent them waits for it and sends nothing more meanwhile.
     ack_due: Option<(u64, u64, u16)>,
+    /// Receiver credits: what the peer asked for and was granted.
+    credit_rx: CreditReceiver,
 }
 
 impl<W> UetPdc<W> {
@@ -266,6 +286,8 @@ impl<W> UetPdc<W> {
             resend: VecDeque::new(),
             rto_at: None,
             srtt: None,
+            credit_tx: config.rccc.map(CreditSender::new),
+            credit_probe_at: None,
             rx_base: 0,
             seen: VecDeque::new(),
             out_of_order: 0,
@@ -275,6 +297,7 @@ impl<W> UetPdc<W> {
             out: VecDeque::new(),
             unacked_requests: 0,
             ack_due: None,
+            credit_rx: CreditReceiver::default(),
         }
     }
 
@@ -306,6 +329,28 @@ impl<W> UetPdc<W> {
 
     pub fn in_flight_bytes(&self) -> u64 {
         self.in_flight_bytes
+    }
+
+    /// Receiver credits: bytes the peer asked for and was not yet granted.
+    pub fn credit_wanted(&self) -> u64 {
+        self.credit_rx.wanted()
+    }
+
+    /// Grants the peer up to `most` bytes of what it asked for, or with nothing asked credit ahead of its
+    /// asking up to a window (a credit packet owed); what it granted and where the peer then stands.
+    pub fn grant_credit(&mut self, most: u64) -> (u64, Turn) {
+        let ahead = self.config.rccc.unwrap_or(0);
+        let granted = self.credit_rx.grant(most, ahead);
+        if granted > 0 {
+            self.owe_credit();
+        }
+        (granted, self.credit_rx.turn(ahead))
+    }
+
+    /// A credit packet owed, repeating the grants so far.
+    fn owe_credit(&mut self) {
+        let ev = (self.credit_rx.given_units() % u32::from(self.config.evs.max(1))) as u16;
+        self.owe(Control::Credit { ev });
     }
 
     /// Whether the PDC failed (a work request's retries ran out, or the peer refused a message).
@@ -406,17 +451,28 @@ impl<W> UetPdc<W> {
 
     // --- the I/O layer's side ----------------------------------------------------------------------------
 
-    /// When `on_timer` is due: the oldest packet in flight's retransmission timeout, or an ACK held back.
+    /// When `on_timer` is due: the oldest packet in flight's retransmission timeout, an ACK held back, or a
+    /// packet without credit.
     pub fn next_deadline(&self) -> Option<u64> {
-        match (self.rto_at, self.ack_due.map(|(at, _, _)| at)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.rto_at,
+            self.ack_due.map(|(at, _, _)| at),
+            self.credit_probe_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// An ACK held back past its time goes; every packet in flight whose timeout passed goes back to be sent
     /// again (or fails its work request once its retries are spent).
     pub fn on_timer(&mut self, now: u64) {
+        if self.credit_probe_at.is_some_and(|at| now >= at) {
+            self.credit_probe_at = None;
+            if let Some(credit) = self.credit_tx.as_mut() {
+                credit.timed_out();
+            }
+        }
         if let Some((at, psn, ev)) = self.ack_due {
             if now >= at {
                 self.ack_due = None;
@@ -444,6 +500,9 @@ impl<W> UetPdc<W> {
             self.spray.lost(sent.ev);
             if let Some(cc) = self.cc.as_mut() {
                 cc.on_timeout(u64::from(sent.len));
+            }
+            if let Some(credit) = self.credit_tx.as_mut() {
+                credit.timed_out();
             }
             let psn = self.base + i as u64;
             if sent.timeouts > self.config.retries && exhausted.is_none() {
@@ -493,6 +552,7 @@ impl<W> UetPdc<W> {
                 continue;
             }
             if !self.room(u64::from(sent.len)) {
+                self.blocked(now);
                 return false;
             }
             self.resend.pop_front();
@@ -507,6 +567,7 @@ impl<W> UetPdc<W> {
             return false;
         };
         if !self.room(u64::from(len)) {
+            self.blocked(now);
             return false;
         }
         self.tx_next += 1;
@@ -533,14 +594,34 @@ impl<W> UetPdc<W> {
             PdsKind::Ack => self.on_ack(now, packet),
             PdsKind::Nack => self.on_nack(now, packet),
             PdsKind::Request => self.on_request(now, packet, payload, memory),
+            PdsKind::Credit => {
+                self.counters.credits_received += 1;
+                if let Some(credit) = self.credit_tx.as_mut() {
+                    credit.granted(packet.credit);
+                }
+            }
         }
     }
 
     // --- requester ---------------------------------------------------------------------------------------
 
-    /// Whether `len` more bytes fit the window (one packet always may go when nothing is in flight).
+    /// Whether `len` more bytes fit the window (one packet always may go when nothing is in flight) and, with
+    /// receiver credits, the credit.
     fn room(&self, len: u64) -> bool {
-        self.in_flight_bytes == 0 || self.in_flight_bytes + len <= self.window_bytes()
+        (self.in_flight_bytes == 0 || self.in_flight_bytes + len <= self.window_bytes())
+            && self.credit_tx.as_ref().is_none_or(CreditSender::may_send)
+    }
+
+    /// A packet could not go: with nothing in flight for want of credit, one may go without after a
+    /// retransmission timeout.
+    fn blocked(&mut self, now: u64) {
+        let no_credit = self
+            .credit_tx
+            .as_ref()
+            .is_some_and(|credit| !credit.may_send());
+        if no_credit && self.in_flight_bytes == 0 && self.credit_probe_at.is_none() {
+            self.credit_probe_at = Some(now.saturating_add(self.rto()));
+        }
     }
 
     fn slot(&self, psn: u64) -> Option<&Sent> {
@@ -628,6 +709,11 @@ impl<W> UetPdc<W> {
             sent.in_flight = true;
         }
         self.in_flight_bytes += u64::from(len);
+        if let Some(credit) = self.credit_tx.as_mut() {
+            credit.spend(u64::from(len));
+        }
+        self.credit_probe_at = None;
+        out.credit_target = self.credit_target();
         self.counters.packets_sent += 1;
         self.counters.bytes_sent += u64::from(len);
         if self.rto_at.is_none() {
@@ -636,8 +722,24 @@ impl<W> UetPdc<W> {
         true
     }
 
+    /// The credit target a request carries: the bytes still to send (new and resent; with NSCC, at most its
+    /// window and a packet), none without receiver credits.
+    fn credit_target(&self) -> Option<u32> {
+        let credit = self.credit_tx.as_ref()?;
+        let mss = u64::from(self.config.mss.max(1));
+        let packets = (self.end - self.tx_next).saturating_add(self.resend.len() as u64);
+        let mut wanted = packets.saturating_mul(mss);
+        if self.cc.is_some() {
+            wanted = wanted.min(self.window_bytes().saturating_add(mss));
+        }
+        Some(credit.target(wanted, mss))
+    }
+
     fn on_ack(&mut self, now: u64, packet: &UetPacket) {
         self.counters.acks_received += 1;
+        if let Some(credit) = self.credit_tx.as_mut() {
+            credit.answered();
+        }
         let Some(cack) = self.unwrap_tx(packet.cack_psn) else {
             return; // not a PSN of ours: a stale or hostile ACK
         };
@@ -705,6 +807,9 @@ impl<W> UetPdc<W> {
 
     fn on_nack(&mut self, now: u64, packet: &UetPacket) {
         self.counters.nacks_received += 1;
+        if let Some(credit) = self.credit_tx.as_mut() {
+            credit.answered();
+        }
         let Some(psn) = self.unwrap_tx(packet.psn) else {
             return;
         };
@@ -844,6 +949,13 @@ impl<W> UetPdc<W> {
         payload: &[u8],
         memory: &mut M,
     ) {
+        if let Some(units) = packet.credit_target {
+            self.credit_rx.asked(units); // a trimmed or repeated request asks as well
+            if packet.retransmit && self.credit_rx.wanted() == 0 && self.credit_rx.given_units() > 0
+            {
+                self.owe_credit(); // the sender may have lost a grant: it is cumulative, so say it again
+            }
+        }
         let ahead = u64::from(packet.psn.wrapping_sub(self.rx_base as u32));
         if ahead >= 1 << 31 {
             // behind the cumulative point: a resend of something already in
@@ -1080,6 +1192,7 @@ impl<W> UetPdc<W> {
         // cumulative point: with a hole early in a wide window, the packets far past it are acknowledged too.
         let named = match control {
             Control::Ack { psn, .. } | Control::Nack { psn, .. } => psn,
+            Control::Credit { .. } => self.rx_base,
         };
         let base = named.saturating_sub(63).max(self.rx_base);
         let mut sack = 0u64;
@@ -1114,6 +1227,12 @@ impl<W> UetPdc<W> {
                 out.nack_code = code;
                 out.ev = ev;
                 self.counters.nacks_sent += 1;
+            }
+            Control::Credit { ev } => {
+                out.kind = PdsKind::Credit;
+                out.credit = self.credit_rx.given_units();
+                out.ev = ev;
+                self.counters.credits_sent += 1;
             }
         }
         self.counters.packets_sent += 1;
@@ -1167,6 +1286,7 @@ mod tests {
             evs: 64,
             spray: SprayPolicy::Reps,
             nscc: nscc.then(|| NsccParams::for_path(10_000, 1_000_000_000, true)),
+            rccc: None,
         }
     }
 
@@ -1286,6 +1406,9 @@ mod tests {
             for _ in 0..200_000 {
                 self.pull();
                 if self.deliver() {
+                    for pdc in &mut self.pdcs {
+                        pdc.grant_credit(crate::model::rccc::GRANT_BYTES); // receiver credits at once
+                    }
                     self.collect();
                     continue;
                 }
@@ -1360,6 +1483,65 @@ mod tests {
             "work requests complete in the order posted"
         );
         assert!(net.pdcs[1].counters().acks_sent > 0);
+    }
+
+    #[test]
+    fn with_receiver_credits_a_sender_speculates_a_window_then_sends_what_it_is_granted() {
+        let config = UetConfig {
+            rccc: Some(4 * u64::from(MSS)),
+            ..config(false)
+        };
+        let mut net = Net::new(config, clean(), 11);
+        let length = 32 * u64::from(MSS);
+        net.pdcs[1].post_recv(recv(7));
+        net.post(0, write_imm(1, 0, length, 40_000, 5));
+        net.pull();
+        let asks: Vec<Option<u32>> = net.wire.iter().map(|(_, p)| p.credit_target).collect();
+        // a window's credit speculated; each request asks for what is left to send (a window at most) less the
+        // credit it still holds, in 256-byte units
+        assert_eq!(asks, [Some(1), Some(2), Some(3), Some(4)]);
+        net.run();
+        assert_eq!(net.memory[1].at(40_000, length), Flat::new(1).at(0, length));
+        assert!(net.completions[0]
+            .iter()
+            .all(|c| c.status == WcStatus::Success));
+        let granted = net.pdcs[1].counters().credits_sent;
+        assert!(
+            granted >= 7,
+            "28 packets after speculation, 4 a grant: {granted} grants"
+        );
+        assert_eq!(net.pdcs[0].counters().credits_received, granted);
+        assert_eq!(net.pdcs[0].counters().retransmitted_packets, 0);
+    }
+
+    #[test]
+    fn a_sender_whose_grant_was_lost_sends_one_packet_after_a_timeout_and_hears_it_again() {
+        let config = UetConfig {
+            rccc: Some(4 * u64::from(MSS)),
+            ..config(false)
+        };
+        let mut net = Net::new(config, clean(), 12);
+        net.post(0, write_imm(1, 0, 8 * u64::from(MSS), 40_000, 5));
+        net.pdcs[1].post_recv(recv(7));
+        net.pull();
+        while net.deliver() {} // the speculated 4 land; their ACKs end speculation
+        net.pull(); // ACKs back; no credit: nothing more goes
+        while net.deliver() {}
+        net.pull();
+        assert!(net.wire.is_empty());
+        let (granted, _) = net.pdcs[1].grant_credit(crate::model::rccc::GRANT_BYTES);
+        assert!(granted > 0);
+        net.pull();
+        net.wire.retain(|(_, p)| p.kind != PdsKind::Credit); // the grant is lost
+        let due = net.pdcs[0].next_deadline().expect("a probe is due");
+        net.now = due;
+        net.pdcs[0].on_timer(due);
+        net.pull();
+        assert_eq!(net.wire.len(), 1, "one packet without credit");
+        assert!(net.wire[0].1.retransmit || net.wire[0].1.credit_target.is_some());
+        net.run();
+        assert_eq!(net.completions[0].len(), 1);
+        assert!(net.completions[0][0].status == WcStatus::Success);
     }
 
     #[test]
@@ -1583,10 +1765,12 @@ mod tests {
             reorder in 1usize..24,
             sizes in proptest::collection::vec(0u64..3000, 1..12),
             nscc in any::<bool>(),
+            rccc in any::<bool>(),
         ) {
             let faults = Faults { drop, trim, duplicate, reorder };
             let mut config = config(nscc);
             config.retries = 60;
+            config.rccc = rccc.then_some(4 * u64::from(MSS));
             let mut net = Net::new(config, faults, seed);
             let mut at = 0;
             for (i, &size) in sizes.iter().enumerate() {

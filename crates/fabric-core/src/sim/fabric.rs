@@ -52,6 +52,8 @@ pub enum Event {
     },
     /// A host's IB port's flow-control timer (an IB fabric).
     IbTimer(u32),
+    /// A host's receiver-credit pacer may grant (a UET fabric with RCCC).
+    CreditTimer(u32),
     /// A rank's iteration starts: its first step's sends are posted.
     StepBegins(u32),
     /// Fault `stall`: a host's NIC stops taking frames and pauses its switch port without end.
@@ -505,6 +507,11 @@ impl Fabric {
             Event::IbTimer(host) => {
                 if let Some(h) = self.hosts.get_mut(host as usize) {
                     h.ib_timer(host, &mut self.engine, &mut self.wires);
+                }
+            }
+            Event::CreditTimer(host) => {
+                if let Some(h) = self.hosts.get_mut(host as usize) {
+                    h.credit_timer(host, &mut self.engine, &mut self.wires);
                 }
             }
             Event::StepBegins(rank) => self.steps_begin(rank as usize),

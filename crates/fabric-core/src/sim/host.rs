@@ -21,6 +21,7 @@ use crate::model::ib_port::IbPort;
 use crate::model::pause::PrioritySet;
 use crate::model::queue_pair::QueuePair;
 use crate::model::rc::{default_timeout_ns, Completion, RcConfig, RcQueuePair};
+use crate::model::rccc::{CreditPacer, Turn, GRANT_BYTES};
 use crate::model::uet::{UetPdc, UetSpec};
 use crate::sim::congestion::{Arrival, HostCc, CNP_PRIORITY};
 use crate::sim::engine::{Engine, TimerId};
@@ -107,6 +108,8 @@ pub struct SimHost {
     uet_scratch: UetPacket,
     /// UET frames refused: not decodable, or a UDP checksum that failed.
     pub uet_malformed: u64,
+    /// Receiver credits (a UET fabric with RCCC): the NIC's pacer and its timer, made with the first PDC.
+    credit_pacer: Option<(CreditPacer, TimerId)>,
 }
 
 /// Frame buffers a host keeps for reuse (a NIC queue's worth and then some).
@@ -157,6 +160,7 @@ impl SimHost {
             uet: None,
             uet_scratch: UetPacket::default(),
             uet_malformed: 0,
+            credit_pacer: None,
         }
     }
 
@@ -257,6 +261,10 @@ impl SimHost {
         pdc.connect(peer_qpn, 0)
             .map_err(|error| error.to_string())?;
         let framer = UetFramer::new(self.mac, self.gateway_mac, self.ip, peer_ip);
+        if spec.rccc && self.credit_pacer.is_none() {
+            let pacer = CreditPacer::new(self.queue.pause.rate_bps, GRANT_BYTES);
+            self.credit_pacer = Some((pacer, engine.timer(Event::CreditTimer(index))));
+        }
         self.install(
             engine,
             index,
@@ -418,7 +426,7 @@ impl SimHost {
 
     /// A UET frame: to the PDC it names, if its checksum held and it comes from that PDC's peer; that PDC, for
     /// the caller as `receive` says.
-    fn receive_uet(&mut self, engine: &Engine<Event>, frame: &[u8]) -> Option<u32> {
+    fn receive_uet(&mut self, engine: &mut Engine<Event>, frame: &[u8]) -> Option<u32> {
         let Some(decoded) = uet::decode(frame).filter(|d| d.checksum_ok) else {
             self.uet_malformed += 1;
             self.counters.malformed += 1;
@@ -431,6 +439,12 @@ impl SimHost {
         match entry.map(|entry| (entry.peer_ip, &mut entry.qp)) {
             Some((peer_ip, QueuePair::Uet(pdc))) if peer_ip == decoded.src_ip => {
                 pdc.receive_with_payload(engine.now(), &decoded.packet, payload, &mut self.memory);
+                if pdc.credit_wanted() > 0 {
+                    if let Some((pacer, timer)) = self.credit_pacer.as_mut() {
+                        pacer.ask(qpn);
+                        engine.set_timer(*timer, pacer.next_deadline());
+                    }
+                }
                 Some(qpn)
             }
             _ => {
@@ -543,7 +557,7 @@ impl SimHost {
                     let framed = framer.encode(scratch, &scratch.payload, &mut frame).is_ok();
                     let priority = match scratch.kind {
                         PdsKind::Request => ROCE_PRIORITY,
-                        PdsKind::Ack | PdsKind::Nack => UET_CONTROL_PRIORITY,
+                        PdsKind::Ack | PdsKind::Nack | PdsKind::Credit => UET_CONTROL_PRIORITY,
                     };
                     self.mark_ready(qpn); // to the back of the turn
                     self.arm(engine, qpn);
@@ -721,6 +735,25 @@ impl SimHost {
                     .wake_at_time(engine, expiry, Event::QueueSend(index));
             }
         }
+    }
+
+    /// The credit pacer's grant is due: the PDC whose turn it is owes its peer a grant, and goes out.
+    pub fn credit_timer(&mut self, index: u32, engine: &mut Engine<Event>, wires: &mut [Wire]) {
+        let now = engine.now();
+        let Some((mut pacer, timer)) = self.credit_pacer.take() else {
+            return;
+        };
+        while let Some(qpn) = pacer.due(now) {
+            let (granted, turn) = match self.qp_mut(qpn) {
+                Some(QueuePair::Uet(pdc)) => pdc.grant_credit(pacer.per_grant()),
+                _ => (0, Turn::Full),
+            };
+            pacer.granted(now, qpn, granted, turn);
+            self.mark_ready(qpn);
+        }
+        engine.set_timer(timer, pacer.next_deadline());
+        self.credit_pacer = Some((pacer, timer));
+        self.pull(index, engine, wires);
     }
 
     /// An IB fabric: the host's IB port, its flow-control timer armed (its first packets, init, go at once).

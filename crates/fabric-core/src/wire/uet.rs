@@ -16,6 +16,10 @@
 //!   offset from the cumulative PSN and bit i is base + i, NSCC's state with the out-of-order count). It goes
 //!   out on the EV of the request it acknowledges.
 //! - A NACK is a PDS NACK (16 bytes: type 10, the code, the PSN, the responder's next expected PSN).
+//! - With receiver credits (RCCC) a request is a PDS RUD_CC_REQ (type 13, 16 bytes: the RUD request's 12,
+//!   a congestion control id and a 24-bit credit target: the credit the sender asks for, cumulative, in
+//!   256-byte units), and the receiver grants credit in a PDS CONTROL packet of type credit (16 bytes: type 11,
+//!   control type 7, the PDCs, and a 32-bit payload: the credit granted so far, cumulative, in 256-byte units).
 //! - DSCP: requests at 26 (priority 3, ECT(0)); ACKs and NACKs at 48 (priority 6); a trimmed request at 50
 //!   (priority 6: the switch rewrites it, and the receiver knows a trimmed header by it).
 //!
@@ -43,6 +47,12 @@ pub const TRIMMED_DSCP: u8 = 50;
 const RUD_REQ: u8 = 2;
 const ACK_CC: u8 = 8;
 const NACK: u8 = 10;
+const CONTROL: u8 = 11;
+const RUD_CC_REQ: u8 = 13;
+/// The control type (in the next-header slot) of a CONTROL packet granting credit.
+const CTL_CREDIT: u8 = 7;
+/// Bytes of credit per unit of a credit target or grant.
+pub const CREDIT_UNIT: u64 = 256;
 /// PDS next-header value of a SES standard request header.
 const SES_STANDARD: u8 = 3;
 /// PDS flags.
@@ -57,15 +67,19 @@ const SES_HD: u8 = 0x04;
 const SES_EOM: u8 = 0x02;
 const SES_SOM: u8 = 0x01;
 
-/// The PDS header of a request.
+/// The PDS header of a request, and of one asking for credit (RUD_CC_REQ).
 pub const PDS_REQUEST_LEN: usize = 12;
+pub const PDS_CC_REQUEST_LEN: usize = 16;
 /// The semantic header of a request.
 pub const SES_LEN: usize = 44;
 /// A PDS ACK_CC and a NACK.
 pub const ACK_LEN: usize = 32;
 pub const NACK_LEN: usize = 16;
+pub const CONTROL_LEN: usize = 16;
 /// Bytes before a request's payload in a frame (Ethernet, IPv4, UDP, PDS and SES): what a trim keeps.
 pub const REQUEST_HEADERS: usize = ETH_LEN + IP_LEN + UDP_LEN + PDS_REQUEST_LEN + SES_LEN;
+/// The same for a request asking for credit.
+pub const CC_REQUEST_HEADERS: usize = REQUEST_HEADERS + PDS_CC_REQUEST_LEN - PDS_REQUEST_LEN;
 const UDP_AT: usize = IP_AT + IP_LEN;
 const PDS_AT: usize = UDP_AT + UDP_LEN;
 
@@ -79,6 +93,8 @@ pub enum PdsKind {
     Ack,
     /// A negative acknowledgement of one packet.
     Nack,
+    /// Credit from a receiver (RCCC).
+    Credit,
 }
 
 /// NACK codes (UET's).
@@ -129,6 +145,10 @@ pub struct UetPacket {
     pub imm: Option<u32>,
     /// A request: a SEND (to the next receive posted) rather than a WRITE.
     pub send: bool,
+    /// A request with receiver credits: the credit its sender asks for, cumulative, in [`CREDIT_UNIT`]s (24
+    /// bits on the wire); a credit packet: the credit granted, cumulative, in [`CREDIT_UNIT`]s.
+    pub credit_target: Option<u32>,
+    pub credit: u32,
     /// The entropy value, carried in the UDP source port: the switches' ECMP hash takes it.
     pub ev: u16,
     /// From the IP header: CE-marked on the way, and trimmed by a switch (its payload cut off).
@@ -211,7 +231,7 @@ impl UetFramer {
         };
         let tos = match packet.kind {
             PdsKind::Request => DATA_DSCP << 2 | ECT0,
-            PdsKind::Ack | PdsKind::Nack => CONTROL_DSCP << 2,
+            PdsKind::Ack | PdsKind::Nack | PdsKind::Credit => CONTROL_DSCP << 2,
         };
         self.ident = self.ident.wrapping_add(1);
         let start = out.len();
@@ -249,11 +269,20 @@ fn pack(packet: &UetPacket, payload_len: usize, out: &mut Vec<u8>) -> Result<(),
         PdsKind::Request => {
             let flags = if packet.retransmit { FLAG_RETX } else { 0 }
                 | if packet.ack_request { FLAG_AR } else { 0 };
-            out.extend_from_slice(&prologue(RUD_REQ, SES_STANDARD, flags));
+            let kind = if packet.credit_target.is_some() {
+                RUD_CC_REQ
+            } else {
+                RUD_REQ
+            };
+            out.extend_from_slice(&prologue(kind, SES_STANDARD, flags));
             out.extend_from_slice(&0i16.to_be_bytes()); // clear PSN offset: this fabric keeps no per-PSN state to clear
             out.extend_from_slice(&packet.psn.to_be_bytes());
             out.extend_from_slice(&packet.spdcid.to_be_bytes());
             out.extend_from_slice(&packet.dpdcid.to_be_bytes());
+            if let Some(target) = packet.credit_target {
+                out.push(0); // congestion control id
+                out.extend_from_slice(&(target & 0xFF_FFFF).to_be_bytes()[1..]);
+            }
             let som = packet.offset == 0;
             let hd = som && packet.imm.is_some();
             let opcode = if packet.send { SES_SEND } else { SES_WRITE };
@@ -308,6 +337,14 @@ fn pack(packet: &UetPacket, payload_len: usize, out: &mut Vec<u8>) -> Result<(),
             out.extend_from_slice(&packet.spdcid.to_be_bytes());
             out.extend_from_slice(&packet.dpdcid.to_be_bytes());
             out.extend_from_slice(&packet.cack_psn.to_be_bytes());
+        }
+        PdsKind::Credit => {
+            out.extend_from_slice(&prologue(CONTROL, CTL_CREDIT, 0));
+            out.extend_from_slice(&0u16.to_be_bytes()); // probe opaque
+            out.extend_from_slice(&0u32.to_be_bytes()); // PSN: a grant acknowledges nothing
+            out.extend_from_slice(&packet.spdcid.to_be_bytes());
+            out.extend_from_slice(&packet.dpdcid.to_be_bytes());
+            out.extend_from_slice(&packet.credit.to_be_bytes());
         }
     }
     Ok(())
@@ -369,8 +406,16 @@ pub fn decode(frame: &[u8]) -> Option<DecodedUet> {
     };
     let mut payload_at = end;
     match (kind, next) {
-        (RUD_REQ, SES_STANDARD) => {
-            let ses = pds.get(PDS_REQUEST_LEN..PDS_REQUEST_LEN + SES_LEN)?;
+        (RUD_REQ | RUD_CC_REQ, SES_STANDARD) => {
+            let pds_len = if kind == RUD_CC_REQ {
+                let target = pds.get(12..16)?;
+                packet.credit_target =
+                    Some(u32::from_be_bytes([0, target[1], target[2], target[3]]));
+                PDS_CC_REQUEST_LEN
+            } else {
+                PDS_REQUEST_LEN
+            };
+            let ses = pds.get(pds_len..pds_len + SES_LEN)?;
             packet.kind = PdsKind::Request;
             packet.retransmit = flags & FLAG_RETX != 0;
             packet.ack_request = flags & FLAG_AR != 0;
@@ -393,7 +438,7 @@ pub fn decode(frame: &[u8]) -> Option<DecodedUet> {
                 packet.offset = u64::from(be32(ses, 36)?);
             }
             packet.length = u64::from(be32(ses, 40)?);
-            payload_at = PDS_AT + PDS_REQUEST_LEN + SES_LEN;
+            payload_at = PDS_AT + pds_len + SES_LEN;
         }
         (ACK_CC, _) => {
             let ack = pds.get(..ACK_LEN)?;
@@ -417,6 +462,11 @@ pub fn decode(frame: &[u8]) -> Option<DecodedUet> {
             packet.psn = be32(nack, 4)?;
             packet.cack_psn = be32(nack, 12)?;
         }
+        (CONTROL, CTL_CREDIT) => {
+            let control = pds.get(..CONTROL_LEN)?;
+            packet.kind = PdsKind::Credit;
+            packet.credit = be32(control, 12)?;
+        }
         _ => return None,
     }
     Some(DecodedUet {
@@ -430,13 +480,14 @@ pub fn decode(frame: &[u8]) -> Option<DecodedUet> {
 }
 
 /// A switch out of room for `frame`: if it is a trimmable UET request (data DSCP, no IP options, longer than
-/// its headers), cuts it to [`REQUEST_HEADERS`], moves it to [`TRIMMED_DSCP`] (its ECN bits kept) and fixes
-/// its lengths and checksums; true if it did.
+/// its headers), cuts it to its headers ([`REQUEST_HEADERS`], or [`CC_REQUEST_HEADERS`] for a request asking
+/// for credit), moves it to [`TRIMMED_DSCP`] (its ECN bits kept) and fixes its lengths and checksums; true if
+/// it did.
 pub fn trim_in_place(frame: &mut Vec<u8>) -> bool {
-    if !trimmable(frame, frame.len()) {
+    let Some(headers) = trimmable(frame, frame.len()) else {
         return false;
-    }
-    frame.truncate(REQUEST_HEADERS);
+    };
+    frame.truncate(headers);
     rewrite_trimmed(frame);
     true
 }
@@ -444,29 +495,32 @@ pub fn trim_in_place(frame: &mut Vec<u8>) -> bool {
 /// [`trim_in_place`] for a frame of `len` bytes whose first bytes are `head` (a frame whose payload lies
 /// elsewhere): its trimmed copy, if it is trimmable.
 pub fn trimmed_copy(head: &[u8], len: usize) -> Option<Vec<u8>> {
-    if !trimmable(head, len) {
-        return None;
-    }
-    let mut frame = head.get(..REQUEST_HEADERS)?.to_vec();
+    let headers = trimmable(head, len)?;
+    let mut frame = head.get(..headers)?.to_vec();
     rewrite_trimmed(&mut frame);
     Some(frame)
 }
 
-/// Whether a frame of `len` bytes starting with `head` is a trimmable UET request.
-fn trimmable(head: &[u8], len: usize) -> bool {
-    len > REQUEST_HEADERS
-        && head.len() >= REQUEST_HEADERS
+/// If a frame of `len` bytes starting with `head` is a trimmable UET request, the length of its headers.
+fn trimmable(head: &[u8], len: usize) -> Option<usize> {
+    let headers = match be16(head, PDS_AT).map(|word| (word >> 11) as u8) {
+        Some(RUD_REQ) => REQUEST_HEADERS,
+        Some(RUD_CC_REQ) => CC_REQUEST_HEADERS,
+        _ => return None,
+    };
+    (len > headers
+        && head.len() >= headers
         && head.get(IP_AT) == Some(&0x45)
         && head.get(IP_AT + 1).is_some_and(|tos| tos >> 2 == DATA_DSCP)
         && head.get(IP_AT + 9) == Some(&IPPROTO_UDP)
-        && be16(head, UDP_AT + 2) == Some(UET_PORT)
-        && be16(head, PDS_AT).is_some_and(|word| (word >> 11) as u8 == RUD_REQ)
+        && be16(head, UDP_AT + 2) == Some(UET_PORT))
+    .then_some(headers)
 }
 
-/// A request cut to its headers: the trimmed DSCP (ECN kept), its lengths and checksums.
+/// A request cut to its headers (the frame's length): the trimmed DSCP (ECN kept), its lengths and checksums.
 fn rewrite_trimmed(frame: &mut [u8]) {
     frame[IP_AT + 1] = TRIMMED_DSCP << 2 | (frame[IP_AT + 1] & 0x03);
-    let total = (REQUEST_HEADERS - ETH_LEN) as u16;
+    let total = (frame.len() - ETH_LEN) as u16;
     frame[IP_AT + 2..IP_AT + 4].copy_from_slice(&total.to_be_bytes());
     frame[UDP_AT + 4..UDP_AT + 6].copy_from_slice(&(total - IP_LEN as u16).to_be_bytes());
     set_ip_checksum(frame);
@@ -642,6 +696,43 @@ mod tests {
             )
             .unwrap();
         assert!(!trim_in_place(&mut ack), "nor is an ACK");
+    }
+
+    #[test]
+    fn credit_requests_and_grants_come_back_whole_and_trim_to_their_longer_headers() {
+        let packet = UetPacket {
+            credit_target: Some(0xAB_CDEF),
+            ..request(4096)
+        };
+        let (decoded, frame) = roundtrip(&packet, &[3; 100]);
+        assert_eq!(frame.len(), CC_REQUEST_HEADERS + 100);
+        assert_eq!(be16(&frame, PDS_AT).map(|w| w >> 11), Some(13)); // RUD_CC_REQ
+        assert_eq!(
+            decoded.packet,
+            UetPacket {
+                payload: Vec::new(),
+                ..packet.clone()
+            }
+        );
+        let mut long = Vec::new();
+        framer().encode(&packet, &[3; 4000], &mut long).unwrap();
+        assert!(trim_in_place(&mut long));
+        assert_eq!(long.len(), CC_REQUEST_HEADERS);
+        let trimmed = decode(&long).unwrap();
+        assert!(trimmed.packet.trimmed && trimmed.checksum_ok);
+        assert_eq!(trimmed.packet.credit_target, Some(0xAB_CDEF)); // the receiver still reads the ask
+        let grant = UetPacket {
+            kind: PdsKind::Credit,
+            spdcid: 4,
+            dpdcid: 3,
+            credit: 0xFFFF_FFF0,
+            ev: 5,
+            ..UetPacket::default()
+        };
+        let (decoded, frame) = roundtrip(&grant, &[]);
+        assert_eq!(frame.len(), ETH_LEN + IP_LEN + UDP_LEN + CONTROL_LEN);
+        assert_eq!(frame[IP_AT + 1] >> 2, CONTROL_DSCP);
+        assert_eq!(decoded.packet, grant);
     }
 
     #[test]
