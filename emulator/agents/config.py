@@ -42,6 +42,9 @@ from emulator.model.mmu import MmuConfig
 MAX_MTU = 65535  # an IPv4 packet's total length field
 MAX_KEY_DIGITS = 18  # an integer key in the JSON (a DLID) has fewer digits; longer ones are not read
 MAX_CPUS = 8192  # the kernel's largest NR_CPUS
+# A transport time (UET's RTT and timeout, RC's reorder wait) is at most a day: longer is a mistake, and it bounds
+# the arithmetic.
+MAX_TIME_NS = 86_400 * 10**9
 
 T = TypeVar("T")
 
@@ -143,6 +146,7 @@ class HostIbConfig(_Checked):
     peer_capacity: int = _at_least(1)  # bytes each VL of the switch port receives into
     fc_floor: int = _within(0, FABRIC_REFRESH_NS)  # ns: the switch's; the least time a grown grant waits
     reorder: int = field(default=0, metadata={"range": (0, MAX_REORDER)})  # requests held past a gap (AR)
+    reorder_wait_ns: int = field(default=0, metadata={"range": (0, MAX_TIME_NS)})  # then NAKed (0: the QP's default)
 
     def check(self) -> None:
         _check_sl2vl(self.sl2vl, self.vls)
@@ -175,6 +179,7 @@ class SwitchConfig(AgentConfig):
     routes: dict[str, tuple[str, ...]]  # host IPv4 address -> ifnames of its equal-cost egress ports
     ib: SwitchIbConfig | None
     routes_file: str | None = None  # where new routes wait when a link goes down or up (``routes`` request)
+    ib_sweeps_file: str | None = None  # ib: the subnet manager's tables with each link down (``ib-tables``)
 
     def check(self) -> None:
         check_routes(self.routes, {port.ifname for port in self.ports})
@@ -190,6 +195,27 @@ class SwitchConfig(AgentConfig):
                 raise ConfigError(f"ib.lft: {shown(self.ib.lft)} sends to a port this switch lacks")
             if not all(0 <= index < len(self.ports) for group in self.ib.ar.values() for index in group):
                 raise ConfigError(f"ib.ar: {shown(self.ib.ar)} sends to a port this switch lacks")
+
+
+@dataclass(frozen=True)
+class IbTables(_Checked):
+    """A switch's IB forwarding: its LFT (DLID -> port index) and adaptive routing groups (DLID -> indices)."""
+
+    lft: dict[int, int]
+    ar: dict[int, tuple[int, ...]]
+
+    def check(self) -> None:
+        for dlid in (*self.lft, *self.ar):
+            if not 1 <= dlid <= MAX_UNICAST_LID:
+                raise ConfigError(f"{shown(dlid)} is no unicast DLID")
+
+
+@dataclass(frozen=True)
+class IbSweeps(_Checked):
+    """A switch's IB tables as the subnet manager sweeps them with no link down (key "-") and with each
+    switch-to-switch link down (key "a-b", its switches' names sorted): the builder's ib sweeps file."""
+
+    tables: dict[str, IbTables]
 
 
 @dataclass(frozen=True)
@@ -212,7 +238,6 @@ def check_routes(routes: dict[str, tuple[str, ...]], ports: set[str]) -> None:
 
 SPRAYS = ("reps", "oblivious", "flow")  # how a UET sender chooses each packet's entropy value (model::spray)
 MAX_EVS = 16384  # the UDP source ports an entropy value may take (wire::uet)
-MAX_UET_NS = 86_400 * 10**9  # a UET time (RTT, timeout) is at most a day: longer is a mistake, and it bounds the arithmetic
 
 
 @dataclass(frozen=True)
@@ -221,8 +246,8 @@ class UetTransport(_Checked):
 
     spray: str
     evs: int = _within(1, MAX_EVS)
-    network_rtt_ns: int = _within(1, MAX_UET_NS)  # the empty fabric's longest round trip: NSCC's base RTT, scale
-    timeout_ns: int = _within(1, MAX_UET_NS)  # a packet not acknowledged this long is sent again
+    network_rtt_ns: int = _within(1, MAX_TIME_NS)  # the empty fabric's longest round trip: NSCC's base RTT, scale
+    timeout_ns: int = _within(1, MAX_TIME_NS)  # a packet not acknowledged this long is sent again
     rccc: bool = False  # receiver credits: a sender sends what its receiver granted (model::rccc)
 
     def check(self) -> None:

@@ -111,7 +111,9 @@ class Rnic:
         self._next_cq = 1
         self.counters = {"bad_requests": 0, "clients_refused": 0, "clients_dropped": 0}
         self.rates_file = config.rates_file if config.cc is not None and config.ib is None else None
-        self.reorder = config.ib.reorder if config.ib is not None else 0  # adaptive routing reorders (RcConfig)
+        # adaptive routing reorders: requests held past a gap, and how long (RcConfig)
+        self.reorder = {"reorder": config.ib.reorder, "reorder_wait_ns": config.ib.reorder_wait_ns} \
+            if config.ib is not None else {}
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         bind_private(self.server, config.verbs)
         self.server.listen(16)
@@ -327,7 +329,7 @@ class Rnic:
                    if (value := optional_integer(request, key, low, high)) is not None}
         options.setdefault("timeout_ns", default_timeout_ns(self.rate_bps, mtu, options.get("max_inflight",
                                                                                           RcConfig.max_inflight)))
-        config = RcConfig(mtu=mtu, max_msg=MAX_MR_BYTES, reorder=self.reorder, **options)
+        config = RcConfig(mtu=mtu, max_msg=MAX_MR_BYTES, **self.reorder, **options)
         self.nic.connect(entry.qpn, entry.owner, entry.initial_psn, config, remote_qpn, remote_psn, remote_ip,
                          entry.early_recvs)
         entry.connected = True

@@ -25,7 +25,7 @@ from typing import Any
 
 from emulator.agents.base import AgentBase, Loop
 from emulator.errors import FabricError
-from emulator.agents.config import RouteTable, SwitchConfig, check_routes, read
+from emulator.agents.config import IbSweeps, RouteTable, SwitchConfig, check_routes, read
 from emulator._core.dataplane import Switch
 from emulator._core.fidelity import verdict
 from emulator._core.pfc import MAX_QUANTA, PRIORITIES
@@ -45,6 +45,7 @@ class SwitchAgent(AgentBase):
         self.unordered = keep_flows_in_order(self.ifnames, whole_link=config.ib is not None,
                                              rx_cpus=[port.rx_cpu for port in config.ports])
         self.routes_file = config.routes_file
+        self.ib_sweeps_file = config.ib_sweeps_file
         self.routes = dict(config.routes)  # what it forwards by, for ``held-routes``
         self.netns = config.netns
         self.kernel_counters: NamespaceDrops | None = None  # opened at the first stats request
@@ -54,7 +55,9 @@ class SwitchAgent(AgentBase):
     def command(self, request: list[str]) -> dict[str, Any]:
         """``pfc IFNAME PRIORITY QUANTA``: send one PFC frame out of a port; ``routes``: take the routes file's
         table (a link went down or up), checked first: a bad file changes nothing; ``held-routes``: the table it
-        forwards by (host address -> its ECMP ports), so that a check can compare it with the run's record."""
+        forwards by (host address -> its ECMP ports), so that a check can compare it with the run's record;
+        ``ib-tables KEY [IFNAME...]``: on ib, forward by the subnet manager's sweep KEY of the sweeps file ("-" no
+        link down, "a-b" that link down), what was queued for the ports IFNAME lost with their link."""
         if request == ["held-routes"]:
             return {"routes": {ip: list(names) for ip, names in self.routes.items()}}
         if request == ["routes"]:
@@ -65,6 +68,8 @@ class SwitchAgent(AgentBase):
             self.core.set_routes(table.routes)
             self.routes = dict(table.routes)
             return {"routes": len(self.routes)}
+        if request[:1] == ["ib-tables"] and len(request) >= 2:
+            return self._ib_tables(request[1], request[2:])
         if request[:1] != ["pfc"] or len(request) != 4:
             return super().command(request)
         if request[1] not in self.ifnames:
@@ -75,6 +80,23 @@ class SwitchAgent(AgentBase):
                              f"(0 to {MAX_QUANTA}) out of range")
         return {"sent": self.core.send_pfc(request[1], priority, quanta).hex()}
 
+
+    def _ib_tables(self, key: str, down: list[str]) -> dict[str, Any]:
+        """Sweep ``key`` of the IB sweeps file, checked first (a bad file or key changes nothing)."""
+        if self.ib_sweeps_file is None:
+            raise ValueError("this switch has no IB sweeps file")
+        tables = read(self.ib_sweeps_file, IbSweeps).tables.get(key)
+        if tables is None:
+            raise ValueError(f"no IB sweep {key!r} in {self.ib_sweeps_file}")
+        ports = len(self.ifnames)
+        if not all(0 <= p < ports for p in (*tables.lft.values(), *(p for g in tables.ar.values() for p in g))):
+            raise ValueError(f"IB sweep {key!r} sends to a port this switch lacks")
+        unknown = [name for name in down if name not in self.ifnames]
+        if unknown:
+            raise ValueError(f"no port {unknown[0]!r} on {self.name}")
+        lost = self.core.set_ib_tables(sorted(tables.lft.items()),
+                                       sorted((dlid, list(group)) for dlid, group in tables.ar.items()), down)
+        return {"ib_tables": key, "lost": lost}
     def stats(self) -> dict[str, Any]:
         counters = self.core.stats(self.now())
         return {"switch": self.name, "scheduling": self.scheduling, "cpu": self.cpu, "ports": counters["ports"],

@@ -19,11 +19,13 @@ import os
 from emulator.agents.config import HostConfig, HostIbConfig, PortConfig, SwitchConfig, SwitchIbConfig, UetTransport
 from emulator.fabric import runstate
 from emulator.fabric.ib_subnet import Subnet
-from emulator.fabric.plan import FabricPlan, NodePlan
+from emulator.fabric.ib_sweeps import sweeps_file, switch_tables
+from emulator.fabric.plan import FabricPlan, LinkParams, NodePlan
 from emulator.model.dcqcn import DcqcnParams, at_link
 from emulator.model.mmu import MmuConfig
 from emulator.model.switch_params import derive_config
 from emulator._core.ib import SLS
+from emulator._core.mac import ETH_LEN
 from emulator._core.rc import RcConfig
 
 IB_SL = 0  # the service level RDMA uses on --fabric ib
@@ -31,6 +33,12 @@ HOST_IB_BUFFER = 2048 * 64  # a host RNIC takes every packet at once; it adverti
 # With adaptive routing a QP's packets may pass each other, but none is further ahead than a window of
 # unacknowledged PSNs: its responder holds that many past a gap, and go-back-N is left for real losses.
 AR_REORDER = RcConfig.max_inflight
+
+
+def reorder_wait_ns(link: LinkParams) -> int:
+    """How long a responder on ``link`` holds requests past a gap before it NAKs it: the time of a window of
+    full frames (no packet that only took a longer path is later than that; one lost with a link is)."""
+    return max(1, AR_REORDER * (link.mtu + ETH_LEN) * 8 * 1_000_000_000 // link.bw_bps)
 
 
 def switch_mmu(node: NodePlan, fabric: str, overrides: dict[str, str]) -> MmuConfig:
@@ -81,6 +89,7 @@ def _agent_config(plan: FabricPlan, node: NodePlan, seed: int, mmu_configs: dict
         **common, mmu=mmu_configs[node.name],
         occupancy_file=os.path.join(directory, f"{node.name}.occupancy.csv"),
         routes_file=os.path.join(directory, f"{node.name}.routes.json"),
+        ib_sweeps_file=sweeps_file(directory, node.name) if subnet is not None else None,
         ports=tuple(
             PortConfig(ifname=p.ifname, mac=p.mac, peer_mac=p.peer_mac, rate_bps=p.params.bw_bps,
                        mtu=p.params.mtu, delay_ns=p.params.delay_ns,
@@ -102,7 +111,8 @@ def host_ib(plan: FabricPlan, node: NodePlan, mmu_configs: dict[str, MmuConfig],
     return HostIbConfig(lid=subnet.lids[node.name], sl=IB_SL, sl2vl=_sl2vl(subnet), vls=subnet.vls,
                         lids={n.ip: subnet.lids[n.name] for n in plan.hosts()},
                         capacity=HOST_IB_BUFFER, peer_capacity=mmu_configs[peer].vl_buffer,
-                        fc_floor=mmu_configs[peer].fc_floor, reorder=AR_REORDER if subnet.ar else 0)
+                        fc_floor=mmu_configs[peer].fc_floor, reorder=AR_REORDER if subnet.ar else 0,
+                        reorder_wait_ns=reorder_wait_ns(node.ports[0].params) if subnet.ar else 0)
 
 
 def switch_ib(plan: FabricPlan, node: NodePlan, mmu_configs: dict[str, MmuConfig],
@@ -111,16 +121,12 @@ def switch_ib(plan: FabricPlan, node: NodePlan, mmu_configs: dict[str, MmuConfig
     sizes."""
     if subnet is None:
         return None
-    index_of = {port.number: i for i, port in enumerate(node.ports)}
     peers = tuple(mmu_configs[p.peer_node].vl_buffer if plan.nodes[p.peer_node].kind == "switch"
                   else HOST_IB_BUFFER for p in node.ports)
-    return SwitchIbConfig(lft={dlid: index_of[number] for dlid, number in subnet.lfts[node.name].items()
-                               if number in index_of},
-                          sl2vl=_sl2vl(subnet), vls=subnet.vls,
+    tables = switch_tables(subnet, node)
+    return SwitchIbConfig(lft=tables.lft, sl2vl=_sl2vl(subnet), vls=subnet.vls,
                           vl_buffer=mmu_configs[node.name].vl_buffer, peer_capacity=peers,
-                          fc_floor=mmu_configs[node.name].fc_floor,
-                          ar={dlid: tuple(index_of[number] for number in group)
-                              for dlid, group in subnet.ar.get(node.name, {}).items()})
+                          fc_floor=mmu_configs[node.name].fc_floor, ar=tables.ar)
 
 
 def _sl2vl(subnet: Subnet) -> tuple[int, ...]:

@@ -42,6 +42,7 @@ from emulator.fabric.link_state import save_graph
 from emulator.fabric.plan import GATEWAY_IP, FabricPlan, NodePlan, make_plan, switch_graph, veth_mac
 from emulator.fabric.uet_transport import UET_IP_HEADERS, uet_transport
 from emulator.fabric.ib_subnet import assign as assign_subnet
+from emulator.fabric.ib_sweeps import write_sweeps
 from emulator.fabric.privileges import require_root
 from emulator.fabric.reachability import pingall
 from emulator.fabric.stats import collect_stats
@@ -229,6 +230,8 @@ class Fabric:
         cpus = process_cpus(len(groups), os.sched_getaffinity(0))
         configs = agent_configs(self.plan, self.seed, self.mmu_configs, self.subnet, self.monitor,
                                 node_cpus(groups, cpus), self.cc, self.dilation, self.uet)
+        if self.subnet is not None:  # the subnet manager's sweeps with each link down, for `link`
+            write_sweeps(self.directory, self.plan, adaptive=bool(self.subnet.ar))
         for number, (group, cpu) in enumerate(zip(groups, cpus)):
             specs = []
             for node in group:

@@ -63,15 +63,17 @@ class Subnet:
     ar: dict[str, dict[int, tuple[int, ...]]] = field(default_factory=dict)  # switch -> DLID -> AR port numbers
 
 
-def assign(plan: FabricPlan, vls: int = 4, adaptive: bool = False) -> Subnet:
-    """Sweep ``plan`` as OpenSM would: LIDs, GUIDs, min-hop LFTs, SL2VL, and with ``adaptive`` the AR groups."""
+def assign(plan: FabricPlan, vls: int = 4, adaptive: bool = False,
+           without: frozenset[frozenset[str]] = frozenset()) -> Subnet:
+    """Sweep ``plan`` as OpenSM would: LIDs, GUIDs, min-hop LFTs, SL2VL, and with ``adaptive`` the AR groups;
+    the switch-to-switch links in ``without`` (pairs of switch names) are down and carry no route."""
     if vls not in DATA_VL_COUNTS:
         raise FabricError(f"bad VL count {vls}: an IB port has {', '.join(map(str, DATA_VL_COUNTS))} data VLs")
     order = _lid_order(plan)
     if len(order) > MAX_UNICAST_LID:
         raise FabricError(f"fabric has {len(order)} endports; InfiniBand has only {MAX_UNICAST_LID} unicast LIDs")
     lids = {name: lid for lid, name in enumerate(order, start=1)}
-    links = {s.name: _switch_links(plan, s) for s in plan.switches()}
+    links = {s.name: _switch_links(plan, s, without) for s in plan.switches()}
     distances = {target: hop_distances(links, target) for target in links}
     routes = {s: _min_hop_lft(plan, s, order, links[s], distances) for s in order if s in links}
     return Subnet(
@@ -107,9 +109,10 @@ def _lid_order(plan: FabricPlan) -> list[str]:
     return hosts + switches
 
 
-def _switch_links(plan: FabricPlan, switch: NodePlan) -> list[PortPlan]:
-    """The ports of ``switch`` cabled to other switches: the only transit paths."""
-    return [p for p in switch.ports if plan.nodes[p.peer_node].kind == "switch"]
+def _switch_links(plan: FabricPlan, switch: NodePlan, without: frozenset[frozenset[str]]) -> list[PortPlan]:
+    """The ports of ``switch`` cabled to other switches, but for the links ``without``: the only transit paths."""
+    return [p for p in switch.ports if plan.nodes[p.peer_node].kind == "switch"
+            and frozenset((switch.name, p.peer_node)) not in without]
 
 
 def _next_hops(switch: str, ports: list[PortPlan], dist: dict[str, int]) -> list[int]:

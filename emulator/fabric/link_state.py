@@ -8,8 +8,10 @@ queued for it are lost, as on a real link) and then converges routing at
 once: shortest paths without the link, written to each switch's routes
 file and taken by its agent (``routes``).  A link whose loss would leave a
 switch without a path to a host is refused.  The links down are recorded
-in ``links_down.json``.  Ethernet fabrics only: the ib fabric routes by its
-subnet manager's forwarding tables.
+in ``links_down.json``.  On the ib fabric the switches forward by the
+subnet manager's tables instead: each agent takes the sweep without the
+link (:mod:`emulator.fabric.ib_sweeps`, ``ib-tables``), and what its IB
+plane queued for the dead link is lost with it; one link down at a time.
 
 A change holds the run's lock (:func:`emulator.fabric.runstate.run_lock`)
 from reading the record to the last agent's answer, and every file is
@@ -35,6 +37,7 @@ from emulator.agents.config import RouteTable, dump
 from emulator.errors import FabricError, one_line, shown
 from emulator.fabric import runstate
 from emulator.fabric.agent_control import query_agent
+from emulator.fabric.ib_sweeps import NO_LINK_DOWN, sweep_key
 from emulator.fabric.plan import SwitchGraph, routes_over
 from emulator.kernel.links import set_link_up
 
@@ -71,9 +74,6 @@ def set_link(state: runstate.RunState, a: str, b: str, up: bool) -> str:
 
     FabricError (one line) if it is refused, or if it failed and was undone (the line says what was put back).
     """
-    if state.fabric == "ib":
-        raise FabricError("links go down on the Ethernet fabrics only: the ib fabric routes by its subnet "
-                          "manager's forwarding tables")
     with runstate.run_lock(state.run) as present, runstate.uninterrupted():
         if not present:
             raise FabricError(f"run {state.run} was taken down meanwhile")
@@ -92,6 +92,9 @@ def _change(state: runstate.RunState, a: str, b: str, up: bool) -> str:
     change = f"link {a}-{b} {'up' if up else 'down'}"
     if wanted == down:
         return f"link {a}-{b} is {'up' if up else 'down'} already"
+    if state.fabric == "ib" and len(wanted) > 1:
+        raise FabricError(f"link {a}-{b} stays up: the ib fabric's subnet manager was swept for one link down at "
+                          f"a time, and {'-'.join(sorted(next(iter(down))))} is down")
     try:
         routes = routes_over(graph.without(wanted))
     except FabricError as err:
@@ -102,11 +105,12 @@ def _change(state: runstate.RunState, a: str, b: str, up: bool) -> str:
     except FabricError as err:
         raise FabricError(f"{change} failed, nothing changed: {err}") from None
     _record(state.directory, wanted)  # the kernel's cables, from here on
-    refused = _give_routes(state, routes)
+    refused = _give_routes(state, routes) or _give_ib_tables(state, graph, wanted)
     if refused:
         undone = _undo(state, graph, cable, up, down, refused)
         raise FabricError(f"{change} failed: {'; '.join(refused.values())}; {undone}")
-    return f"{change}: routes of {len(routes)} switches recomputed"
+    swept = ", the subnet manager's sweep taken" if state.fabric == "ib" else ""
+    return f"{change}: routes of {len(routes)} switches recomputed{swept}"
 
 
 def _set_cable(cable: list[tuple[str, str]], up: bool) -> None:
@@ -146,6 +150,27 @@ def _give_routes(state: runstate.RunState, routes: dict[str, dict[str, list[str]
     return refused
 
 
+def _give_ib_tables(state: runstate.RunState, graph: SwitchGraph, down: set[frozenset[str]]) -> dict[str, str]:
+    """On ib, have each switch's agent take the subnet manager's sweep with the links ``down`` (at most one), what
+    it queued for them lost; why, for each switch that did not."""
+    if state.fabric != "ib":
+        return {}
+    pair = sorted(next(iter(down))) if down else None
+    key = sweep_key(*pair) if pair else NO_LINK_DOWN
+    ends = dict(zip(pair, graph.link(*pair) or ())) if pair else {}
+    refused = {}
+    for switch in graph.links:
+        request = " ".join(["ib-tables", key] + ([ends[switch]] if switch in ends else []))
+        try:
+            reply = query_agent(runstate.control_socket(state.run, switch), request)
+        except (OSError, ValueError) as err:
+            refused[switch] = f"{switch}'s agent does not answer ({one_line(str(err)) or type(err).__name__})"
+            continue
+        if "error" in reply:
+            refused[switch] = f"{switch} refused its IB tables: {one_line(str(reply['error']))}"
+    return refused
+
+
 def _undo(state: runstate.RunState, graph: SwitchGraph, cable: list[tuple[str, str]], up: bool,
           down: set[frozenset[str]], refused: dict[str, str]) -> str:
     """Put the cable back and every switch's routes as they were (``refused``: the switches that did not take the
@@ -156,7 +181,7 @@ def _undo(state: runstate.RunState, graph: SwitchGraph, cable: list[tuple[str, s
         return (f"the cable could not be put back ({err}): links_down.json records it {'up' if up else 'down'}; "
                 f"fabric-emu down --run {state.run} removes the run")
     _record(state.directory, down)
-    again = _give_routes(state, routes_over(graph.without(down)))
+    again = _give_routes(state, routes_over(graph.without(down))) or _give_ib_tables(state, graph, down)
     kept = sorted(set(again) - set(refused))  # took the change, then not its undo
     if kept:
         return f"the cable was put back, but {', '.join(kept)} kept the new routes: {again[kept[0]]}"

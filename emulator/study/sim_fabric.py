@@ -17,7 +17,8 @@ from typing import Any, Iterable, Mapping
 from emulator._core.mac import ETH_LEN, mac_bytes
 from emulator.agents.config import UetTransport
 from emulator.fabric.agent_config import host_ib, switch_ib, switch_mmu
-from emulator.fabric.ib_subnet import ROUTINGS, assign
+from emulator.fabric.ib_subnet import ROUTINGS, Subnet, assign
+from emulator.fabric.ib_sweeps import switch_tables
 from emulator.fabric.plan import FabricPlan, NodePlan, routes_over, switch_graph, uplinks
 from emulator.fabric.uet_transport import uet_transport
 from emulator.model.dcqcn import DcqcnParams, at_link
@@ -89,14 +90,17 @@ def _rust_uet(uet: UetTransport) -> tuple[str, int, bool, int, int, bool]:
     return uet.spray, uet.evs, True, uet.network_rtt_ns, uet.timeout_ns, uet.rccc
 
 
-def link_faults(plan: FabricPlan, faults: Iterable[Fault]) -> list[tuple[Any, ...]]:
+def link_faults(plan: FabricPlan, faults: Iterable[Fault], ib_routing: str | None = None) -> list[tuple[Any, ...]]:
     """The ``down`` faults as the compiled fabric's ``set_link_faults`` takes them: each link's two wires (link i
-    of the plan is wires 2i and 2i+1, as :func:`build_rust_fabric` lays them), its times, and every switch's
-    routes without the link and with it (the emulator's ``fabric-emu link`` recomputes them so)."""
+    of the plan is wires 2i and 2i+1, as :func:`build_rust_fabric` lays them), its times, every switch's
+    routes without the link and with it (the emulator's ``fabric-emu link`` recomputes them so), and on an ``ib``
+    fabric (``ib_routing`` its routing) every switch's LFT and AR groups without it and with it."""
     switches = plan.switches()
     number = {node.name: i for i, node in enumerate(switches)}
     addresses: dict[str, bytes] = {}
     up = [(number[node.name], _rust_routes(node, plan.routes[node.name], addresses)) for node in switches]
+    adaptive = ib_routing == "adaptive"
+    ib_up = ib_tables(plan, assign(plan, adaptive=adaptive)) if ib_routing is not None else []
     out = []
     for fault in faults:
         if fault.kind != "down" or fault.link is None:
@@ -105,7 +109,19 @@ def link_faults(plan: FabricPlan, faults: Iterable[Fault]) -> list[tuple[Any, ..
         link = next(i for i, (a, b) in enumerate(plan.links) if frozenset((a.node, b.node)) == pair)
         routes = routes_over(switch_graph(plan).without({pair}))
         down = [(number[node.name], _rust_routes(node, routes[node.name], addresses)) for node in switches]
-        out.append(((2 * link, 2 * link + 1), fault.at_ns, fault.duration_ns, down, up))
+        ib_down = ib_tables(plan, assign(plan, adaptive=adaptive, without=frozenset({pair}))) \
+            if ib_routing is not None else []
+        out.append(((2 * link, 2 * link + 1), fault.at_ns, fault.duration_ns, down, up, ib_down, ib_up))
+    return out
+
+
+def ib_tables(plan: FabricPlan, subnet: Subnet) -> list[tuple[int, tuple[list, list]]]:
+    """Every switch's LFT and AR groups in ``subnet``, by switch index and port index, as the compiled fabric
+    takes them."""
+    out = []
+    for i, node in enumerate(plan.switches()):
+        tables = switch_tables(subnet, node)
+        out.append((i, (sorted(tables.lft.items()), sorted((dlid, list(g)) for dlid, g in tables.ar.items()))))
     return out
 
 
@@ -154,7 +170,8 @@ def _rust_ib_spec(plan: FabricPlan, mmu_configs: dict[str, MmuConfig], routing: 
         ib = host_ib(plan, node, mmu_configs, subnet)
         assert ib is not None
         host_specs.append((ib.lid, list(ib.lids.items()), ib.sl, ib.sl2vl[ib.sl], ib.vls, ib.capacity,
-                           ib.peer_capacity, ETH_LEN + node.ports[0].params.mtu, ib.fc_floor, ib.reorder))
+                           ib.peer_capacity, ETH_LEN + node.ports[0].params.mtu, ib.fc_floor, ib.reorder,
+                           ib.reorder_wait_ns))
     return switch_specs, host_specs
 
 

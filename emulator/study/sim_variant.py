@@ -112,7 +112,8 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None],
                                                       variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS))
     # "stall" and "down": experiment.py refuses the others for this backend
     fabric.set_faults([(names.index(f.host), f.at_ns, f.duration_ns) for f in variant.faults if f.kind == "stall"])
-    fabric.set_link_faults(link_faults(fabric_plan, variant.faults))
+    fabric.set_link_faults(link_faults(fabric_plan, variant.faults,
+                                       variant.routing if variant.fabric == "ib" else None))
     run = run_rust_collective(fabric, names, variant.collective, variant.size, variant.iterations, variant.warmup,
                               variant.senders, variant.mtu, progress, ticker)
     if fabric.stuck:

@@ -403,8 +403,12 @@ def test_faults_are_kept_in_order(tmp_path):
 def test_a_link_fault_names_two_linked_switches(tmp_path):
     text = MINIMAL.replace('"star,4"', '"leafspine,2,2"') + 'faults = [{ at = "1s", link = "s1-s3", fault = "down", for = "1s" }]\n'
     assert by_name(load_text(tmp_path, text))["a"].faults[0].link == ("s1", "s3")
-    message = load_error(tmp_path, text.replace('name = "a"', 'name = "a"\nfabric = "ib"'))
-    assert "fault 1: links go down on the Ethernet fabrics only, not on ib" in message
+    ib = text.replace('name = "a"', 'name = "a"\nfabric = "ib"')
+    assert by_name(load_text(tmp_path, ib))["a"].faults[0].link == ("s1", "s3")
+    two = ib.replace('fault = "down", for = "1s" }]', 'fault = "down", for = "1s" }, '
+                                                        '{ at = "2s", link = "s2-s4", fault = "down" }]')
+    message = load_error(tmp_path, two)
+    assert "fault 2: the ib fabric takes one link down per variant" in message
 
 
 def test_cc_is_kept_as_written_and_swept(tmp_path):

@@ -60,9 +60,11 @@ def test_refusals_touch_nothing(tmp_path):
     with pytest.raises(FabricError, match="'s1' and 'h1' are no two linked switches"):
         set_link(leafspine, "s1", "h1", up=False)
     assert set_link(leafspine, "s1", "s3", up=True) == "link s1-s3 is up already"
-    ib = run_of(tmp_path, StarTopo(n=2), fabric="ib", run="fe0002")
-    with pytest.raises(FabricError, match="the ib fabric routes by its subnet manager"):
-        set_link(ib, "s1", "s2", up=False)
+    ib = run_of(tmp_path, LeafSpineTopo(leaves=2, spines=2, hosts=1), fabric="ib", run="fe0002")
+    (tmp_path / "fe0002" / "links_down.json").write_text(json.dumps([["s1", "s3"]]))
+    with pytest.raises(FabricError, match="link s2-s4 stays up: the ib fabric's subnet manager was swept for one "
+                                          "link down at a time, and s1-s3 is down"):
+        set_link(ib, "s2", "s4", up=False)
     (tmp_path / "fe0001" / "links_down.json").write_text(json.dumps([["s1", "s4"]]))
     with pytest.raises(FabricError, match="link s1-s3 stays up: without it the topology is not connected: switch s1"):
         set_link(leafspine, "s1", "s3", up=False)
@@ -113,6 +115,29 @@ class FakeFabric:
     def expected_routes(self, down: set[frozenset[str]]) -> dict[str, dict]:
         return {s: {ip: tuple(i) for ip, i in t.items()}
                 for s, t in routes_over(load_graph(self.state.directory).without(down)).items()}
+
+
+def test_on_ib_every_agent_takes_the_sweep_without_the_link_and_the_ends_lose_their_queues(tmp_path, monkeypatch):
+    state = run_of(tmp_path, LeafSpineTopo(leaves=2, spines=2, hosts=1), fabric="ib")
+    fabric = FakeFabric(monkeypatch, state)
+    asked: list[tuple[str, str]] = []
+    routes = fabric.query_agent
+
+    def query_agent(path: str, request: str) -> dict:
+        switch = os.path.basename(path).removesuffix(".sock")
+        if request.startswith("ib-tables"):
+            asked.append((switch, request))
+            return {"ib_tables": request.split()[1], "lost": 0}
+        return routes(path, request)
+
+    monkeypatch.setattr(link_state, "query_agent", query_agent)
+    assert set_link(state, "s3", "s1", up=False).startswith("link s3-s1 down")
+    ends = load_graph(state.directory).link("s1", "s3")
+    assert sorted(asked) == [("s1", f"ib-tables s1-s3 {ends[0]}"), ("s2", "ib-tables s1-s3"),
+                             ("s3", f"ib-tables s1-s3 {ends[1]}"), ("s4", "ib-tables s1-s3")]
+    asked.clear()
+    set_link(state, "s1", "s3", up=True)
+    assert sorted(asked) == [(s, "ib-tables -") for s in ("s1", "s2", "s3", "s4")]
 
 
 def test_an_agent_that_does_not_answer_undoes_the_change_in_one_line(tmp_path, monkeypatch):

@@ -724,6 +724,7 @@ fn an_ib_incast_is_held_back_by_credits_and_the_plane_drops_nothing() {
                 frame_bytes: frame,
                 fc_floor_ns: 500_000,
                 reorder: 0,
+                reorder_wait_ns: 0,
             })
             .collect(),
     };

@@ -694,6 +694,29 @@ impl Switch {
         Ok(())
     }
 
+    /// The IB plane forwards by `lft` (DLID -> port index) and `ar` (DLID -> port indices) from now on, and
+    /// loses what it queued for the ports `down` (ifnames): the packets lost.
+    fn set_ib_tables(
+        &self,
+        lft: Vec<(u16, usize)>,
+        ar: Vec<(u16, Vec<usize>)>,
+        down: Vec<String>,
+    ) -> PyResult<u64> {
+        let ports = down
+            .iter()
+            .map(|name| {
+                self.ifnames
+                    .iter()
+                    .position(|own| own == name)
+                    .ok_or_else(|| PyValueError::new_err(format!("no port {name:?}")))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        lock(&self.plane)
+            .switch_mut()
+            .set_ib_tables(&lft, &ar, &ports)
+            .map_err(PyValueError::new_err)
+    }
+
     /// Sends one PFC frame of `quanta` for `priority` out of port `ifname`: the frame.
     fn send_pfc<'py>(
         &self,

@@ -333,7 +333,7 @@ impl From<core::Completion> for Completion {
 pub struct RcConfig(pub(crate) core::RcConfig);
 
 /// The names of [`RcConfig`]'s fields, in the dataclass's order.
-const CONFIG_FIELDS: [&str; 10] = [
+const CONFIG_FIELDS: [&str; 11] = [
     "mtu",
     "timeout_ns",
     "retry_cnt",
@@ -344,6 +344,7 @@ const CONFIG_FIELDS: [&str; 10] = [
     "max_rd_atomic",
     "max_msg",
     "reorder",
+    "reorder_wait_ns",
 ];
 
 impl RcConfig {
@@ -364,7 +365,8 @@ impl RcConfig {
             6 => config.max_inflight.into(),
             7 => config.max_rd_atomic.into(),
             8 => config.max_msg,
-            _ => config.reorder.into(),
+            9 => config.reorder.into(),
+            _ => config.reorder_wait_ns,
         }
     }
 }
@@ -393,7 +395,7 @@ impl RcConfig {
     #[new]
     #[pyo3(signature = (mtu=1024, timeout_ns=4096 << 14, retry_cnt=7, rnr_retry=7, rnr_timer_ns=1_000_000,
                         ack_every=16, max_inflight=128, max_rd_atomic=16, max_msg=core::RcConfig::default().max_msg,
-                        reorder=0))]
+                        reorder=0, reorder_wait_ns=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         mtu: i64,
@@ -406,6 +408,7 @@ impl RcConfig {
         max_rd_atomic: i64,
         max_msg: u64,
         reorder: i64,
+        reorder_wait_ns: u64,
     ) -> PyResult<Self> {
         // Python integers of any size come in; one out of a field's range fails that field's check.
         let config = core::RcConfig {
@@ -419,6 +422,7 @@ impl RcConfig {
             max_rd_atomic: u32::try_from(max_rd_atomic).unwrap_or(0),
             max_msg,
             reorder: u32::try_from(reorder).unwrap_or(u32::MAX),
+            reorder_wait_ns,
         }
         .validated()
         .map_err(|err| PyValueError::new_err(err.to_string()))?;
@@ -464,6 +468,10 @@ impl RcConfig {
     #[classattr]
     fn reorder() -> ConfigField {
         ConfigField(9)
+    }
+    #[classattr]
+    fn reorder_wait_ns() -> ConfigField {
+        ConfigField(10)
     }
 
     fn __hash__(&self) -> u64 {

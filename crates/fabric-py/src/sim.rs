@@ -62,7 +62,7 @@ type IbSwitchArg = (
     Vec<(u16, Vec<usize>)>,
 );
 /// A host's part of the IB subnet: LID, every GID's LID, SL, VL, data VLs, its VL buffer, the switch's, the
-/// link's longest frame, the switch's `fc_floor`, the requests its responders hold past a gap.
+/// link's longest frame, the switch's `fc_floor`, the requests its responders hold past a gap and how long.
 type IbHostArg = (
     u16,
     Vec<(String, u16)>,
@@ -74,6 +74,7 @@ type IbHostArg = (
     u64,
     u64,
     u32,
+    u64,
 );
 /// The IB subnet: per switch, per host.
 type IbArg = (Vec<IbSwitchArg>, Vec<IbHostArg>);
@@ -90,8 +91,19 @@ type LossArg = (bool, f64, Vec<u64>, i128);
 type FaultArg = (u32, u64, Option<u64>);
 /// Every switch's routes: (switch index, [(IPv4 address, egress ports)]).
 type RoutesArg = Vec<(u32, Vec<(Vec<u8>, Vec<u32>)>)>;
-/// A `down` fault: the link's two wires, when, for how long (None: for good), the routes without it and with it.
-type LinkFaultArg = ((u32, u32), u64, Option<u64>, RoutesArg, RoutesArg);
+/// Per switch of an `ib` fabric, its LFT (DLID, port) and AR groups (DLID, ports).
+type IbTablesArg = Vec<(u32, (Vec<(u16, usize)>, Vec<(u16, Vec<usize>)>))>;
+/// A `down` fault: the link's two wires, when, for how long (None: for good), the routes without it and with it,
+/// the IB tables without it and with it.
+type LinkFaultArg = (
+    (u32, u32),
+    u64,
+    Option<u64>,
+    RoutesArg,
+    RoutesArg,
+    IbTablesArg,
+    IbTablesArg,
+);
 
 fn mac(bytes: &[u8]) -> PyResult<Mac> {
     bytes
@@ -186,6 +198,7 @@ fn ib_spec((switches, hosts): IbArg) -> IbSpec {
                     frame_bytes,
                     fc_floor_ns,
                     reorder,
+                    reorder_wait_ns,
                 )| {
                     IbHostSpec {
                         lid,
@@ -198,6 +211,7 @@ fn ib_spec((switches, hosts): IbArg) -> IbSpec {
                         frame_bytes,
                         fc_floor_ns,
                         reorder,
+                        reorder_wait_ns,
                     }
                 },
             )
@@ -518,7 +532,8 @@ impl SimFabric {
     }
 
     /// `down` faults per (the link's two wires, ns after each measured iteration's start, duration in ns or None for
-    /// good, every switch's routes without the link, and with it): its wires lose what they carry meanwhile.
+    /// good, every switch's routes without the link, and with it, on `ib` every switch's LFT and AR groups without
+    /// it and with it): its wires lose what they carry meanwhile.
     fn set_link_faults(&mut self, faults: Vec<LinkFaultArg>) -> PyResult<()> {
         let routes = |table: RoutesArg| -> PyResult<FabricRoutes> {
             table
@@ -534,13 +549,15 @@ impl SimFabric {
         };
         let faults = faults
             .into_iter()
-            .map(|((a, b), at_ns, duration_ns, down, up)| {
+            .map(|((a, b), at_ns, duration_ns, down, up, ib_down, ib_up)| {
                 Ok(LinkFault {
                     wires: [a, b],
                     at_ns,
                     duration_ns,
                     routes_down: routes(down)?,
                     routes_up: routes(up)?,
+                    ib_down,
+                    ib_up,
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;

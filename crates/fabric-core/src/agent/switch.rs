@@ -571,6 +571,20 @@ impl Switch {
         self.routes = Routes::new(routes);
     }
 
+    /// The subnet manager swept again (a link went down or up): the IB plane forwards by `lft` and `ar` from
+    /// now on, and what it queued for the ports in `down` is lost with their link; the packets lost. Refused
+    /// whole (nothing changed) if a table names a port the switch lacks, or the switch has no IB plane.
+    pub fn set_ib_tables(
+        &mut self,
+        lft: &[(u16, usize)],
+        ar: &[(u16, Vec<usize>)],
+        down: &[usize],
+    ) -> Result<u64, String> {
+        let ib = self.ib.as_mut().ok_or("this switch has no IB plane")?;
+        ib.set_tables(lft, ar).map_err(|error| error.to_string())?;
+        Ok(down.iter().map(|&port| ib.flush(port)).sum())
+    }
+
     /// A last occupancy sample (the switch stops) and every row not yet taken.
     pub fn final_sample(&mut self, now: u64) {
         self.sample(now);

@@ -198,43 +198,7 @@ impl IbPlane {
                 queued: vec![0; config.vls],
             });
         }
-        let mut lft = vec![
-            None;
-            config
-                .lft
-                .iter()
-                .map(|&(dlid, _)| usize::from(dlid) + 1)
-                .max()
-                .unwrap_or(0)
-        ];
-        for &(dlid, port) in &config.lft {
-            let entry = lft.get_mut(usize::from(dlid));
-            match (entry, u16::try_from(port)) {
-                (Some(entry), Ok(index)) if port < built.len() => *entry = Some(index),
-                _ => return Err(IbPlaneError::NoSuchPort { dlid, port }),
-            }
-        }
-        let mut ar = vec![
-            Vec::new();
-            config
-                .ar
-                .iter()
-                .map(|&(dlid, _)| usize::from(dlid) + 1)
-                .max()
-                .unwrap_or(0)
-        ];
-        for (dlid, group) in &config.ar {
-            let mut ports = Vec::with_capacity(group.len());
-            for &port in group {
-                match u16::try_from(port) {
-                    Ok(index) if port < built.len() => ports.push(index),
-                    _ => return Err(IbPlaneError::NoSuchPort { dlid: *dlid, port }),
-                }
-            }
-            if let Some(entry) = ar.get_mut(usize::from(*dlid)) {
-                *entry = ports;
-            }
-        }
+        let (lft, ar) = tables(&config.lft, &config.ar, built.len())?;
         Ok(IbPlane {
             ports: built,
             lft,
@@ -245,6 +209,34 @@ impl IbPlane {
             next_id: 0,
             due: Vec::new(),
         })
+    }
+
+    /// The subnet manager swept again (a link went down or came back): forward by `lft` and `ar` from now on.
+    /// Refused whole if an entry names a port the switch lacks.
+    pub fn set_tables(
+        &mut self,
+        lft: &[(u16, usize)],
+        ar: &[(u16, Vec<usize>)],
+    ) -> Result<(), IbPlaneError> {
+        (self.lft, self.ar) = tables(lft, ar, self.ports.len())?;
+        Ok(())
+    }
+
+    /// `port`'s link went down: what its VL queues hold is lost (counted as frames refused), its ingress
+    /// buffers freed; the packets lost.
+    pub fn flush(&mut self, port: usize) -> u64 {
+        let Some(p) = self.ports.get_mut(port) else {
+            return 0;
+        };
+        let lost: Vec<Queued> = p.queues.iter_mut().flat_map(|q| q.drain(..)).collect();
+        p.queued.fill(0);
+        p.tx_errors += lost.len() as u64;
+        for item in &lost {
+            if let Some(ingress) = self.ports.get_mut(item.ingress) {
+                let _ = ingress.link.freed(item.vl_in, item.size); // admitted, so held: never refused
+            }
+        }
+        lost.len() as u64
     }
 
     /// Ports of the switch.
@@ -558,6 +550,39 @@ impl IbPlane {
     }
 }
 
+/// The forwarding table and the adaptive routing groups indexed by DLID, from the subnet manager's entries,
+/// for a switch of `ports` ports.
+#[allow(clippy::type_complexity)] // the two tables, as the plane keeps them
+fn tables(
+    lft: &[(u16, usize)],
+    ar: &[(u16, Vec<usize>)],
+    ports: usize,
+) -> Result<(Vec<Option<u16>>, Vec<Vec<u16>>), IbPlaneError> {
+    let index = |dlid: u16, port: usize| match u16::try_from(port) {
+        Ok(index) if port < ports => Ok(index),
+        _ => Err(IbPlaneError::NoSuchPort { dlid, port }),
+    };
+    let len =
+        |dlids: &mut dyn Iterator<Item = u16>| dlids.map(|d| usize::from(d) + 1).max().unwrap_or(0);
+    let mut table = vec![None; len(&mut lft.iter().map(|&(d, _)| d))];
+    for &(dlid, port) in lft {
+        if let Some(entry) = table.get_mut(usize::from(dlid)) {
+            *entry = Some(index(dlid, port)?);
+        }
+    }
+    let mut groups = vec![Vec::new(); len(&mut ar.iter().map(|(d, _)| *d))];
+    for (dlid, group) in ar {
+        let ports = group
+            .iter()
+            .map(|&port| index(*dlid, port))
+            .collect::<Result<Vec<u16>, _>>()?;
+        if let Some(entry) = groups.get_mut(usize::from(*dlid)) {
+            *entry = ports;
+        }
+    }
+    Ok((table, groups))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -671,6 +696,34 @@ mod tests {
         assert_eq!(ib.rerouted(), 4);
         // a packet on another VL sees that VL's queues only: all empty, so the LFT's port
         assert_eq!(ib.receive(0, 0, &from_h1(1, 6)), Some(1));
+    }
+
+    #[test]
+    fn new_tables_and_a_flushed_port_after_a_link_went_down() {
+        let mut ib = adaptive_plane(vec![(2, vec![1, 2])]).unwrap();
+        for psn in 0..4 {
+            ib.receive(0, 0, &from_h1(0, psn));
+        }
+        let held = ib.link(0).unwrap().occupancy(0).unwrap();
+        assert!(held > 0);
+        assert_eq!(ib.flush(2), 2); // port 2's link is down: its two packets are lost
+        assert_eq!(
+            (ib.tx_errors(2), ib.queue(2, 0).unwrap().len()),
+            (Some(2), 0)
+        );
+        assert_eq!(ib.link(0).unwrap().occupancy(0).unwrap(), held / 2); // their buffer freed
+        ib.set_tables(&[(1, 0), (2, 1), (3, 2)], &[]).unwrap(); // no group: DLID 2 by port 1 only
+        assert_eq!(ib.receive(0, 0, &from_h1(0, 9)), Some(1));
+        assert_eq!(ib.receive(0, 0, &from_h1(0, 10)), Some(1));
+        assert_eq!(
+            ib.set_tables(&[(2, 5)], &[]),
+            Err(IbPlaneError::NoSuchPort { dlid: 2, port: 5 })
+        );
+        assert_eq!(
+            ib.receive(0, 0, &from_h1(0, 11)),
+            Some(1),
+            "a refused table changes nothing"
+        );
     }
 
     #[test]

@@ -299,12 +299,19 @@ pub struct RcConfig {
     pub max_msg: u64,
     /// Requests the responder holds when they arrive ahead of its expected PSN, executed in PSN order once
     /// the gap fills: an adaptively routed fabric reorders packets without losing any, and go-back-N would
-    /// resend what the switches only delayed. 0 (IB's default) NAKs the first packet past a gap.
+    /// resend what the switches only delayed. 0 (IB's default) NAKs the first packet past a gap. A gap still
+    /// open `reorder_wait_ns` after the first packet held (0: [`REORDER_WAIT`] of the ACK timeout) is taken
+    /// for a loss and NAKed: the requester's window may hold too few packets to go past the hold, and would
+    /// wait its whole timeout.
     pub reorder: u32,
+    pub reorder_wait_ns: u64,
 }
 
 /// The most requests a responder holds past a gap.
 pub const MAX_REORDER: u32 = 4096;
+/// How long a responder holds requests past a gap before it NAKs it, unless the QP says: a fraction (1/n) of
+/// `timeout_ns`.
+pub const REORDER_WAIT: u64 = 64;
 
 /// Why an [`RcConfig`] was refused (the message of the `ValueError` Python sees).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -358,6 +365,7 @@ impl Default for RcConfig {
             max_rd_atomic: 16,
             max_msg: MAX_MR_BYTES,
             reorder: 0,
+            reorder_wait_ns: 0,
         }
     }
 }
@@ -651,8 +659,10 @@ pub struct RcQueuePair<W> {
     nak_sent: bool,
     rq: VecDeque<RecvWr>,
     inbound: Option<Inbound<W>>,
-    /// Requests held past a gap ([`RcConfig::reorder`]): slot `i` is PSN `epsn + 1 + i`.
+    /// Requests held past a gap ([`RcConfig::reorder`]): slot `i` is PSN `epsn + 1 + i`; and when the gap is
+    /// NAKed if it is still open.
     held: VecDeque<Option<Packet>>,
+    hold_deadline: Option<u64>,
     /// ACKs and NAKs (one pending ACK at most) and READ jobs, in the order they go out.
     out: VecDeque<Response<W>>,
 }
@@ -701,6 +711,7 @@ impl<W> RcQueuePair<W> {
             rq: VecDeque::new(),
             inbound: None,
             held: VecDeque::new(),
+            hold_deadline: None,
             out: VecDeque::new(),
         }
     }
@@ -890,10 +901,10 @@ impl<W> RcQueuePair<W> {
 
     /// When `on_timer` is due next: the retransmission timeout or the end of an RNR wait.
     pub fn next_deadline(&self) -> Option<u64> {
-        match (self.rto_deadline, self.rnr_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.rto_deadline, self.rnr_until, self.hold_deadline]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Ends an RNR wait that is over, and on a retransmission timeout goes back to the oldest
@@ -901,6 +912,16 @@ impl<W> RcQueuePair<W> {
     pub fn on_timer(&mut self, now: u64) {
         if self.rnr_until.is_some_and(|until| now >= until) {
             self.rnr_until = None;
+        }
+        if self.hold_deadline.is_some_and(|at| now >= at) {
+            // the gap did not fill: taken for a loss, NAKed; what was held comes again with the resend
+            self.hold_deadline = None;
+            self.held.clear();
+            if self.state == QpState::Rts && !self.nak_sent {
+                self.nak_sent = true;
+                self.counters.seq_naks_sent += 1;
+                self.reply(NAK_PSN_SEQUENCE_ERROR, self.epsn);
+            }
         }
         if self.rto_deadline.is_none_or(|deadline| now < deadline) {
             return;
@@ -1005,7 +1026,7 @@ impl<W> RcQueuePair<W> {
             opcode::READ_RESPONSE_FIRST..=opcode::READ_RESPONSE_ONLY => {
                 self.on_read_response(now, packet, payload, memory)
             }
-            op if op <= opcode::READ_REQUEST => self.on_request(packet, payload, memory),
+            op if op <= opcode::READ_REQUEST => self.on_request(now, packet, payload, memory),
             _ => {}
         }
     }
@@ -1345,6 +1366,7 @@ impl<W> RcQueuePair<W> {
 
     fn on_request<M: Memory<Window = W>>(
         &mut self,
+        now: u64,
         packet: &Packet,
         payload: &[u8],
         memory: &mut M,
@@ -1353,6 +1375,9 @@ impl<W> RcQueuePair<W> {
         let distance = psn_diff(psn, self.epsn);
         if distance > 0 {
             if !self.nak_sent && self.hold(packet, payload, distance) {
+                if self.hold_deadline.is_none() {
+                    self.hold_deadline = Some(now.saturating_add(self.reorder_wait()));
+                }
                 return;
             }
             if !self.nak_sent {
@@ -1384,6 +1409,21 @@ impl<W> RcQueuePair<W> {
             };
             done = next.psn & PSN_MASK;
             self.execute(&next, &next.payload, done, memory);
+        }
+        if self.held.iter().any(Option::is_some) {
+            // the gap filled, and another is open behind what was executed: its wait starts now
+            self.hold_deadline = Some(now.saturating_add(self.reorder_wait()));
+        } else {
+            self.held.clear();
+            self.hold_deadline = None;
+        }
+    }
+
+    /// How long a gap may stay open before it is NAKed.
+    fn reorder_wait(&self) -> u64 {
+        match self.config.reorder_wait_ns {
+            0 => (self.config.timeout_ns / REORDER_WAIT).max(1),
+            wait => wait,
         }
     }
 
@@ -1746,6 +1786,7 @@ impl<W> RcQueuePair<W> {
     fn enter_error(&mut self, keep_output: bool) {
         self.state = QpState::Error;
         self.held.clear();
+        self.hold_deadline = None;
         self.rto_deadline = None;
         self.rnr_until = None;
         while let Some(op) = self.pop_front() {
@@ -2089,6 +2130,40 @@ mod tests {
         assert_eq!(naked.qps[1].counters().seq_naks_sent, 2); // PSN 8, then PSN 7 after 1 came
         assert!(naked.qps[0].counters().retransmitted_packets > 0);
         assert_eq!(naked.qps[1].counters().reordered_packets, 0);
+    }
+
+    #[test]
+    fn a_gap_that_stays_open_is_naked_after_the_hold_wait() {
+        let config = RcConfig {
+            reorder: 8,
+            ..RcConfig::default()
+        };
+        let mut net = Net::new(config);
+        net.post(0, write(1, 0x100, 0x2000, 4 * 1024));
+        let mut requests = Vec::new();
+        let mut packet = Packet::default();
+        while net.qps[0].next_packet(net.now, true, &mut net.memory[0], &mut packet) {
+            requests.push(packet.clone());
+        }
+        for request in &requests[1..] {
+            net.qps[1].receive(net.now, request, &mut net.memory[1]); // PSN 0 was lost
+        }
+        let wait = config.timeout_ns / REORDER_WAIT;
+        assert_eq!(net.qps[1].next_deadline(), Some(net.now + wait));
+        assert_eq!(net.qps[1].counters().naks_sent, 0);
+        net.qps[1].on_timer(net.now + wait);
+        assert_eq!(net.qps[1].counters().seq_naks_sent, 1);
+        net.now += wait;
+        net.run(|_, _| false); // the NAK goes back; the requester resends from PSN 0 long before its timeout
+        assert_eq!(net.results(0), [(1, WcStatus::Success)]);
+        assert!(
+            net.now < config.timeout_ns,
+            "recovered by the NAK, not the requester's timeout"
+        );
+        assert_eq!(
+            net.memory[1].at(0x2000, 4096),
+            net.memory[0].at(0x100, 4096)
+        );
     }
 
     #[test]

@@ -552,6 +552,31 @@ impl Fabric {
                 s.set_routes(table.clone());
             }
         }
+        let tables = if up { &fault.ib_up } else { &fault.ib_down };
+        for (switch, (lft, ar)) in tables {
+            if let Some(plane) = self
+                .switches
+                .get_mut(*switch as usize)
+                .and_then(|s| s.ib.as_mut())
+            {
+                let _ = plane.set_tables(lft, ar); // checked by set_link_faults
+            }
+        }
+        if !up {
+            // what the IB planes queued for the dead link is lost with it (a credit link never returns it)
+            for wire in fault.wires {
+                let end = self.wires.get(wire as usize).map(|w| w.to);
+                if let Some(Endpoint::Switch { switch, port }) = end {
+                    if let Some(plane) = self
+                        .switches
+                        .get_mut(switch as usize)
+                        .and_then(|s| s.ib.as_mut())
+                    {
+                        plane.flush(port as usize);
+                    }
+                }
+            }
+        }
     }
 
     pub(crate) fn deliver(&mut self, wire: u32, frame: SimFrame) {
@@ -971,6 +996,27 @@ impl Fabric {
             });
             if !ports_ok {
                 return Err("a route to a port its switch does not have".to_string());
+            }
+            for (switch, (lft, ar)) in fault.ib_down.iter().chain(&fault.ib_up) {
+                let plane = self
+                    .switches
+                    .get(*switch as usize)
+                    .and_then(|s| s.ib.as_ref());
+                let Some(plane) = plane else {
+                    return Err(format!(
+                        "IB tables for switch {switch}, which has no IB plane"
+                    ));
+                };
+                let ports = plane.port_count();
+                let bad = lft.iter().any(|&(_, p)| p >= ports)
+                    || ar
+                        .iter()
+                        .any(|(_, group)| group.iter().any(|&p| p >= ports));
+                if bad {
+                    return Err(format!(
+                        "IB tables of switch {switch} name a port it does not have"
+                    ));
+                }
             }
         }
         self.faults.links = links;

@@ -103,10 +103,13 @@ pub struct Fault {
 
 /// Every switch's routes, by switch index: the table `SimSwitch::new` takes.
 pub type FabricRoutes = Vec<(u32, Vec<([u8; 4], Vec<u32>)>)>;
+/// Per switch of an `ib` fabric, the subnet manager's tables: its LFT (DLID, port) and AR groups (DLID, ports).
+pub type FabricIbTables = Vec<(u32, (Vec<(u16, usize)>, Vec<(u16, Vec<usize>)>))>;
 
 /// A `down` fault as the variant gives it: the link's two wires go down `at_ns` after each measured
 /// iteration's start and come back `duration_ns` later (never, if `None`); the switches' routes without it
-/// and with it.
+/// and with it, and on an `ib` fabric the subnet manager's tables without it and with it (its sweep taken as
+/// instant, as the Ethernet routes' change is).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinkFault {
     pub wires: [u32; 2],
@@ -114,6 +117,8 @@ pub struct LinkFault {
     pub duration_ns: Option<u64>,
     pub routes_down: FabricRoutes,
     pub routes_up: FabricRoutes,
+    pub ib_down: FabricIbTables,
+    pub ib_up: FabricIbTables,
 }
 
 /// The variant's faults and how many were injected.
@@ -210,6 +215,8 @@ mod tests {
                 duration_ns: Some(5),
                 routes_down: vec![],
                 routes_up: vec![],
+                ib_down: vec![],
+                ib_up: vec![],
             }],
             injected: 0,
         };

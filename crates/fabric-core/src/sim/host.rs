@@ -193,7 +193,8 @@ impl SimHost {
         let config = RcConfig {
             mtu,
             timeout_ns,
-            reorder: self.ib.as_ref().map_or(0, |ib| ib.reorder),
+            reorder: self.ib.as_ref().map_or(0, |ib| ib.reorder.0),
+            reorder_wait_ns: self.ib.as_ref().map_or(0, |ib| ib.reorder.1),
             ..defaults
         }
         .validated()
@@ -762,7 +763,7 @@ impl SimHost {
         index: u32,
         engine: &mut Engine<Event>,
         port: IbPort,
-        reorder: u32,
+        reorder: (u32, u64),
     ) {
         let timer = engine.timer(Event::IbTimer(index));
         self.ib = Some(HostIb {

@@ -30,7 +30,7 @@ pub struct IbSwitchSpec {
 
 /// A host's part of the subnet: its LID, every GID's LID, its SL and VL, the link's VLs, the credit sizes of
 /// both ends, the link's longest frame, the switch's `fc_floor`, and the requests its RC responders hold past a
-/// gap (`RcConfig::reorder`: adaptive routing's reordering).
+/// gap and for how long (`RcConfig::reorder`, `reorder_wait_ns`: adaptive routing's reordering).
 #[derive(Clone, Debug)]
 pub struct IbHostSpec {
     pub lid: u16,
@@ -43,6 +43,7 @@ pub struct IbHostSpec {
     pub frame_bytes: u64,
     pub fc_floor_ns: u64,
     pub reorder: u32,
+    pub reorder_wait_ns: u64,
 }
 
 /// The subnet of an `ib` fabric: one entry per switch and per host, in the fabric's order.
@@ -60,8 +61,8 @@ pub struct HostIb {
     pub held: Option<Vec<u8>>,
     pub timer: TimerId,
     pub control: Vec<[u8; MIN_FRAME]>,
-    /// What its QPs' `RcConfig::reorder` is.
-    pub reorder: u32,
+    /// What its QPs' `RcConfig::reorder` and `reorder_wait_ns` are.
+    pub reorder: (u32, u64),
 }
 
 /// How a host's QP frames its packets: RoCEv2 on Ethernet, native IB (the LIDs fixed at connect) on IB.
@@ -167,7 +168,7 @@ pub fn attach(
             fc_floor_ns: ib.fc_floor_ns,
         };
         let port = IbPort::new(config).map_err(|error| format!("host {index}: {error}"))?;
-        host.attach_ib(index as u32, engine, port, ib.reorder);
+        host.attach_ib(index as u32, engine, port, (ib.reorder, ib.reorder_wait_ns));
     }
     Ok(())
 }
@@ -234,6 +235,7 @@ mod tests {
             frame_bytes: FRAME,
             fc_floor_ns: 500_000,
             reorder: 0,
+            reorder_wait_ns: 0,
         };
         IbSpec {
             switches: vec![IbSwitchSpec {
