@@ -140,13 +140,9 @@ def _give_routes(state: runstate.RunState, routes: dict[str, dict[str, list[str]
     for switch, table in routes.items():
         runstate.replace_file(os.path.join(state.directory, f"{switch}.routes.json"),
                               dump(RouteTable({ip: tuple(ifnames) for ip, ifnames in table.items()})))
-        try:
-            reply = query_agent(runstate.control_socket(state.run, switch), "routes")
-        except (OSError, ValueError) as err:
-            refused[switch] = f"{switch}'s agent does not answer ({one_line(str(err)) or type(err).__name__})"
-            continue
-        if "error" in reply:
-            refused[switch] = f"{switch} refused its new routes: {one_line(str(reply['error']))}"
+        why = _ask(state, switch, "routes", "its new routes")
+        if why is not None:
+            refused[switch] = why
     return refused
 
 
@@ -161,14 +157,21 @@ def _give_ib_tables(state: runstate.RunState, graph: SwitchGraph, down: set[froz
     refused = {}
     for switch in graph.links:
         request = " ".join(["ib-tables", key] + ([ends[switch]] if switch in ends else []))
-        try:
-            reply = query_agent(runstate.control_socket(state.run, switch), request)
-        except (OSError, ValueError) as err:
-            refused[switch] = f"{switch}'s agent does not answer ({one_line(str(err)) or type(err).__name__})"
-            continue
-        if "error" in reply:
-            refused[switch] = f"{switch} refused its IB tables: {one_line(str(reply['error']))}"
+        why = _ask(state, switch, request, "its IB tables")
+        if why is not None:
+            refused[switch] = why
     return refused
+
+
+def _ask(state: runstate.RunState, switch: str, request: str, what: str) -> str | None:
+    """Send ``request`` to ``switch``'s agent; why it did not take ``what``, or None if it did."""
+    try:
+        reply = query_agent(runstate.control_socket(state.run, switch), request)
+    except (OSError, ValueError) as err:
+        return f"{switch}'s agent does not answer ({one_line(str(err)) or type(err).__name__})"
+    if "error" in reply:
+        return f"{switch} refused {what}: {one_line(str(reply['error']))}"
+    return None
 
 
 def _undo(state: runstate.RunState, graph: SwitchGraph, cable: list[tuple[str, str]], up: bool,
