@@ -33,6 +33,7 @@ from emulator.fabric.teardown import finish_run
 from emulator.fabric.node import Node
 from emulator.fabric.plan import DEFAULT_LINK, dilated, link_params
 from emulator.model.dcqcn import CC_OPTIONS, at_link, check_fabric, check_link, parse_cc
+from emulator.model.nscc import NSCC_OPTIONS, parse_nscc
 from emulator._core.rdma_params import PATHS_MTU
 from emulator.agents.config import SPRAYS
 from emulator.fabric.ib_subnet import ROUTINGS
@@ -80,7 +81,9 @@ def _fabric(args: argparse.Namespace) -> Fabric:
     written = link.get("delay", DEFAULT_LINK["delay"])
     if getattr(args, "model", None) is not None:
         link, factor = dilated(link, args.model)
-    cc = parse_cc(getattr(args, "cc", None) or "none")
+    uet = args.fabric == "uet"  # its cc is NSCC's
+    nscc = parse_nscc(getattr(args, "cc", None) or "nscc") if uet else None
+    cc = None if uet else parse_cc(getattr(args, "cc", None) or "none")
     check_fabric(cc, args.fabric)
     if cc is not None:  # checked after scaling, before a line is printed
         emulated = link_params({}, link)
@@ -97,7 +100,8 @@ def _fabric(args: argparse.Namespace) -> Fabric:
                   switch=switch, seed=args.seed, capture=getattr(args, "capture", None),
                   telemetry=getattr(args, "telemetry", None), log=progress, workers=args.workers, cc=cc,
                   dilation=factor, spray=getattr(args, "spray", None) or "reps",
-                  routing=getattr(args, "routing", None) or "static", rccc=getattr(args, "rccc", False))
+                  routing=getattr(args, "routing", None) or "static", rccc=getattr(args, "rccc", False),
+                  nscc=nscc)
 
 
 def _pick_run(run: str | None) -> runstate.RunState:
@@ -462,9 +466,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", metavar="RATE",
                    help="the real fabric's link rate, e.g. 400gbit: time dilation D = RATE / bw; --link delay is "
                         "then modelled time, waited D times")
-    p.add_argument("--cc", metavar="CC", default="none",
+    p.add_argument("--cc", metavar="CC", default=None,
                    help="the RNICs' congestion control: none (default) or dcqcn[,key=value...] with keys "
-                        f"{', '.join(CC_OPTIONS)} (modelled units; RoCE fabrics only)")
+                        f"{', '.join(CC_OPTIONS)} (modelled units; RoCE fabrics only); on --fabric uet "
+                        f"nscc[,key=value...] (default) with keys {', '.join(NSCC_OPTIONS)}, or none")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("down", help="tear a running fabric down")

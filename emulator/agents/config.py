@@ -249,10 +249,17 @@ class UetTransport(_Checked):
     network_rtt_ns: int = _within(1, MAX_TIME_NS)  # the empty fabric's longest round trip: NSCC's base RTT, scale
     timeout_ns: int = _within(1, MAX_TIME_NS)  # a packet not acknowledged this long is sent again
     rccc: bool = False  # receiver credits: a sender sends what its receiver granted (model::rccc)
+    nscc: bool = True  # NSCC's window (else a fixed one)
+    target_delay_ns: int | None = None  # NSCC's target queueing delay (None: the path's default)
+    gamma: float | None = None  # NSCC's multiplicative decrease factor (None: 0.8)
 
     def check(self) -> None:
         if self.spray not in SPRAYS:
             raise ConfigError(f"spray: {shown(self.spray)} is not one of {', '.join(SPRAYS)}")
+        if self.target_delay_ns is not None and not 1 <= self.target_delay_ns <= MAX_TIME_NS:
+            raise ConfigError(f"target_delay_ns: {shown(self.target_delay_ns)} is out of range (1 to {MAX_TIME_NS})")
+        if self.gamma is not None and not 0 < self.gamma <= 1:
+            raise ConfigError(f"gamma: {shown(self.gamma)} is out of range (above 0, at most 1)")
 
 
 @dataclass(frozen=True)

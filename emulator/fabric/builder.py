@@ -43,6 +43,7 @@ from emulator.fabric.plan import GATEWAY_IP, FabricPlan, NodePlan, make_plan, sw
 from emulator.fabric.uet_transport import UET_IP_HEADERS, uet_transport
 from emulator.fabric.ib_subnet import assign as assign_subnet
 from emulator.fabric.ib_sweeps import write_sweeps
+from emulator.model.nscc import NsccSettings
 from emulator.fabric.privileges import require_root
 from emulator.fabric.reachability import pingall
 from emulator.fabric.stats import collect_stats
@@ -84,7 +85,8 @@ class Fabric:
                  seed: int = 1, capture: str | None = None, telemetry: str | None = None,
                  log: Callable[[str], None] | None = None, monitor: bool = True,
                  workers: int | None = None, cc: DcqcnParams | None = None, dilation: float | None = None,
-                 spray: str = "reps", routing: str = "static", rccc: bool = False) -> None:
+                 spray: str = "reps", routing: str = "static", rccc: bool = False,
+                 nscc: NsccSettings | None = NsccSettings()) -> None:
         require_root()
         if name is not None:
             runstate.check_run_name(name)
@@ -103,7 +105,7 @@ class Fabric:
         # the experiments, 4096, on their 4200-byte links)
         self.uet = uet_transport(self.plan, spray, min(p.params.mtu for n in self.plan.nodes.values()
                                                        for p in n.ports) - UET_IP_HEADERS,
-                                 rccc) if fabric == "uet" else None
+                                 rccc, nscc) if fabric == "uet" else None
         check_fabric(cc, fabric)
         self.cc, self.dilation = cc, dilation  # DCQCN's constants (modelled units), the fabric's D if modelled
         self.capture_dir = os.path.abspath(capture) if capture else None  # `down` may run in another directory

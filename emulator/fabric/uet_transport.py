@@ -17,15 +17,17 @@ from __future__ import annotations
 from emulator._core.uet import ACK_FRAME, REQUEST_HEADERS
 from emulator.agents.config import UetTransport
 from emulator.fabric.plan import FabricPlan
+from emulator.model.nscc import NsccSettings
 
 UET_EVS = 64  # entropy values per connection, as uet-htsim's default
 UET_IP_HEADERS = REQUEST_HEADERS - 14  # a request's headers within the link MTU: IPv4, UDP, PDS and SES
 SENDER_QUEUE_FRAMES = 4  # the sender's NIC queue, in full frames (sim::host::NIC_FRAMES)
 
 
-def uet_transport(plan: FabricPlan, spray: str, mtu: int, rccc: bool = False) -> UetTransport:
+def uet_transport(plan: FabricPlan, spray: str, mtu: int, rccc: bool = False,
+                  nscc: NsccSettings | None = NsccSettings()) -> UetTransport:
     """Every RNIC's UET transport on ``plan`` with packets of ``mtu`` payload bytes, spraying by ``spray``, with
-    receiver credits if ``rccc``."""
+    receiver credits if ``rccc``, NSCC as ``nscc`` sets it (None: a fixed window)."""
     hosts = plan.hosts()
     hops = longest_path(plan, hosts[0].name) if hosts else 1
     rate = min((p.params.bw_bps for node in plan.nodes.values() for p in node.ports), default=1)
@@ -33,7 +35,9 @@ def uet_transport(plan: FabricPlan, spray: str, mtu: int, rccc: bool = False) ->
     frame_ns = (mtu + REQUEST_HEADERS) * 8 * 1_000_000_000 // rate
     ack_ns = ACK_FRAME * 8 * 1_000_000_000 // rate
     rtt = max(hops * (2 * delay + frame_ns + ack_ns) + SENDER_QUEUE_FRAMES * frame_ns, 1)
-    return UetTransport(spray=spray, evs=UET_EVS, network_rtt_ns=rtt, timeout_ns=4 * rtt, rccc=rccc)
+    return UetTransport(spray=spray, evs=UET_EVS, network_rtt_ns=rtt, timeout_ns=4 * rtt, rccc=rccc,
+                        nscc=nscc is not None, target_delay_ns=nscc.target_delay_ns if nscc else None,
+                        gamma=nscc.gamma if nscc else None)
 
 
 def longest_path(plan: FabricPlan, start: str) -> int:

@@ -121,6 +121,8 @@ def parse_cc(text: Any) -> DcqcnParams | None:
     if not isinstance(text, str):
         raise FabricError(f"bad congestion control {shown(text)}: expected none or dcqcn[,key=value...]")
     name, *items = [part.strip() for part in text.split(",")]
+    if name == "nscc":
+        raise FabricError("nscc is the uet fabric's congestion control: use fabric uet, or cc none or dcqcn")
     if name not in CC_NAMES:
         raise FabricError(f"unknown congestion control {shown(name)}; known: {', '.join(CC_NAMES)}")
     if name == "none":
@@ -152,9 +154,6 @@ def check_fabric(params: DcqcnParams | None, fabric: str) -> None:
     """DCQCN reacts to ECN marks on RoCE: refuse it on the ib fabric (credits, no ECN) in one line."""
     if params is not None and fabric == "ib":
         raise FabricError("dcqcn is RoCE's congestion control; the ib fabric has credits, not ECN: "
-                          "use fabric lossless or lossy, or cc none")
-    if params is not None and fabric == "uet":
-        raise FabricError("dcqcn is RoCE's congestion control; the uet fabric's RNICs run NSCC: "
                           "use fabric lossless or lossy, or cc none")
 
 

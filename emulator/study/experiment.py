@@ -52,6 +52,7 @@ from emulator.fabric.ib_subnet import ROUTINGS
 from emulator.fabric.plan import (DEFAULT_LINK, FabricPlan, check_connected, dilated, link_params, make_plan,
                                   switch_graph)
 from emulator.model.dcqcn import check_fabric, check_link, parse_cc
+from emulator.model.nscc import parse_nscc
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, derive_config, parse_overrides
 from emulator.fabric.topospec import build_topo
 from emulator.study import calibration
@@ -460,6 +461,8 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
         if key not in values:
             raise FabricError(f"{context}: missing key {_q(key)}")
     fabric = _choice(values, "fabric", FABRICS, context)
+    if fabric == "uet" and "cc" not in settings.values:
+        values["cc"] = "nscc"  # the uet fabric's congestion control, with its defaults
     collective = _choice(values, "collective", COLLECTIVES, context)
     link, model, factor = _dilated(values, _calibrated(_link(settings.link, context), values, fabric, collective,
                                                          context), context)
@@ -512,6 +515,9 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
 def _check_cc(text: Any, fabric: str, links: "_Links", factor: float | None) -> None:
     """The congestion control as every host's RNIC would run it: on a RoCE fabric, and within its ranges once
     scaled to the host's link (dcqcn.check_link), as the emulator's agents and the simulated RNICs scale it."""
+    if fabric == "uet":
+        parse_nscc(text)
+        return
     params = parse_cc(text)
     check_fabric(params, fabric)
     if params is not None:

@@ -156,7 +156,8 @@ def _fabric_and_cc(variant: dict[str, Any]) -> str:
     cc = variant.get("cc", "none")
     name = cc.split(",")[0] if isinstance(cc, str) else cc
     if variant["fabric"] == "uet":  # its spraying, not a congestion control, is what sets it apart
-        name = variant.get("spray", "reps") + ("+rccc" if variant.get("rccc") is True else "")
+        name = variant.get("spray", "reps") + ("+rccc" if variant.get("rccc") is True else "") + (
+            "+no-nscc" if variant.get("cc") == "none" else "")
     elif variant.get("routing") == "adaptive":  # ib: adaptive routing
         name = "ar"
     return _listed(variant["fabric"]) + ("" if name == "none" else f"+{_listed(name)}")

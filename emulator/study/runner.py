@@ -43,6 +43,7 @@ from emulator.fabric.link_state import set_link
 from emulator.fabric.plan import hop_distances, link_params, make_plan
 from emulator.fabric.stats import explained_by_faults, uplink_bytes
 from emulator.model.dcqcn import parse_cc
+from emulator.model.nscc import parse_nscc
 from emulator.study.sim_variant import run_sim_variant, sim_variant_bytes
 from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, GoodputWatch, StallTracker
 from emulator._core.rc import RcConfig, default_timeout_ns
@@ -160,7 +161,9 @@ def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
     capture = os.path.join(directory, "pcap", variant.name) if variant.capture else None
     net = Fabric(build_topo(variant.topo), link=dict(variant.link), spec=variant.topo, fabric=variant.fabric,
                  switch=dict(variant.switch), seed=variant.seed, capture=capture, telemetry=telemetry, log=log,
-                 cc=parse_cc(variant.cc), dilation=variant.dilation if variant.model is not None else None,
+                 cc=None if variant.fabric == "uet" else parse_cc(variant.cc),
+                 nscc=parse_nscc(variant.cc) if variant.fabric == "uet" else None,
+                 dilation=variant.dilation if variant.model is not None else None,
                  spray=variant.spray, routing=variant.routing, rccc=variant.rccc)
     with net:
         if config["features"] is None and net.features is not None:

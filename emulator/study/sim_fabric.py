@@ -23,12 +23,14 @@ from emulator.fabric.plan import FabricPlan, NodePlan, routes_over, switch_graph
 from emulator.fabric.uet_transport import uet_transport
 from emulator.model.dcqcn import DcqcnParams, at_link
 from emulator.model.mmu import MmuConfig
+from emulator.model.nscc import NsccSettings
 from emulator.study.experiment import Fault
 
 
 def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | None = None,
                       cc: DcqcnParams | None = None, dilation: float | None = None, seed: int = 1,
-                      spray: str = "reps", mtu: int = 4096, routing: str = "static", rccc: bool = False) -> Any:
+                      spray: str = "reps", mtu: int = 4096, routing: str = "static", rccc: bool = False,
+                      nscc: NsccSettings | None = NsccSettings()) -> Any:
     """The plan's nodes and links as the compiled simulation backend (``emulator._core.sim.SimFabric``): lossless,
     lossy or ib; the plan's switches, routes, MMU settings (the PFC watchdog included), injected loss per switch
     port (each port's loss model as the switch agent's), hosts and wires, every frame in Rust; on ``ib`` also the
@@ -39,7 +41,7 @@ def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | No
     loss by frame number on each link); paths still differ where the QP numbers in the UDP source port do.  On
     ``uet`` the switches trim and every RNIC runs UET's transport
     (:func:`~emulator.fabric.uet_transport.uet_transport`: ``spray``, packets of ``mtu`` bytes, receiver credits
-    if ``rccc``)."""
+    if ``rccc``, NSCC as ``nscc`` sets it)."""
     from emulator._core.sim import SimFabric as RustSimFabric
 
     if fabric not in ("lossless", "lossy", "ib", "uet"):
@@ -81,13 +83,14 @@ def build_rust_fabric(plan: FabricPlan, fabric: str, switch: dict[str, str] | No
     ccs = [None if cc is None else at_link(cc, node.ports[0].params.bw_bps, dilation)[0] for node in hosts]
     return RustSimFabric(wires, switch_specs, host_specs, _rust_ib_spec(plan, mmu_configs, routing) if fabric == "ib" else None,
                          losses=losses, pfcwd=watchdogs, cc=ccs,
-                         uet=_rust_uet(uet_transport(plan, spray, mtu, rccc)) if fabric == "uet" else None)
+                         uet=_rust_uet(uet_transport(plan, spray, mtu, rccc, nscc)) if fabric == "uet" else None)
 
 
-def _rust_uet(uet: UetTransport) -> tuple[str, int, bool, int, int, bool]:
+def _rust_uet(uet: UetTransport) -> tuple[str, int, bool, int, int, bool, int | None, float | None]:
     """The UET transport as the compiled fabric takes it: (spray, entropy values, NSCC on, RTT ns, timeout ns,
-    receiver credits on)."""
-    return uet.spray, uet.evs, True, uet.network_rtt_ns, uet.timeout_ns, uet.rccc
+    receiver credits on, NSCC's target delay ns and decrease factor, None for the defaults)."""
+    return (uet.spray, uet.evs, uet.nscc, uet.network_rtt_ns, uet.timeout_ns, uet.rccc, uet.target_delay_ns,
+            uet.gamma)
 
 
 def link_faults(plan: FabricPlan, faults: Iterable[Fault], ib_routing: str | None = None) -> list[tuple[Any, ...]]:

@@ -25,6 +25,7 @@ from emulator.collectives.sim_ranks import SimProgress, run_rust_collective
 from emulator.fabric.plan import make_plan
 from emulator.fabric.topospec import build_topo
 from emulator.model.dcqcn import parse_cc
+from emulator.model.nscc import parse_nscc
 from emulator.study.experiment import Variant, plan_needs, topology
 from emulator.study.sim_fabric import build_rust_fabric, link_faults, rust_pfcwd, uplink_bytes
 from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, SAMPLE_S, StallTracker
@@ -82,7 +83,9 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None],
     began = clock()
     fabric_plan = make_plan(build_topo(variant.topo), "sim", variant.link)
     names = [node.name for node in fabric_plan.hosts()]
-    fabric = build_rust_fabric(fabric_plan, variant.fabric, dict(variant.switch), cc=parse_cc(variant.cc),
+    uet = variant.fabric == "uet"  # its cc is NSCC's
+    fabric = build_rust_fabric(fabric_plan, variant.fabric, dict(variant.switch),
+                               cc=None if uet else parse_cc(variant.cc), nscc=parse_nscc(variant.cc) if uet else None,
                                dilation=variant.dilation if variant.model is not None else None, seed=variant.seed,
                                spray=variant.spray, mtu=variant.mtu, routing=variant.routing, rccc=variant.rccc)
     built = clock()

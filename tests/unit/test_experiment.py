@@ -305,12 +305,14 @@ def test_unknown_variant_key_message_in_full(tmp_path):
     ('rccc = true', 'variant "a": key "rccc" turns on UET\'s receiver credits: fabric \'lossless\' has none '
                     '(set fabric = "uet", or remove rccc)'),
     ('fabric = "uet"\nbackend = "sim"\nrccc = "yes"', 'variant "a": key "rccc": expected true or false, got \'yes\''),
+    ('cc = "nscc"', 'variant "a": key "cc": nscc is the uet fabric\'s congestion control: use fabric uet'),
+    ('fabric = "uet"\nbackend = "sim"\ncc = "nscc,gamma=2"', 'variant "a": key "cc": nscc gamma \'2\': above 0 and at most 1'),
     ('fabric = "ib"\nrouting = "ecmp"', 'variant "a": key "routing": \'ecmp\' is not one of static, adaptive'),
     ('fabric = "uet"\nbackend = "sim"\nspray = "random"',
      'variant "a": key "spray": \'random\' is not one of reps, oblivious, flow'),
     ('fabric = "uet"\nbackend = "sim"\ncc = "dcqcn"',
-     'variant "a": key "cc": dcqcn is RoCE\'s congestion control; the uet fabric\'s RNICs run NSCC: use fabric '
-     'lossless or lossy, or cc none'),
+     'variant "a": key "cc": congestion control \'dcqcn\': the uet fabric\'s RNICs run nscc[,target_delay=TIME,'
+     'gamma=X], or none'),
 ])
 def test_variant_mistakes(tmp_path, extra, expected):
     assert expected in load_error(tmp_path, MINIMAL + extra + "\n")

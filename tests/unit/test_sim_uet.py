@@ -48,6 +48,14 @@ def test_receiver_credits_hold_an_incast_to_fewer_trims_at_the_same_time():
     assert rccc["cct_us"]["p99"] <= 1.2 * lossless["cct_us"]["p99"]
 
 
+def test_nscc_as_cc_sets_it_reaches_the_rnics():
+    nscc, fixed = _run("incast-uet", iterations=1), _run("incast-uet", iterations=1, cc="none")
+    assert nscc["cc"] == "nscc"  # the uet fabric's default
+    assert fixed["trimmed"] > 10 * nscc["trimmed"]  # a fixed window of 1,024 packets overruns the switch
+    gentle = _run("incast-uet", iterations=1, cc="nscc,target_delay=1us,gamma=0.5")
+    assert gentle["ecn_marked"] < nscc["ecn_marked"]  # a lower target cuts earlier: fewer marks
+
+
 def test_a_link_down_mid_iteration_costs_sprayed_uet_under_half_its_time_again():
     none, down = _run("down-uet-none"), _run("down-uet")
     assert down["faults"] == 1 and down["drops"] > 0  # what was on the link when it went down was lost

@@ -614,6 +614,8 @@ fn uet_spec(network_rtt_ns: u64) -> UetSpec {
         network_rtt_ns,
         timeout_ns: 8 * network_rtt_ns,
         rccc: false,
+        nscc_target_ns: None,
+        nscc_gamma: None,
     }
 }
 

@@ -184,10 +184,12 @@ fn uet_of(uet: &Bound<'_, PyAny>) -> PyResult<Option<UetSpec>> {
         spray: SprayPolicy::parse(&spray)
             .ok_or_else(|| PyValueError::new_err(format!("no spray policy {spray:?}")))?,
         evs: uet.getattr("evs")?.extract()?,
-        nscc: true,
+        nscc: uet.getattr("nscc")?.is_truthy()?,
         network_rtt_ns: uet.getattr("network_rtt_ns")?.extract()?,
         timeout_ns: uet.getattr("timeout_ns")?.extract()?,
         rccc: uet.getattr("rccc")?.is_truthy()?,
+        nscc_target_ns: uet.getattr("target_delay_ns")?.extract()?,
+        nscc_gamma: uet.getattr("gamma")?.extract()?,
     }))
 }
 

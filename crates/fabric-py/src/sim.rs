@@ -43,8 +43,9 @@ type MmuArg = (
     (bool, i64, i64, f64, i64, u64, bool),
 );
 /// A UET fabric's transport: spray policy ("flow", "oblivious", "reps"), entropy values, NSCC on, the
-/// network's round trip and the retransmission timeout (ns), receiver credits on.
-type UetArg = (String, u16, bool, u64, u64, bool);
+/// network's round trip and the retransmission timeout (ns), receiver credits on, NSCC's target delay (ns) and
+/// decrease factor (None: the path's defaults).
+type UetArg = (String, u16, bool, u64, u64, bool, Option<u64>, Option<f64>);
 /// A switch: its ports, its routes (IPv4 address, egress ports), its MMU, its seed.
 type SwitchArg = (Vec<PortArg>, Vec<(Vec<u8>, Vec<u32>)>, MmuArg, u64);
 /// A host: MAC, gateway MAC, IPv4 address, rate, the wire it sends on.
@@ -442,15 +443,22 @@ impl SimFabric {
         let watchdogs = each(pfcwd, switches.len(), "pfcwd", |c| watchdog_config_of(&c))?;
         let ccs = each(cc, hosts.len(), "cc", |params| params_of(&params))?;
         let uet = uet
-            .map(|(spray, evs, nscc, network_rtt_ns, timeout_ns, rccc)| {
+            .map(|(spray, evs, nscc, network_rtt_ns, timeout_ns, rccc, target, gamma)| {
                 let spray = SprayPolicy::parse(&spray).ok_or_else(|| {
                     PyValueError::new_err(format!("no spray policy {spray:?}: flow, oblivious or reps"))
                 })?;
                 let time_ok = |ns: u64| (1..=MAX_PERIOD_NS).contains(&ns);
-                if evs == 0 || evs > MAX_EVS || !time_ok(network_rtt_ns) || !time_ok(timeout_ns) {
+                let nscc_ok = target.is_none_or(time_ok) && gamma.is_none_or(|g| g > 0.0 && g <= 1.0);
+                if evs == 0
+                    || evs > MAX_EVS
+                    || !time_ok(network_rtt_ns)
+                    || !time_ok(timeout_ns)
+                    || !nscc_ok
+                {
                     return Err(PyValueError::new_err(format!(
                         "bad UET settings: {evs} entropy values (1 to {MAX_EVS}), RTT {network_rtt_ns} ns, \
-                         timeout {timeout_ns} ns (1 ns to a day)"
+                         timeout {timeout_ns} ns, NSCC target {target:?} ns (1 ns to a day), gamma {gamma:?} \
+                         (above 0, at most 1)"
                     )));
                 }
                 Ok(UetSpec {
@@ -460,6 +468,8 @@ impl SimFabric {
                     network_rtt_ns,
                     timeout_ns,
                     rccc,
+                    nscc_target_ns: target,
+                    nscc_gamma: gamma,
                 })
             })
             .transpose()?;

@@ -1383,6 +1383,8 @@ mod tests {
             network_rtt_ns: 50_000,
             timeout_ns: 1_000_000,
             rccc: false,
+            nscc_target_ns: None,
+            nscc_gamma: None,
         };
         Nic::new(NicConfig {
             uet: Some(spec),

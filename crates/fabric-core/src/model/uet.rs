@@ -82,6 +82,10 @@ pub struct UetSpec {
     pub timeout_ns: u64,
     /// Receiver credits on.
     pub rccc: bool,
+    /// NSCC's target queueing delay and multiplicative decrease factor, where the user set them (else the
+    /// path's defaults: `NsccParams::for_path`).
+    pub nscc_target_ns: Option<u64>,
+    pub nscc_gamma: Option<f64>,
 }
 
 impl UetSpec {
@@ -90,7 +94,12 @@ impl UetSpec {
     /// (uet-htsim's 16 KB of 4 KB packets), the widest window the responder tracks, NSCC on the path, and with
     /// receiver credits a sender holding at most NSCC's largest window of credit (1.5 bandwidth-delay products).
     pub fn config(&self, mss: u32, rate_bps: u64) -> UetConfig {
-        let nscc = NsccParams::for_path(self.network_rtt_ns, rate_bps, true);
+        let defaults = NsccParams::for_path(self.network_rtt_ns, rate_bps, true);
+        let nscc = NsccParams {
+            target_delay_ns: self.nscc_target_ns.unwrap_or(defaults.target_delay_ns),
+            gamma: self.nscc_gamma.unwrap_or(defaults.gamma),
+            ..defaults
+        };
         UetConfig {
             mss,
             timeout_ns: self.timeout_ns,
