@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"errors", "units", "bounds", "flags", "safefiles"},
     {"_core"},  # the compiled core (crates/): wire, models and simulation engine, below their Python users
     {"wire"},
-    {"model"},
+    {"model", "workload"},
     {"kernel"},
     {"agents"},
     {"fabric", "topologies"},
