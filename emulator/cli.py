@@ -39,7 +39,7 @@ from emulator.agents.config import SPRAYS
 from emulator.fabric.ib_subnet import ROUTINGS
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, parse_overrides
 from emulator.fabric.topospec import build_topo, topo_parameters
-from emulator.units import format_rate, parse_size
+from emulator.units import format_rate, format_size, format_time, parse_size
 from topologies import topos as builtin_topos
 
 
@@ -406,6 +406,29 @@ def cmd_report(args: argparse.Namespace) -> int:
     return main_report(args.directory)
 
 
+def cmd_workload(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from emulator.workload.files import read_workload
+
+    workload = read_workload(args.file)
+    parallelism = ", ".join(f"{group} {size}" for group, size in sorted(workload.parallelism.items()))
+    lines = [f"{printable(args.file)}: {len(workload.stages)} pipeline stage(s); groups {parallelism}"]
+    for number, ops in enumerate(workload.stages):
+        compute = sum(op.compute_ns for op in ops) + (workload.tail_compute_ns if number == 0 else 0)
+        lines.append(f"stage {number}: {len(ops)} collectives, {format_size(sum(op.size for op in ops))}, compute "
+                     f"{format_time(compute) if compute else 'none given'}")
+        counts: Counter[tuple[str, str]] = Counter()
+        sizes: Counter[tuple[str, str]] = Counter()
+        for op in ops:
+            counts[(op.kind, op.group)] += 1
+            sizes[(op.kind, op.group)] += op.size
+        lines += [f"  {kind:<15} {group:<10} {count:>6}  {format_size(sizes[(kind, group)])}"
+                  for (kind, group), count in sorted(counts.items())]
+    print("\n".join(lines))  # one write: a reader that stops early (| head) closes the pipe after it
+    return 0
+
+
 def cmd_ibroute(args: argparse.Namespace) -> int:
     from emulator.fabric.ib_subnet import assign, dump, ibroute
     from emulator.fabric.plan import make_plan
@@ -554,6 +577,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="print the table and draw the plots of a results directory (no root)")
     p.add_argument("directory", metavar="DIR")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("workload", help="what a training-workload file (AICB CSV, SimAI text) holds: its step's "
+                                        "collectives by kind and group, bytes and compute (no root)")
+    p.add_argument("file", metavar="FILE")
+    p.set_defaults(func=cmd_workload)
 
     p = sub.add_parser("ibroute", help="the IB subnet manager's LIDs and forwarding tables of a topology (no root)")
     p.add_argument("--topo", required=True, metavar="SPEC")

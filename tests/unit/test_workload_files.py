@@ -114,3 +114,18 @@ def test_a_pipeline_parallel_aicb_file_gives_a_step_per_stage(tmp_path):
     assert [[(op.kind, op.group, op.group_size) for op in ops] for ops in workload.stages] == [
         [("all_reduce", "tp", 2), ("all_reduce", "tp", 2), ("send_recv", "pp", 1), ("barrier", "dp", 2)]] * 2
     assert workload.parallelism == {"tp": 2, "dp": 2}
+
+
+def test_the_workload_command_sums_a_file_up_and_refuses_a_bad_one_in_one_line(capsys, tmp_path):
+    from emulator import cli
+
+    assert cli.main(["workload", str(HERE / "small_simai.txt")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:] == ["stage 0: 7 collectives, 6.12 MiB, compute 33.30 us",
+                       "  all_reduce      dp              1  2 MiB",
+                       "  all_reduce      tp              6  4.12 MiB"]
+    bad = tmp_path / "bad.txt"
+    bad.write_text("HYBRID\tmodel_parallel_NPU_group: 2\n2\n")
+    assert cli.main(["workload", str(bad)]) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad.txt: line 3: the file ends after 0 of its 2 layers" in err
