@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from emulator._core.mac import ETH_LEN, mac_bytes
-from emulator.agents.config import UetTransport
+from emulator.agents.config import IbTables, SwitchIbConfig, UetTransport
 from emulator.fabric.agent_config import host_ib, switch_ib, switch_mmu
 from emulator.fabric.ib_subnet import ROUTINGS, Subnet, assign
 from emulator.fabric.ib_sweeps import switch_tables
@@ -121,11 +121,12 @@ def link_faults(plan: FabricPlan, faults: Iterable[Fault], ib_routing: str | Non
 def ib_tables(plan: FabricPlan, subnet: Subnet) -> list[tuple[int, tuple[list, list]]]:
     """Every switch's LFT and AR groups in ``subnet``, by switch index and port index, as the compiled fabric
     takes them."""
-    out = []
-    for i, node in enumerate(plan.switches()):
-        tables = switch_tables(subnet, node)
-        out.append((i, (sorted(tables.lft.items()), sorted((dlid, list(g)) for dlid, g in tables.ar.items()))))
-    return out
+    return [(i, _rust_tables(switch_tables(subnet, node))) for i, node in enumerate(plan.switches())]
+
+
+def _rust_tables(tables: IbTables | SwitchIbConfig) -> tuple[list, list]:
+    """A switch's LFT and AR groups as the compiled fabric takes them: (DLID, port) and (DLID, ports), sorted."""
+    return sorted(tables.lft.items()), [(dlid, list(group)) for dlid, group in sorted(tables.ar.items())]
 
 
 def uplink_bytes(plan: FabricPlan, fabric: Any) -> dict[str, int]:
@@ -165,9 +166,10 @@ def _rust_ib_spec(plan: FabricPlan, mmu_configs: dict[str, MmuConfig], routing: 
     for node in plan.switches():
         ib = switch_ib(plan, node, mmu_configs, subnet)
         assert ib is not None  # a subnet was given
-        switch_specs.append((sorted(ib.lft.items()), list(ib.sl2vl), ib.vls, ib.vl_buffer, ib.fc_floor,
+        lft, ar = _rust_tables(ib)
+        switch_specs.append((lft, list(ib.sl2vl), ib.vls, ib.vl_buffer, ib.fc_floor,
                              [(ETH_LEN + port.params.mtu, peer) for port, peer in zip(node.ports, ib.peer_capacity)],
-                             [(dlid, list(group)) for dlid, group in sorted(ib.ar.items())]))
+                             ar))
     host_specs = []
     for node in plan.hosts():
         ib = host_ib(plan, node, mmu_configs, subnet)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
 
 from emulator.errors import FabricError, printable, shown
@@ -74,7 +75,7 @@ def read_workload(path: str) -> Workload:
     """The step in ``path``: SimAI text if its second line is a layer count, else AICB CSV."""
     text = _text(path)
     lines = text.splitlines()
-    if len(lines) >= 2 and lines[1].strip().isdigit():
+    if len(lines) >= 2 and re.fullmatch(r"[0-9]+", lines[1].strip()):
         return parse_simai(text, path)
     return parse_aicb(text, path)
 
@@ -95,7 +96,7 @@ def _text(path: str) -> str:
 def _whole(text: str, where: str, field: str, low: int, high: int) -> int:
     """``text`` as a whole number from ``low`` to ``high``, else one line naming ``where`` and ``field``."""
     value = text.strip()
-    if not (value.isdigit() or (value.startswith("-") and value[1:].isdigit())) or len(value) > 20:
+    if not re.fullmatch(r"-?[0-9]{1,19}", value):  # ASCII digits only: int() would take "²" or "١"
         raise FabricError(f"{where}: {field} {shown(value)} is not a whole number")
     number = int(value)
     if not low <= number <= high:

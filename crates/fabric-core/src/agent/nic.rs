@@ -1376,13 +1376,18 @@ mod tests {
 
     /// An RNIC of the uet fabric at `ip`, spraying obliviously.
     fn uet_nic(ip: [u8; 4], mac: u8) -> Nic<Vec<u8>> {
+        uet_nic_with(ip, mac, false)
+    }
+
+    /// [`uet_nic`], with receiver credits if `rccc`.
+    fn uet_nic_with(ip: [u8; 4], mac: u8, rccc: bool) -> Nic<Vec<u8>> {
         let spec = UetSpec {
             spray: crate::model::spray::SprayPolicy::Oblivious,
             evs: 64,
             nscc: true,
             network_rtt_ns: 50_000,
             timeout_ns: 1_000_000,
-            rccc: false,
+            rccc,
             nscc_target_ns: None,
             nscc_gamma: None,
         };
@@ -1575,11 +1580,12 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Any bytes, or a valid frame with one byte changed, on RoCE, IB or UET: never a panic, and each frame
-        /// leaves a trace in a counter (received, or dropped as malformed or past our credit).
+        /// Any bytes, or a valid frame with one byte changed, on RoCE, IB or UET (with receiver credits too,
+        /// its grants then run): never a panic, and each frame leaves a trace in a counter (received, or
+        /// dropped as malformed or past our credit).
         #[test]
         fn any_frame_is_counted_never_a_panic(
-            link in 0u8..3,
+            link in 0u8..4,
             frames in proptest::collection::vec(
                 (proptest::collection::vec(proptest::prelude::any::<u8>(), 0..1600),
                  proptest::option::of((0usize..200, proptest::prelude::any::<u8>()))),
@@ -1589,7 +1595,11 @@ mod tests {
             let (mut nic, peer) = match link {
                 0 => { let (a, b, _, _) = pair(); (a, Some(b)) }
                 1 => (ib_nic(), None),
-                _ => { let (a, b, _, _) = connected(uet_nic(A, 1), uet_nic(B, 2)); (a, Some(b)) }
+                2 => { let (a, b, _, _) = connected(uet_nic(A, 1), uet_nic(B, 2)); (a, Some(b)) }
+                _ => {
+                    let (a, b, _, _) = connected(uet_nic_with(A, 1, true), uet_nic_with(B, 2, true));
+                    (a, Some(b))
+                }
             };
             let mut wire = TestWire::default();
             let valid = match peer {
@@ -1608,7 +1618,8 @@ mod tests {
                     frame
                 }
             };
-            for (bytes, mutation) in frames {
+            for (now, (bytes, mutation)) in frames.into_iter().enumerate() {
+                let now = now as u64 * 1_000_000;
                 let frame = match mutation {
                     Some((at, value)) if !valid.is_empty() => {
                         let mut f = valid.clone();
@@ -1619,9 +1630,11 @@ mod tests {
                     _ => bytes,
                 };
                 let before = trace(&nic);
-                nic.receive(0, &frame);
-                nic.after_events(0, &mut wire);
+                nic.receive(now, &frame);
+                nic.after_events(now, &mut wire);
                 proptest::prop_assert!(trace(&nic) > before, "{:02x?} left no trace", frame);
+                nic.deadline(now, now + 500_000); // timers and credit grants on what came
+                nic.after_events(now + 500_000, &mut wire);
             }
         }
     }

@@ -161,8 +161,6 @@ pub struct IbPlane {
     lft: Vec<Option<u16>>,
     /// Per DLID, the ports of its adaptive routing group (empty for none), indexed as `lft`.
     ar: Vec<Vec<u16>>,
-    /// Packets adaptive routing sent by a port other than the LFT's.
-    rerouted: u64,
     sl2vl: Vec<u8>,
     vls: usize,
     next_id: u64,
@@ -203,12 +201,20 @@ impl IbPlane {
             ports: built,
             lft,
             ar,
-            rerouted: 0,
             sl2vl: config.sl2vl,
             vls: config.vls,
             next_id: 0,
             due: Vec::new(),
         })
+    }
+
+    /// Whether `lft` and `ar` name only ports the switch has ([`Self::set_tables`] would take them).
+    pub fn check_tables(
+        &self,
+        lft: &[(u16, usize)],
+        ar: &[(u16, Vec<usize>)],
+    ) -> Result<(), IbPlaneError> {
+        tables(lft, ar, self.ports.len()).map(drop)
     }
 
     /// The subnet manager swept again (a link went down or came back): forward by `lft` and `ar` from now on.
@@ -306,11 +312,6 @@ impl IbPlane {
         self.ports.get(port).map(|p| p.setup.max_frame)
     }
 
-    /// Packets adaptive routing sent by a port other than the forwarding table's.
-    pub fn rerouted(&self) -> u64 {
-        self.rerouted
-    }
-
     /// Drops of one cause over every port.
     pub fn total(&self, cause: IbDrop) -> u64 {
         self.ports.iter().map(|p| p.drops[cause as usize]).sum()
@@ -399,7 +400,7 @@ impl IbPlane {
     /// The port a packet for `dlid` on `vl` ending at `end` leaves by: of its adaptive routing group, the
     /// port with the fewest bytes queued on `vl` that can carry it, the LFT's `static_port` on a tie; the LFT's
     /// port when the DLID has no group.
-    fn adaptive(&mut self, dlid: u16, static_port: usize, vl: u8, end: usize) -> usize {
+    fn adaptive(&self, dlid: u16, static_port: usize, vl: u8, end: usize) -> usize {
         let Some(group) = self.ar.get(usize::from(dlid)).filter(|g| !g.is_empty()) else {
             return static_port;
         };
@@ -415,9 +416,6 @@ impl IbPlane {
                     best = (bytes, port);
                 }
             }
-        }
-        if best.1 != static_port {
-            self.rerouted += 1;
         }
         best.1
     }
@@ -562,15 +560,14 @@ fn tables(
         Ok(index) if port < ports => Ok(index),
         _ => Err(IbPlaneError::NoSuchPort { dlid, port }),
     };
-    let len =
-        |dlids: &mut dyn Iterator<Item = u16>| dlids.map(|d| usize::from(d) + 1).max().unwrap_or(0);
-    let mut table = vec![None; len(&mut lft.iter().map(|&(d, _)| d))];
+    let len = |largest: Option<u16>| largest.map_or(0, |dlid| usize::from(dlid) + 1);
+    let mut table = vec![None; len(lft.iter().map(|&(dlid, _)| dlid).max())];
     for &(dlid, port) in lft {
         if let Some(entry) = table.get_mut(usize::from(dlid)) {
             *entry = Some(index(dlid, port)?);
         }
     }
-    let mut groups = vec![Vec::new(); len(&mut ar.iter().map(|(d, _)| *d))];
+    let mut groups = vec![Vec::new(); len(ar.iter().map(|&(dlid, _)| dlid).max())];
     for (dlid, group) in ar {
         let ports = group
             .iter()
@@ -680,7 +677,6 @@ mod tests {
             .map(|psn| ib.receive(0, 0, &from_h1(0, psn)))
             .collect();
         assert_eq!(ports, [1, 2, 1, 2].map(Some)); // ties go to the LFT's port 1
-        assert_eq!(ib.rerouted(), 2);
         assert_eq!(
             (ib.queue(1, 0).unwrap().len(), ib.queue(2, 0).unwrap().len()),
             (2, 2)
@@ -693,7 +689,6 @@ mod tests {
             .map(|psn| ib.receive(0, 0, &from_h1(0, psn)))
             .collect();
         assert_eq!(next, [2, 2].map(Some));
-        assert_eq!(ib.rerouted(), 4);
         // a packet on another VL sees that VL's queues only: all empty, so the LFT's port
         assert_eq!(ib.receive(0, 0, &from_h1(1, 6)), Some(1));
     }
@@ -715,10 +710,10 @@ mod tests {
         ib.set_tables(&[(1, 0), (2, 1), (3, 2)], &[]).unwrap(); // no group: DLID 2 by port 1 only
         assert_eq!(ib.receive(0, 0, &from_h1(0, 9)), Some(1));
         assert_eq!(ib.receive(0, 0, &from_h1(0, 10)), Some(1));
-        assert_eq!(
-            ib.set_tables(&[(2, 5)], &[]),
-            Err(IbPlaneError::NoSuchPort { dlid: 2, port: 5 })
-        );
+        let refused = Err(IbPlaneError::NoSuchPort { dlid: 2, port: 5 });
+        assert_eq!(ib.check_tables(&[(2, 5)], &[]), refused);
+        assert_eq!(ib.set_tables(&[(2, 5)], &[]), refused);
+        assert_eq!(ib.check_tables(&[(2, 1)], &[(2, vec![1, 2])]), Ok(()));
         assert_eq!(
             ib.receive(0, 0, &from_h1(0, 11)),
             Some(1),

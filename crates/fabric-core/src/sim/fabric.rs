@@ -1007,16 +1007,9 @@ impl Fabric {
                         "IB tables for switch {switch}, which has no IB plane"
                     ));
                 };
-                let ports = plane.port_count();
-                let bad = lft.iter().any(|&(_, p)| p >= ports)
-                    || ar
-                        .iter()
-                        .any(|(_, group)| group.iter().any(|&p| p >= ports));
-                if bad {
-                    return Err(format!(
-                        "IB tables of switch {switch} name a port it does not have"
-                    ));
-                }
+                plane
+                    .check_tables(lft, ar)
+                    .map_err(|error| format!("IB tables of switch {switch}: {error}"))?;
             }
         }
         self.faults.links = links;
