@@ -40,7 +40,8 @@ MAX_MESSAGE_BYTES = 1 << 40  # a collective of a TiB is past any step this emula
 MAX_GROUP = 1 << 20
 MAX_COMPUTE_NS = 3_600 * 10**9  # an hour of compute between two collectives
 
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier", "send_recv")
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier", "send", "recv")
+PEERS = ("next", "prev")  # a send's or receive's peer: the pipeline stage after or before
 GROUPS = ("tp", "dp", "pp", "ep", "embedding", "all")  # "all": every rank of the job
 
 
@@ -49,7 +50,9 @@ class CommOp:
     """One collective of a step: its kind (:data:`KINDS`), the parallel group it runs in (:data:`GROUPS`) and
     that group's size (0 where the file does not say: a SimAI file gives the tensor-parallel size only, the
     data-parallel group being the ranks left), its message size in bytes, where in the step it is, and the
-    compute before it."""
+    compute before it.  A send or receive (pipeline parallelism) names its peer stage (:data:`PEERS`).
+    ``blocking``: the compute after it waits for it (a weight gradient's all-reduce does not: it overlaps the
+    backward pass of the layers before, and the step waits for it at its end)."""
 
     kind: str
     group: str
@@ -57,6 +60,8 @@ class CommOp:
     size: int
     stage: str
     compute_ns: int = 0
+    peer: str = ""
+    blocking: bool = True
 
 
 @dataclass(frozen=True)
@@ -107,9 +112,10 @@ def _whole(text: str, where: str, field: str, low: int, high: int) -> int:
 # --- AICB CSV ---------------------------------------------------------------------------------------------
 
 _AICB_KINDS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
-               "all_to_all": "all_to_all", "broadcast": "broadcast", "barrier": "barrier", "isend": "send_recv",
-               "irecv": "send_recv"}
+               "all_to_all": "all_to_all", "broadcast": "broadcast", "barrier": "barrier", "isend": "send",
+               "irecv": "recv"}
 _AICB_COLUMNS = ("comm_type", "comm_group", "comm_group_size", "msg_size", "stage", "count")
+_AICB_PEERS = {"send_next": "next", "send_prev": "prev", "recv_next": "next", "recv_prev": "prev"}
 
 
 def parse_aicb(text: str, source: str) -> Workload:
@@ -137,7 +143,7 @@ def _aicb_section(lines: list[str], first: int, name: str, parallelism: dict[str
     missing = [column for column in _AICB_COLUMNS if column not in header]
     if missing:
         raise FabricError(f"{name}: line {first}: no column {shown(missing[0])}: not an AICB workload")
-    at = {column: header.index(column) for column in _AICB_COLUMNS}
+    at = {column: header.index(column) for column in (*_AICB_COLUMNS, "additional") if column in header}
     ops: list[CommOp] = []
     markers = 0
     try:
@@ -162,12 +168,18 @@ def _aicb_section(lines: list[str], first: int, name: str, parallelism: dict[str
                 raise FabricError(f"{where}: comm_group {shown(row[at['comm_group']])} is not one of "
                                   f"{', '.join(f'CommGroup.{g}_group' for g in GROUPS[:-1])}, CommGroup.all")
             size = _whole(row[at["comm_group_size"]], where, "comm_group_size", 1, MAX_GROUP)
-            if _AICB_KINDS[kind] != "send_recv":  # a send or receive names its peer's group, of 1
-                if parallelism.setdefault(group, size) != size:
-                    raise FabricError(f"{where}: comm_group_size {size}: the {group} group had "
-                                      f"{parallelism[group]} ranks before")
+            peer = ""
+            if _AICB_KINDS[kind] in ("send", "recv"):  # a send or receive names its peer's group, of 1
+                direction = row[at["additional"]] if "additional" in at else ""
+                if not direction.startswith(kind[1:] + "_") or direction not in _AICB_PEERS:
+                    raise FabricError(f"{where}: additional {shown(direction)} is not "
+                                      f"{kind[1:]}_next or {kind[1:]}_prev")
+                peer = _AICB_PEERS[direction]
+            elif parallelism.setdefault(group, size) != size:
+                raise FabricError(f"{where}: comm_group_size {size}: the {group} group had "
+                                  f"{parallelism[group]} ranks before")
             op = CommOp(_AICB_KINDS[kind], group, size, _whole(row[at["msg_size"]], where, "msg_size", 0,
-                                                                  MAX_MESSAGE_BYTES), row[at["stage"]][:200])
+                                                                  MAX_MESSAGE_BYTES), row[at["stage"]][:200], peer=peer)
             count = _whole(row[at["count"]], where, "count", 1, MAX_OPS)
             if len(ops) + count > MAX_OPS:
                 raise FabricError(f"{where}: count {count}: the step would hold over {MAX_OPS} collectives")
@@ -226,7 +238,8 @@ def parse_simai(text: str, source: str) -> Workload:
         nonlocal pending
         pending += compute
         if op is not None:
-            ops.append(CommOp(op.kind, op.group, op.group_size, op.size, op.stage, pending))
+            ops.append(CommOp(op.kind, op.group, op.group_size, op.size, op.stage, pending,
+                              blocking=op.group != "dp"))
             pending = 0
 
     for passes, _ in rows:

@@ -34,7 +34,7 @@ def test_a_simai_step_runs_forward_then_backward_in_reverse_with_its_compute():
         CommOp("all_reduce", "tp", 2, mib, "input_gradient.mlp_layer", 5000),
         # mlp's weight gradient has no collective: its compute and update come before attention's input gradient
         CommOp("all_reduce", "tp", 2, mib, "input_gradient.attention_layer", 6000 + 100 + 6000),
-        CommOp("all_reduce", "dp", 0, 2 * mib, "weight_gradient.attention_layer", 7000),
+        CommOp("all_reduce", "dp", 0, 2 * mib, "weight_gradient.attention_layer", 7000, blocking=False),
         CommOp("all_reduce", "tp", 2, 65536, "input_gradient.embedding_layer", 100 + 1),
     ),)
     assert workload.tail_compute_ns == 1 + 100
@@ -106,18 +106,22 @@ def test_a_file_too_large_or_not_text_or_missing_is_one_line(tmp_path):
 
 
 def test_a_pipeline_parallel_aicb_file_gives_a_step_per_stage(tmp_path):
-    stage = ("comm_type,comm_group,comm_group_size,msg_size,stage,count\n"
-             "CommType.epoch_end,None,None,0,,1\n"
-             "CommType.all_reduce,CommGroup.tp_group,2,1024,forward,2\n"
-             "CommType.{p2p},CommGroup.pp_group,1,4096,forward_step,1\n"
-             "CommType.barrier,CommGroup.dp_group,2,0,step,1\n")
+    stage = ("comm_type,comm_group,comm_group_size,msg_size,stage,additional,count\n"
+             "CommType.epoch_end,None,None,0,,,1\n"
+             "CommType.all_reduce,CommGroup.tp_group,2,1024,forward,,2\n"
+             "CommType.{p2p},CommGroup.pp_group,1,4096,forward_step,{direction},1\n"
+             "CommType.barrier,CommGroup.dp_group,2,0,step,,1\n")
     path = tmp_path / "pp.csv"
-    path.write_text("[ pp_stage0: [rank0, rank1] ]\n" + stage.format(p2p="isend")
-                    + "[ pp_stage1: [rank2, rank3] ]\n" + stage.format(p2p="irecv"))
+    path.write_text("[ pp_stage0: [rank0, rank1] ]\n" + stage.format(p2p="isend", direction="send_next")
+                    + "[ pp_stage1: [rank2, rank3] ]\n" + stage.format(p2p="irecv", direction="recv_prev"))
     workload = read_workload(str(path))
-    assert [[(op.kind, op.group, op.group_size) for op in ops] for ops in workload.stages] == [
-        [("all_reduce", "tp", 2), ("all_reduce", "tp", 2), ("send_recv", "pp", 1), ("barrier", "dp", 2)]] * 2
+    assert [[(op.kind, op.group, op.group_size, op.peer) for op in ops] for ops in workload.stages] == [
+        [("all_reduce", "tp", 2, ""), ("all_reduce", "tp", 2, ""), (p2p, "pp", 1, peer), ("barrier", "dp", 2, "")]
+        for p2p, peer in (("send", "next"), ("recv", "prev"))]
     assert workload.parallelism == {"tp": 2, "dp": 2}
+    path.write_text("[ pp_stage0: [rank0, rank1] ]\n" + stage.format(p2p="isend", direction="recv_next"))
+    with pytest.raises(FabricError, match=r"pp.csv: line 5: additional 'recv_next' is not send_next or send_prev"):
+        read_workload(str(path))
 
 
 def test_the_workload_command_sums_a_file_up_and_refuses_a_bad_one_in_one_line(capsys, tmp_path):
