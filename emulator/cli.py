@@ -413,7 +413,9 @@ def cmd_workload(args: argparse.Namespace) -> int:
 
     workload = read_workload(args.file)
     parallelism = ", ".join(f"{group} {size}" for group, size in sorted(workload.parallelism.items()))
-    lines = [f"{printable(args.file)}: {len(workload.stages)} pipeline stage(s); groups {parallelism}"]
+    # The source, not the argument: for a directory of Chakra traces it names the rank's file read.
+    lines = [f"{printable(workload.source)}: {len(workload.stages)} pipeline stage(s); groups "
+             f"{parallelism or 'none given'}"]
     for number, ops in enumerate(workload.stages):
         compute = sum(op.compute_ns for op in ops) + (workload.tail_compute_ns if number == 0 else 0)
         lines.append(f"stage {number}: {len(ops)} collectives, {format_size(sum(op.size for op in ops))}, compute "
@@ -578,9 +580,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("directory", metavar="DIR")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("workload", help="what a training-workload file (AICB CSV, SimAI text) holds: its step's "
-                                        "collectives by kind and group, bytes and compute (no root)")
-    p.add_argument("file", metavar="FILE")
+    p = sub.add_parser("workload", help="what a training-workload file (AICB CSV, SimAI text, Chakra trace) holds: "
+                                        "its step's collectives by kind and group, bytes and compute (no root)")
+    p.add_argument("file", metavar="FILE", help="a file, or a directory of Chakra traces (<name>.<rank>.et: the "
+                                                "lowest rank's is read)")
     p.set_defaults(func=cmd_workload)
 
     p = sub.add_parser("ibroute", help="the IB subnet manager's LIDs and forwarding tables of a topology (no root)")

@@ -1,6 +1,7 @@
 """Readers of published training-workload files: a step's collectives, in order, with the compute between them.
 
-Two formats are read (issue 27; Chakra execution traces and nccl-tests output are still to come):
+Three formats are read (issue 27; nccl-tests output is still to come): the two below, and MLCommons Chakra
+execution traces (a directory of them, or a ``.et`` file: :mod:`emulator.workload.chakra`).
 
 - **AICB CSV** (aliyun/aicb ``workload/physical/model_workload/``): an optional ``[rank0 ~ rankN]`` line, a
   header naming the columns, then one row per collective: ``comm_type`` (``CommType.all_reduce``, ...),
@@ -28,56 +29,26 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
-from dataclasses import dataclass
 
 from emulator.errors import FabricError, printable, shown
 from emulator.safefiles import read_bounded
+# The step's types and bounds are in .step, shared with the Chakra reader (which cannot import this module:
+# read_workload imports it).
+from emulator.workload.step import GROUPS, MAX_COMPUTE_NS, MAX_MESSAGE_BYTES, MAX_OPS, CommOp, Workload
 
 MAX_FILE_BYTES = 16 << 20  # the published files are tens of KB
-MAX_OPS = 100_000  # collectives in one step, counts expanded
-MAX_MESSAGE_BYTES = 1 << 40  # a collective of a TiB is past any step this emulator can run
 MAX_GROUP = 1 << 20
-MAX_COMPUTE_NS = 3_600 * 10**9  # an hour of compute between two collectives
-
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier", "send", "recv")
-PEERS = ("next", "prev")  # a send's or receive's peer: the pipeline stage after or before
-GROUPS = ("tp", "dp", "pp", "ep", "embedding", "all")  # "all": every rank of the job
-
-
-@dataclass(frozen=True)
-class CommOp:
-    """One collective of a step: its kind (:data:`KINDS`), the parallel group it runs in (:data:`GROUPS`) and
-    that group's size (0 where the file does not say: a SimAI file gives the tensor-parallel size only, the
-    data-parallel group being the ranks left), its message size in bytes, where in the step it is, and the
-    compute before it.  A send or receive (pipeline parallelism) names its peer stage (:data:`PEERS`).
-    ``blocking``: the compute after it waits for it (a weight gradient's all-reduce does not: it overlaps the
-    backward pass of the layers before, and the step waits for it at its end)."""
-
-    kind: str
-    group: str
-    group_size: int
-    size: int
-    stage: str
-    compute_ns: int = 0
-    peer: str = ""
-    blocking: bool = True
-
-
-@dataclass(frozen=True)
-class Workload:
-    """A training step as a file describes it: per pipeline stage (one for a file without pipeline stages),
-    its collectives in order; the compute after the last one, and the parallelism the file states (group ->
-    size, where it says)."""
-
-    source: str
-    stages: tuple[tuple[CommOp, ...], ...]
-    tail_compute_ns: int
-    parallelism: dict[str, int]
 
 
 def read_workload(path: str) -> Workload:
-    """The step in ``path``: SimAI text if its second line is a layer count, else AICB CSV."""
+    """The step in ``path``: a Chakra trace if it is a directory or ends in ``.et``, SimAI text if its second
+    line is a layer count, else AICB CSV."""
+    if path.endswith(".et") or os.path.isdir(path):
+        from emulator.workload.chakra import read_chakra  # here: only a Chakra trace needs protobuf
+
+        return read_chakra(path)
     text = _text(path)
     lines = text.splitlines()
     if len(lines) >= 2 and re.fullmatch(r"[0-9]+", lines[1].strip()):
