@@ -29,9 +29,21 @@ Collectives (N ranks, ``size`` bytes as nccl-tests counts them):
   incast: ``senders`` of them (default all but the last, 0 for the
   all-reduce alone) each write ``size`` bytes into the last odd rank.
 - ``alltoall``: every rank sends ``size / N`` bytes to every other rank.
-- ``allgather``: ring, N-1 steps; each rank contributes ``size / N``.
+- ``allgather``: ring, N-1 steps; rank r contributes chunk r of the
+  ``size`` bytes (:func:`ring_chunks`).
 - ``allreduce``: ring reduce-scatter (N-1 steps, float32 sums) then ring
-  all-gather (N-1 steps): 2(N-1) dependent steps.
+  all-gather (N-1 steps): 2(N-1) dependent steps, on ``size`` bytes of
+  float32s.
+
+Uneven chunks.  A ring cuts its vector as NCCL does: its elements (float32s
+for the all-reduce, bytes for the all-gather) as evenly as possible over the
+N chunks, the first ``count % N`` one element longer, each chunk at its own
+offset.  So every size runs, 8 bytes on 8 ranks too (nccl-tests sweeps
+from 8 B): ranks whose chunk is empty still take their steps, with
+zero-length WRITEs with immediate (one packet each, valid RoCE and IB).  An
+all-reduce's size must be a whole number of float32s, as nccl-tests counts
+it: 18 bytes is refused, not run as 16 (it used to be, and its bandwidth
+was reported for 18).
 
 Pipelining.  A ring's step moves a chunk its next step depends on.  Sent
 whole, every step would wait for the whole chunk, and then for the ranks to
@@ -137,18 +149,38 @@ def slice_span(length: int, slices: int, j: int) -> tuple[int, int]:
 
 
 def chunk_bytes(collective: str, size: int, ranks: int) -> int:
-    """Bytes each step moves per rank."""
+    """Bytes each step moves per rank: a ring's largest chunk (:func:`ring_chunks`), an all-to-all's per peer.
+
+    One line for a size the collective cannot cut: none at all, an all-reduce's that is not whole float32s, an
+    all-to-all's below a byte per peer.
+    """
     if collective in ("incast", "victim", "shift", "permutation"):
         return size
     if collective == "multijob":  # the all-reduce of the even ranks
         collective, ranks = "allreduce", len(range(0, ranks, 2))
-    chunk = size // ranks
-    if collective == "allreduce":
-        chunk -= chunk % ELEMENT
-    if chunk < 1:
-        raise FabricError(f"{collective} of {size} bytes over {ranks} ranks leaves no data per rank; "
-                          f"use a size of at least {ranks * (ELEMENT if collective == 'allreduce' else 1)} bytes")
-    return chunk
+    if collective == "alltoall":
+        if size < ranks:
+            raise FabricError(f"alltoall of {size} bytes over {ranks} ranks leaves no data per rank; "
+                              f"use a size of at least {ranks} bytes")
+        return size // ranks
+    element = ELEMENT if collective == "allreduce" else 1
+    if size < 1:
+        raise FabricError(f"{collective} of {size} bytes moves nothing; use a size of at least {element} "
+                          f"{'byte' if element == 1 else 'bytes'}")
+    if size % element:
+        raise FabricError(f"{collective} of {size} bytes is not a whole number of float32s (as nccl-tests counts "
+                          f"them); use a multiple of {element} bytes")
+    return ring_chunks(size, ranks, element)[0][1]
+
+
+def ring_chunks(size: int, ranks: int, element: int) -> list[tuple[int, int]]:
+    """A ring's ``size`` bytes cut in ``ranks`` chunks as NCCL cuts them: (offset, length) of each chunk.
+
+    The ``size / element`` elements as evenly as possible, the first ``count % ranks`` chunks one element longer;
+    chunk i at its own offset.  Chunks are empty when there are fewer elements than ranks.
+    """
+    base, extra = divmod(size // element, ranks)
+    return [((i * base + min(i, extra)) * element, (base + (i < extra)) * element) for i in range(ranks)]
 
 
 def plan(collective: str, ranks: int, size: int, senders: int | None = None) -> list[RankPlan]:
@@ -172,8 +204,8 @@ def plan(collective: str, ranks: int, size: int, senders: int | None = None) -> 
     if collective == "permutation":
         return _shift(ranks, chunk, ranks // 2)
     if collective == "multijob":
-        return _multijob(ranks, size, chunk, senders)
-    return _ring(ranks, chunk, reduce=collective == "allreduce")
+        return _multijob(ranks, size, senders)
+    return _ring(ranks, size, reduce=collective == "allreduce")
 
 
 def _incast(ranks: int, size: int, senders: int) -> list[RankPlan]:
@@ -203,7 +235,7 @@ def _shift(ranks: int, size: int, offset: int) -> list[RankPlan]:
             for r in range(ranks)]
 
 
-def _multijob(ranks: int, size: int, chunk: int, senders: int | None) -> list[RankPlan]:
+def _multijob(ranks: int, size: int, senders: int | None) -> list[RankPlan]:
     job, neighbours = list(range(0, ranks, 2)), list(range(1, ranks, 2))
     if len(job) < 2 or len(neighbours) < 1:
         raise FabricError(f"multijob needs at least 3 hosts (an all-reduce of two and an incast receiver), "
@@ -212,7 +244,7 @@ def _multijob(ranks: int, size: int, chunk: int, senders: int | None) -> list[Ra
     if not 0 <= senders <= len(neighbours) - 1:
         raise FabricError(f"multijob with {senders} incast senders: choose 0 to {len(neighbours) - 1} on {ranks} hosts")
     plans: list[RankPlan] = []
-    for index, rank_plan in enumerate(_ring(len(job), chunk, reduce=True)):  # ring positions to even ranks
+    for index, rank_plan in enumerate(_ring(len(job), size, reduce=True)):  # ring positions to even ranks
         steps = [Step(tuple(Send(job[s.dst], s.offset, s.length, s.region, s.dst_offset) for s in step.sends),
                       tuple(job[r] for r in step.receives), step.reduce) for step in rank_plan.steps]
         plans.append(RankPlan(job[index], rank_plan.data_bytes, rank_plan.staging_bytes, steps,
@@ -244,22 +276,33 @@ def _alltoall(ranks: int, chunk: int) -> list[RankPlan]:
     return plans
 
 
-def _ring(ranks: int, chunk: int, reduce: bool) -> list[RankPlan]:
+def _ring(ranks: int, size: int, reduce: bool) -> list[RankPlan]:
+    """A ring over ``size`` bytes in uneven chunks (:func:`ring_chunks`); a reduce-scatter first when ``reduce``.
+
+    Step k of the reduce-scatter is staged at k x the largest chunk (staging slots all alike, so an offset is a
+    product); a rank's slices are cut from its largest chunk, the same on every rank.
+    """
+    chunks = ring_chunks(size, ranks, ELEMENT if reduce else 1)
+    largest = chunks[0][1]
+    step_count = (2 if reduce else 1) * (ranks - 1)
     plans = []
     for r in range(ranks):
         nxt, prev = (r + 1) % ranks, (r - 1) % ranks
         steps = []
         if reduce:  # reduce-scatter: send my partial sum of chunk (r-k), add what prev sent of chunk (r-1-k)
             for k in range(ranks - 1):
-                send = Send(nxt, ((r - k) % ranks) * chunk, chunk, "staging", k * chunk)
-                steps.append(Step((send,), (prev,), (k * chunk, ((r - 1 - k) % ranks) * chunk, chunk)))
+                offset, length = chunks[(r - k) % ranks]
+                send = Send(nxt, offset, length, "staging", k * largest)
+                offset, length = chunks[(r - 1 - k) % ranks]
+                steps.append(Step((send,), (prev,), (k * largest, offset, length)))
         # all-gather: pass on the chunk that is complete here, (r+1-k) after a reduce-scatter, else (r-k)
         first = r + 1 if reduce else r
         for k in range(ranks - 1):
-            offset = ((first - k) % ranks) * chunk
-            steps.append(Step((Send(nxt, offset, chunk, "data", offset),), (prev,)))
-        plans.append(RankPlan(r, ranks * chunk, (ranks - 1) * chunk if reduce else 0, steps,
-                              reduce_group=tuple(range(ranks)) if reduce else (), slices=ring_slices(chunk, len(steps))))
+            offset, length = chunks[(first - k) % ranks]
+            steps.append(Step((Send(nxt, offset, length, "data", offset),), (prev,)))
+        plans.append(RankPlan(r, size, (ranks - 1) * largest if reduce else 0, steps,
+                              reduce_group=tuple(range(ranks)) if reduce else (),
+                              slices=ring_slices(largest, step_count)))
     return plans
 
 

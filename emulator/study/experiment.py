@@ -558,14 +558,14 @@ _UNIFORM = ("allreduce", "allgather", "alltoall")
 
 def _uniform_needs(collective: str, ranks: int, size: int) -> PlanNeeds:
     """What :func:`~emulator.collectives.algorithms.plan` gives every rank of a ring or all-to-all, counted:
-    a ring rank holds the whole vector (all-reduce: and all but its own chunk staged) and talks to the next and
-    the previous rank (one when there are two); an all-to-all rank holds a chunk for and from every rank and talks
-    to all the others."""
-    chunk = chunk_bytes(collective, size, ranks)
+    a ring rank holds the whole vector (all-reduce: and N-1 slots of its largest chunk staged) and talks to the
+    next and the previous rank (one when there are two); an all-to-all rank holds a chunk for and from every rank
+    and talks to all the others."""
+    chunk = chunk_bytes(collective, size, ranks)  # a ring's largest
     if collective == "alltoall":
         return PlanNeeds(((2 * ranks * chunk, 0),) * ranks, ranks * (ranks - 1))
     staging = (ranks - 1) * chunk if collective == "allreduce" else 0
-    return PlanNeeds(((ranks * chunk, staging),) * ranks, ranks * min(ranks - 1, 2))
+    return PlanNeeds(((size, staging),) * ranks, ranks * min(ranks - 1, 2))
 
 
 def _check_regions(needs: PlanNeeds, collective: str, fabric_plan: FabricPlan, context: str) -> None:

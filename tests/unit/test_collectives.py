@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from emulator.collectives.algorithms import (MIN_SLICE, PIPELINE, bus_factor, chunk_bytes, plan, ring_slices,
-                                            slice_span, victim_flow)
+from emulator.collectives.algorithms import (ELEMENT, MIN_SLICE, PIPELINE, bus_factor, chunk_bytes, plan,
+                                            ring_chunks, ring_slices, slice_span, victim_flow)
 from emulator.collectives.coordinator import MAX_START_MARGIN_NS, START_MARGIN_NS, next_margin, summarize
 from emulator.errors import FabricError
 from emulator.study.stats import percentile
@@ -109,6 +109,34 @@ def test_pipelined_ring_allreduce_and_allgather_end_as_the_lock_step_ones(ranks,
         assert all(np.array_equal(d, e) for d, e in zip(data, expected))
         if collective == "allreduce":
             assert all(np.all(d.view(np.float32) == ranks * (ranks + 1) / 2) for d in data)
+
+
+@pytest.mark.parametrize("ranks,size", [(8, 8), (8, 12), (8, 4), (3, 4 * 7), (5, 4 * 13), (4, 4 * 1001),
+                                        (7, 4 * (7 * 2 * MIN_SLICE + 3))])
+@pytest.mark.parametrize("collective", ["allreduce", "allgather"])
+def test_uneven_chunks_still_add_up(collective, ranks, size):
+    """Sizes that are no multiple of the ranks (8 B and 12 B on 8 ranks: ranks with empty chunks): the ring cuts
+    them as NCCL does and the data still ends where the collective says, lock step and pipelined."""
+    plans, data = execute(collective, ranks, size)
+    assert all(p.data_bytes == size for p in plans)
+    elements = size // (ELEMENT if collective == "allreduce" else 1)
+    assert any(s.length == 0 for p in plans for st in p.steps for s in st.sends) == (elements < ranks)
+    if collective == "allreduce":
+        assert all(np.all(d.view(np.float32) == ranks * (ranks + 1) / 2) for d in data)
+    else:
+        chunks = ring_chunks(size, ranks, 1)
+        for d in data:  # chunk i holds rank i's bytes (i + 1)
+            assert all(np.all(d[offset:offset + length] == i + 1) for i, (offset, length) in enumerate(chunks))
+    _, pipelined = execute_pipelined(collective, ranks, size, seed=3)
+    assert all(np.array_equal(d, e) for d, e in zip(pipelined, data))
+
+
+def test_ring_chunks_are_nccls():
+    assert ring_chunks(12, 8, ELEMENT) == [(0, 4), (4, 4), (8, 4)] + [(12, 0)] * 5
+    assert ring_chunks(10, 4, 1) == [(0, 3), (3, 3), (6, 2), (8, 2)]
+    assert ring_chunks(1 << 20, 8, ELEMENT) == [(i << 17, 1 << 17) for i in range(8)]  # even: as before
+    assert chunk_bytes("allreduce", 8, 8) == 4 and chunk_bytes("allgather", 1, 8) == 1
+    assert chunk_bytes("allreduce", 4 * 17, 8) == 12  # the largest chunk
 
 
 def test_slices_cover_a_send_in_whole_floats_and_only_rings_are_sliced():
@@ -212,8 +240,14 @@ def test_a_rank_knows_its_receives_per_peer_and_what_its_allreduce_should_sum_to
 def test_bad_parameters_are_one_line():
     with pytest.raises(FabricError, match="choose 1 to 7"):
         plan("incast", 8, 1024, senders=8)
-    with pytest.raises(FabricError, match="at least 32 bytes"):
-        chunk_bytes("allreduce", 16, 8)
+    with pytest.raises(FabricError, match="not a whole number of float32s .*; use a multiple of 4 bytes"):
+        chunk_bytes("allreduce", 18, 8)
+    with pytest.raises(FabricError, match="allreduce of 0 bytes moves nothing; use a size of at least 4 bytes"):
+        plan("allreduce", 8, 0)
+    with pytest.raises(FabricError, match="allgather of 0 bytes moves nothing"):
+        plan("allgather", 8, 0)
+    with pytest.raises(FabricError, match="alltoall of 7 bytes over 8 ranks leaves no data per rank"):
+        plan("alltoall", 8, 7)
     with pytest.raises(FabricError, match="unknown collective"):
         plan("broadcast", 4, 1024)
     with pytest.raises(FabricError, match="at least 2 hosts"):

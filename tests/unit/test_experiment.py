@@ -443,9 +443,13 @@ def test_top_level_value_is_reported_for_the_variant_using_it(tmp_path):
     assert 'exp.toml: variant "a": key "size": bad size' in message
 
 
-def test_allreduce_too_small_for_the_ranks(tmp_path):
-    message = load_error(tmp_path, MINIMAL.replace('"incast"', '"allreduce"').replace('"64KiB"', "8"))
-    assert 'variant "a": key "size": allreduce of 8 bytes over 4 ranks leaves no data per rank' in message
+def test_an_allreduce_size_must_be_whole_float32s_and_a_tiny_one_runs(tmp_path):
+    message = load_error(tmp_path, MINIMAL.replace('"incast"', '"allreduce"').replace('"64KiB"', "10"))
+    assert 'variant "a": key "size": allreduce of 10 bytes is not a whole number of float32s' in message
+    variant = load_text(tmp_path, MINIMAL.replace('"incast"', '"allreduce"').replace('"64KiB"', "8")).variants[0]
+    assert variant.size == 8  # 2 float32s on 4 ranks: two chunks empty (algorithms.ring_chunks)
+    message = load_error(tmp_path, MINIMAL.replace('"incast"', '"alltoall"').replace('"64KiB"', "3"))
+    assert 'variant "a": key "size": alltoall of 3 bytes over 4 ranks leaves no data per rank' in message
 
 
 @pytest.mark.parametrize("text, expected", [

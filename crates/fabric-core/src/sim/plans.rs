@@ -323,13 +323,15 @@ pub struct Plans {
     ranks: u32,
     /// The collective's size (what incast-like writes move).
     size: u64,
-    /// What each step moves per rank (`algorithms.chunk_bytes`; multijob: its all-reduce's).
+    /// What each step moves per rank at most (`algorithms.chunk_bytes`: a ring's largest chunk, an all-to-all's
+    /// per peer; multijob: its all-reduce's).
     chunk: u64,
     /// The incast's senders (incast, victim, multijob); 0 for the others.
     senders: u32,
 }
 
-/// `algorithms.chunk_bytes`: the bytes each step moves per rank.
+/// `algorithms.chunk_bytes`: the bytes each step moves per rank (a ring's largest chunk), or Python's error for
+/// a size the collective cannot cut.
 fn chunk_bytes(collective: Collective, size: u64, ranks: u32) -> Result<u64, String> {
     let (collective, ranks) = match collective {
         Collective::Incast | Collective::Victim | Collective::Shift | Collective::Permutation => {
@@ -338,21 +340,48 @@ fn chunk_bytes(collective: Collective, size: u64, ranks: u32) -> Result<u64, Str
         Collective::Multijob => (Collective::Allreduce, ranks.div_ceil(2)), // the even ranks' all-reduce
         other => (other, ranks),
     };
-    let mut chunk = size / u64::from(ranks);
+    if collective == Collective::Alltoall {
+        if size < u64::from(ranks) {
+            return Err(format!(
+                "alltoall of {size} bytes over {ranks} ranks leaves no data per rank; use a size of at least \
+                 {ranks} bytes"
+            ));
+        }
+        return Ok(size / u64::from(ranks));
+    }
     let element = if collective == Collective::Allreduce {
-        chunk -= chunk % ELEMENT;
         ELEMENT
     } else {
         1
     };
-    if chunk < 1 {
+    if size < 1 {
+        let unit = if element == 1 { "byte" } else { "bytes" };
         return Err(format!(
-            "{} of {size} bytes over {ranks} ranks leaves no data per rank; use a size of at least {} bytes",
-            collective.name(),
-            u64::from(ranks) * element
+            "{} of {size} bytes moves nothing; use a size of at least {element} {unit}",
+            collective.name()
         ));
     }
-    Ok(chunk)
+    if size % element != 0 {
+        return Err(format!(
+            "{} of {size} bytes is not a whole number of float32s (as nccl-tests counts them); use a multiple \
+             of {element} bytes",
+            collective.name()
+        ));
+    }
+    Ok(ring_chunk(size, ranks, element, 0).1)
+}
+
+/// `algorithms.ring_chunks`: chunk `i` of a ring's `size` bytes cut in `ranks` chunks as NCCL cuts them, as
+/// (offset, length): the `size / element` elements as evenly as possible, the first `count % ranks` chunks one
+/// element longer (empty chunks when there are fewer elements than ranks).
+pub fn ring_chunk(size: u64, ranks: u32, element: u64, i: u64) -> (u64, u64) {
+    let ranks = u64::from(ranks.max(1));
+    let count = size / element.max(1);
+    let (base, extra) = (count / ranks, count % ranks);
+    (
+        (i * base + i.min(extra)) * element,
+        (base + u64::from(i < extra)) * element,
+    )
 }
 
 /// `senders` within `low..=high`, or `error` (Python's message for the collective).
@@ -553,13 +582,15 @@ impl Plans {
     pub fn regions(&self, rank: u32) -> (u64, u64) {
         let (n, size, chunk) = (u64::from(self.ranks), self.size, self.chunk);
         match self.role(rank) {
-            Role::Ring { length, reduce, .. } => {
-                let length = u64::from(length);
-                (
-                    length * chunk,
-                    if reduce { (length - 1) * chunk } else { 0 },
-                )
-            }
+            // the whole vector, and a reduce-scatter's N-1 steps staged a largest chunk apart
+            Role::Ring { length, reduce, .. } => (
+                size,
+                if reduce {
+                    u64::from(length - 1) * chunk
+                } else {
+                    0
+                },
+            ),
             Role::Exchanger => (2 * n * chunk, 0),
             Role::Gatherer(from) if rank == 0 || self.collective == Collective::Multijob => {
                 (u64::from(from.len()) * size, 0) // it holds every sender's write
@@ -605,25 +636,29 @@ impl Plans {
                 stride,
                 reduce,
             } => {
-                let (p, len) = (u64::from(position), u64::from(length));
+                let len = u64::from(length);
                 let next = ((position + 1) % length) * stride;
                 let prev = ((position + length - 1) % length) * stride;
-                let send = |offset: u64, staging: bool, dst_offset: u64| {
+                let element = if reduce { ELEMENT } else { 1 };
+                // chunk `c` (mod the ring) at its offset: uneven chunks (`ring_chunk`)
+                let span = |c: u64| ring_chunk(self.size, length, element, c % len);
+                let send = |(offset, length): (u64, u64), staging: bool, dst_offset: u64| {
                     Sends::one(SendPlan {
                         dst: next,
                         offset,
-                        length: chunk,
+                        length,
                         staging,
                         dst_offset,
                     })
                 };
-                let k = u64::from(k);
+                let (p, k) = (u64::from(position), u64::from(k));
                 if reduce && k < len - 1 {
                     // reduce-scatter: send my partial sum of chunk (p-k), add what prev sent of chunk (p-1-k)
+                    let (offset, length) = span(p + 2 * len - 1 - k);
                     Step {
-                        sends: send(((p + len - k) % len) * chunk, true, k * chunk),
+                        sends: send(span(p + len - k), true, k * chunk),
                         receives: Receives::one(prev),
-                        reduce: Some((k * chunk, ((p + 2 * len - 1 - k) % len) * chunk, chunk)),
+                        reduce: Some((k * chunk, offset, length)),
                     }
                 } else {
                     // all-gather: pass on the chunk complete here, (p+1-j) after a reduce-scatter, else (p-j)
@@ -632,9 +667,9 @@ impl Plans {
                     } else {
                         (k, p)
                     };
-                    let offset = ((first + len - j) % len) * chunk;
+                    let chunk = span(first + len - j);
                     Step {
-                        sends: send(offset, false, offset),
+                        sends: send(chunk, false, chunk.0),
                         receives: Receives::one(prev),
                         reduce: None,
                     }
@@ -857,11 +892,25 @@ mod tests {
             .starts_with("unknown collective \"it's\";"));
         assert_eq!(
             Plans::new("allreduce", 4, 15, None).unwrap_err(),
-            "allreduce of 15 bytes over 4 ranks leaves no data per rank; use a size of at least 16 bytes"
+            "allreduce of 15 bytes is not a whole number of float32s (as nccl-tests counts them); use a \
+             multiple of 4 bytes"
+        );
+        assert_eq!(
+            Plans::new("allreduce", 4, 0, None).unwrap_err(),
+            "allreduce of 0 bytes moves nothing; use a size of at least 4 bytes"
+        );
+        assert_eq!(
+            Plans::new("allgather", 4, 0, None).unwrap_err(),
+            "allgather of 0 bytes moves nothing; use a size of at least 1 byte"
+        );
+        assert_eq!(
+            Plans::new("alltoall", 4, 3, None).unwrap_err(),
+            "alltoall of 3 bytes over 4 ranks leaves no data per rank; use a size of at least 4 bytes"
         );
         assert_eq!(
             Plans::new("multijob", 2, 2, None).unwrap_err(),
-            "allreduce of 2 bytes over 1 ranks leaves no data per rank; use a size of at least 4 bytes"
+            "allreduce of 2 bytes is not a whole number of float32s (as nccl-tests counts them); use a multiple \
+             of 4 bytes"
         );
         assert_eq!(
             Plans::new("victim", 2, 8, None).unwrap_err(),
@@ -873,6 +922,37 @@ mod tests {
             "incast needs at least 2 hosts, the topology has 1"
         );
         assert!(Plans::new("incast", 3, u64::MAX / 4, Some(1)).is_err());
+    }
+
+    #[test]
+    fn uneven_chunks_are_nccls_and_empty_chunks_still_step() {
+        // 12 B on 8 ranks: 3 float32s, chunks 0 to 2 one each, chunks 3 to 7 empty at offset 12.
+        let spans: Vec<(u64, u64)> = (0..8).map(|i| ring_chunk(12, 8, ELEMENT, i)).collect();
+        assert_eq!(&spans[..4], &[(0, 4), (4, 4), (8, 4), (12, 0)]);
+        assert!(spans[4..].iter().all(|&span| span == (12, 0)));
+        // 10 B all-gather over 4 ranks: 3, 3, 2, 2 bytes.
+        let spans: Vec<(u64, u64)> = (0..4).map(|i| ring_chunk(10, 4, 1, i)).collect();
+        assert_eq!(spans, vec![(0, 3), (3, 3), (6, 2), (8, 2)]);
+        let plans = Plans::new("allreduce", 8, 8, None).unwrap();
+        assert_eq!(plans.regions(5), (8, 7 * 4)); // the whole vector; 7 staging slots of the largest chunk
+        assert_eq!(plans.steps(5), 14);
+        assert_eq!(plans.slices(5), 1);
+        // rank 5's first reduce-scatter step sends its (empty) chunk 5 and adds chunk 4 (empty) from rank 4
+        let step = plans.step(5, 0).unwrap();
+        assert_eq!(
+            step.sends.get(0).map(|s| (s.offset, s.length)),
+            Some((8, 0))
+        );
+        assert_eq!(step.reduce, Some((0, 8, 0)));
+        // rank 1's step 0 sends chunk 1 (4 bytes at 4) and adds chunk 0 (4 bytes at 0)
+        let step = plans.step(1, 0).unwrap();
+        assert_eq!(
+            step.sends.get(0).map(|s| (s.offset, s.length)),
+            Some((4, 4))
+        );
+        assert_eq!(step.reduce, Some((0, 0, 4)));
+        let (sent, _) = plans.message_counts();
+        assert_eq!(sent[1], vec![(0, 10), (4, 4)]); // chunks 0 and 1 pass through twice each, the rest empty
     }
 
     #[test]
