@@ -400,6 +400,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     return main_report(directory)
 
 
+def cmd_nccl(args: argparse.Namespace) -> int:
+    """A size sweep of one collective printed as nccl-tests prints it, run as an experiment by the runner."""
+    from emulator.study.nccl import Sweep, run_sweep
+
+    link = parse_options(args.link, DEFAULT_LINK, "--link")
+    if args.bw is not None:
+        if "bw" in link:
+            raise FabricError("--bw and --link bw=... both set the link rate; set it once")
+        link["bw"] = args.bw
+    for option, value in link.items():  # each option's range, before anything else, naming its flag
+        try:
+            link_params({}, {option: value})
+        except FabricError as err:
+            raise FabricError(f"{'--bw' if option == 'bw' and args.bw is not None else '--link ' + option}: {err}"
+                              ) from None
+    switch = parse_options(args.switch, dict.fromkeys(SWITCH_OPTIONS), "--switch")
+    parse_overrides(switch, args.fabric)
+    sweep = Sweep(args.collective, args.topo, args.fabric, args.backend, args.minbytes, args.maxbytes,
+                  args.stepfactor, args.iters, args.warmup_iters, link, switch, args.model, args.cc, args.mtu,
+                  args.seed)
+    return run_sweep(sweep, args.out, args.json, sys.argv, progress, require_root)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from emulator.study.report import main_report
 
@@ -455,6 +478,16 @@ def cmd_pcap(args: argparse.Namespace) -> int:
     for path in paths:
         print(path)
     return 0
+
+
+def _size_flag(flag: str) -> Any:
+    """An argparse type: a size in bytes (nccl-tests' 8, 1K, 64M), else one line naming the flag."""
+    def size(text: str) -> int:
+        try:
+            return parse_size(text)
+        except FabricError as err:
+            raise FabricError(f"{flag}: {err}") from None
+    return size
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -575,6 +608,39 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run every variant on this backend: emulator (namespaces, real time, root) or sim "
                         "(the same models in simulated time, no root); default: each variant's own, emulator")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("nccl", help="a size sweep of one collective, printed as nccl-tests prints it "
+                                    "(an experiment of one variant per size)")
+    p.add_argument("collective", nargs="?", choices=("allreduce", "allgather", "alltoall"), default="allreduce",
+                   help="nccl-tests' all_reduce_perf, all_gather_perf or alltoall_perf (default allreduce)")
+    p.add_argument("--topo", required=True, metavar="SPEC", help="a topology spec, e.g. star,8")
+    p.add_argument("--fabric", choices=FABRICS, default="lossless", help="as fabric-emu up (default lossless)")
+    p.add_argument("--backend", choices=("emulator", "sim"), default="emulator",
+                   help="emulator (namespaces, real time, root; default) or sim (simulated time, no root)")
+    p.add_argument("-b", "--minbytes", type=_size_flag("-b/--minbytes"), default=8,
+                   help="the smallest size (default 8; 1K, 64M: powers of 1024 as nccl-tests reads them)")
+    p.add_argument("-e", "--maxbytes", type=_size_flag("-e/--maxbytes"), default=64 << 20,
+                   help="the largest size (default 64M)")
+    p.add_argument("-f", "--stepfactor", type=flags.whole("-f/--stepfactor", (2, 1024)), default=2,
+                   help="each size this many times the one before (default 2)")
+    p.add_argument("-n", "--iters", type=flags.whole("-n/--iters", bounds.ITERATIONS), default=20,
+                   help="measured iterations per size (default 20, as nccl-tests)")
+    p.add_argument("-w", "--warmup_iters", type=flags.whole("-w/--warmup_iters", bounds.WARMUP), default=5,
+                   help="warm-up iterations per size, not measured (default 5, as nccl-tests)")
+    p.add_argument("--link", metavar="OPTS", help="link options as an experiment's link table: bw=100mbit,delay=0us,"
+                                                  "mtu=4200,loss=0 (experiments' defaults)")
+    p.add_argument("--bw", metavar="RATE", help="the links' rate, as an experiment's bw (default 100mbit)")
+    p.add_argument("--model", metavar="RATE", help="the modelled link rate (time dilation, as an experiment's model):"
+                                                   " times and bandwidths printed are the modelled fabric's")
+    p.add_argument("--switch", metavar="OPTS", help="switch settings, as fabric-emu up's --switch")
+    p.add_argument("--cc", metavar="CC", help="the RNICs' congestion control, as an experiment's cc")
+    p.add_argument("--mtu", type=int, choices=PATHS_MTU, default=None,
+                   help="RDMA path MTU (default: the largest the links take, 4096 on 4200-byte links)")
+    p.add_argument("--seed", type=flags.whole("--seed", bounds.SEED), default=1, help="seed (0 to 2**32-1)")
+    p.add_argument("--out", default="results", metavar="DIR",
+                   help="results root (default results/): the sweep's results go to DIR/nccl-<collective>/<UTC time>/")
+    p.add_argument("-J", "--json", metavar="FILE", help="also write the figures as nccl-tests' -J JSON to FILE")
+    p.set_defaults(func=cmd_nccl)
 
     p = sub.add_parser("report", help="print the table and draw the plots of a results directory (no root)")
     p.add_argument("directory", metavar="DIR")

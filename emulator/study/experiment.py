@@ -207,6 +207,14 @@ def load_experiment(name_or_path: str, backend: str | None = None,
     return _experiment(data, label, source, log)
 
 
+def build_experiment(data: dict[str, Any], label: str, source: str,
+                     log: Callable[[str], None] | None = None) -> Experiment:
+    """An experiment from tables in memory (what a TOML file parses to), checked and expanded as a file is: a
+    command that makes its own experiment (``fabric-emu nccl``'s size sweep) runs it through the same checks and
+    the same runner.  ``label`` names it in messages, ``source`` in config.json."""
+    return _experiment(data, label, source, log)
+
+
 def _forced_backend(data: dict[str, Any], backend: str) -> dict[str, Any]:
     """The experiment with every variant on ``backend``: the key set at the top, taken out of variants and sweep."""
     forced = {**data, "backend": backend}
