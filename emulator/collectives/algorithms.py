@@ -86,6 +86,20 @@ class Send:
     length: int
     region: str  # "data" or "staging"
     dst_offset: int
+    at_step: int | None = None  # the receiver's step it arrives for (a workload's plans); None: the sender's step
+
+
+@dataclass(frozen=True)
+class OpSpan:
+    """One collective of a training step as a rank runs it (:mod:`emulator.collectives.workload_plan`): the
+    step's collective ``op``, the rank's steps ``first`` to ``first + steps``, the compute before it is issued
+    and whether the compute after it waits for it."""
+
+    op: int
+    first: int
+    steps: int
+    compute_ns: int
+    blocking: bool
 
 
 @dataclass(frozen=True)
@@ -104,6 +118,7 @@ class RankPlan:
     measured: bool = True  # its arrivals make the iteration's CCT (multijob: the all-reduce's ranks only)
     reduce_group: tuple[int, ...] = ()  # the ranks whose inputs it sums (all-reduce), none if it reduces nothing
     slices: int = 1  # each send goes in this many WRITEs with immediate (:func:`slice_span`)
+    ops: tuple[OpSpan, ...] = ()  # a training step's collectives, each begun after its compute (one slice)
 
     @property
     def peers(self) -> set[int]:

@@ -21,12 +21,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from emulator.collectives.algorithms import plan
+from emulator.collectives.algorithms import RankPlan, plan
+from emulator.collectives.workload_plan import plan_to_json
 from emulator.errors import FabricError
 from emulator.apps.jsonlines import JsonLines
 from emulator.fabric.agent_control import query_agent
 
 if TYPE_CHECKING:
+    from emulator.collectives.workload_plan import WorkloadPlan
     from emulator.fabric.builder import Fabric
 
 START_MARGIN_NS = 10_000_000  # T is this far ahead of the moment every rank is ready
@@ -78,6 +80,8 @@ class IterationResult:
     paused_us: float
     verified: bool
     flows: list[Flow] = field(default_factory=list)
+    # A training step's: per rank, each collective's (begun, done) and the rank's end, in ns after the start.
+    timelines: list[tuple[list[tuple[int, int]], int]] | None = None
 
 
 @dataclass
@@ -91,7 +95,8 @@ def run_collective(net: "Fabric", collective: str, size: int, iterations: int, w
                    senders: int | None = None, mtu: int = 1024,
                    progress: Callable[[int, int, IterationResult], None] | None = None,
                    abort: threading.Event | None = None, ready: Callable[[], None] | None = None,
-                   started: Callable[[int, int], None] | None = None) -> CollectiveRun:
+                   started: Callable[[int, int], None] | None = None,
+                   step: "WorkloadPlan | None" = None) -> CollectiveRun:
     """Run ``warmup + iterations`` iterations of ``collective`` over every host of ``net``.
 
     ``ready`` is called once the ranks are connected, before the first
@@ -101,9 +106,16 @@ def run_collective(net: "Fabric", collective: str, size: int, iterations: int, w
 
     Setting ``abort`` (a deadlocked fabric: nothing more will come) kills the
     ranks; the wait for their reports then ends in a FabricError.
+
+    With ``step`` (a training step placed by :func:`~emulator.collectives.workload_plan.workload_plan`), each
+    rank is sent its part of the step instead of ``collective``'s (hosts beyond the job idle), and each
+    result carries the ranks' timelines.
     """
     hosts = [node.name for node in net.hosts]
-    plans = plan(collective, len(hosts), size, senders)  # bad parameters fail before any process starts
+    if step is None:
+        plans = plan(collective, len(hosts), size, senders)  # bad parameters fail before any process starts
+    else:
+        plans = [step.ranks[r] if r < len(step.ranks) else RankPlan(r, 1, 0, [], ops=()) for r in range(len(hosts))]
     path = os.path.join(net.directory, "collective.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -124,7 +136,8 @@ def run_collective(net: "Fabric", collective: str, size: int, iterations: int, w
                  "iterations": warmup + iterations}
         infos = {}
         for rank, host in enumerate(hosts):
-            links[host].send({**setup, "rank": rank})
+            part = {} if step is None else {"plan": plan_to_json(plans[rank]), "tail_ns": step.tail_ns}
+            links[host].send({**setup, **part, "rank": rank})
         for rank, host in enumerate(hosts):
             infos[rank] = links[host].receive("its QPs")
         for rank, host in enumerate(hosts):
@@ -241,7 +254,12 @@ def summarize(i: int, start: int, hosts: list[str], plans: list, reports: dict[s
     released = [r["released_ns"] for r in reports.values() if r.get("released_ns")]
     skew = max(released) - min(released) if released else 0
     late = max(released) - start if released else 0
+    timelines = None
+    if any("ops" in report for report in reports.values()):
+        timelines = [([(a - start, b - start) for a, b in reports[host].get("ops", [])],
+                      reports[host].get("end_ns", start) - start) for host in hosts]
     return IterationResult(
+        timelines=timelines,
         iteration=i, start_ns=start, cct_us=(last_stamp - start) / 1e3, start_skew_us=skew / 1e3,
         start_late_us=max(late, 0) / 1e3,
         last_src=hosts[last_src], last_dst=hosts[last_dst], cause=cause,

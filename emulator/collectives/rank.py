@@ -30,6 +30,7 @@ import numpy as np
 
 from emulator.agents.verbs_messages import MAX_WRS
 from emulator.collectives.algorithms import RankPlan, Step, plan, slice_span
+from emulator.collectives.workload_plan import plan_from_json
 from emulator.errors import FabricError
 from emulator.apps.jsonlines import JsonLines
 from emulator.apps.verbs import CQ, MR, PD, QP, Context, RecvWR, SendWR, VerbsError, WcOpcode, WcStatus, WrOpcode
@@ -44,8 +45,11 @@ class Rank:
     def __init__(self, run: str, node: str, setup: dict[str, Any]) -> None:
         self.rank = setup["rank"]
         self.iterations = setup["iterations"]
-        plans = plan(setup["collective"], setup["ranks"], setup["size"], setup.get("senders"))
-        self.plan: RankPlan = plans[self.rank]
+        if "plan" in setup:  # a training step's part, placed by the coordinator
+            self.plan: RankPlan = plan_from_json(self.rank, setup["plan"])
+            self.tail_ns = int(setup["tail_ns"])
+        else:
+            self.plan = plan(setup["collective"], setup["ranks"], setup["size"], setup.get("senders"))[self.rank]
         self.ranks = setup["ranks"]
         self.mtu = setup["mtu"]
         self.ctx = Context(run, node)
@@ -58,8 +62,14 @@ class Rank:
         self.reduce = bool(self.plan.reduce_group)
         # Only the last WRITE to each peer in an iteration asks for a completion: on an RC QP it completes after
         # every WRITE before it, and the completions not asked for are messages neither side has to handle.
+        # A training step's collectives each wait for their WRITEs: the last to each peer in each collective.
         slices = self.plan.slices
         self.last_write = {s.dst: k * slices + slices - 1 for k, step in enumerate(self.plan.steps) for s in step.sends}
+        self.op_last_writes = {(max(k for k in range(span.first, span.first + span.steps)
+                                    if any(s.dst == dst for s in self.plan.steps[k].sends)), dst)
+                               for span in self.plan.ops
+                               for dst in {s.dst for k in range(span.first, span.first + span.steps)
+                                           for s in self.plan.steps[k].sends}}
 
     def local_info(self) -> dict[str, Any]:
         regions = {"data": [self.data.addr, self.data.rkey]}
@@ -91,6 +101,35 @@ class Rank:
         for src, count in self.plan.receives_by_peer.items():
             for first in range(0, count, MAX_WRS):  # a long ring's slices take more than one request
                 self.qps[src].post_recv([RecvWR(0, 0, 0, 0) for _ in range(min(MAX_WRS, count - first))], wait=False)
+
+    def run_step(self, iteration: int, start_ns: int) -> dict[str, Any]:
+        """A training step's iteration, one collective after the other
+        (:mod:`~emulator.collectives.workload_plan`): each is issued after its compute and begins when the one
+        before is done, its first WRITEs posted for that instant (the RNIC releases them then); it is done
+        when its last arrival came and its last WRITEs completed.  Reports what :meth:`run_iteration` reports,
+        and each collective's (begun, done) and the rank's end."""
+        steps, tag = self.plan.steps, (iteration & 0xFFFF) << 16
+        state = _Pump(self, tag)
+        compute_free = previous_done = start_ns
+        timeline = []
+        for span in self.plan.ops:
+            issue = compute_free + span.compute_ns
+            at = max(issue, previous_done)
+            done = at
+            for k in range(span.first, span.first + span.steps):
+                state.outstanding += self._post([(k, 0)], tag, at if k == span.first else None)
+                while not all((src, k) in state.arrived for src in steps[k].receives):
+                    state.wait(f"step {k}")
+                done = max([done, *(state.arrived[(src, k)] for src in steps[k].receives)])
+            while state.outstanding:
+                state.wait("its last WRITEs")
+            done = max([done, *state.completed])
+            state.completed.clear()
+            timeline.append([at, done])
+            compute_free = max(done, issue) if span.blocking else issue
+            previous_done = done
+        end = max(compute_free + self.tail_ns, previous_done)
+        return {**self._report(iteration, state.arrived, state.sends), "ops": timeline, "end_ns": end}
 
     def run_iteration(self, iteration: int, start_ns: int) -> dict[str, Any]:
         """Execute the plan once, pipelined (:mod:`~emulator.collectives.algorithms`); every arrival and send with
@@ -138,13 +177,18 @@ class Rank:
                     sends.append([self._peer_of(wc.qp_num), wc.wr_id, wc.timestamp])
             if time.monotonic() > deadline:
                 raise VerbsError(f"rank {self.rank}: {_at(cursor, steps)} not done in {STEP_TIMEOUT_S:.0f} s")
+        return self._report(iteration, arrived, sends)
+
+    def _report(self, iteration: int, arrived: dict[tuple[int, int], int], sends: list[list[int]]) -> dict[str, Any]:
+        """An iteration's report: every arrival and completion, the achieved start, the QPs' counters."""
+        steps = self.plan.steps
         arrivals = [[src, number, stamp] for (src, number), stamp in arrived.items()]
         counters, released = {}, []
         first_senders = {s.dst for s in steps[0].sends} if steps else set()
         for peer, qp in self.qps.items():
             query = qp.query()
             counters[str(peer)] = [query["counters"].get("retransmitted_packets", 0), query["counters"].get("timeouts", 0)]
-            if peer in first_senders:
+            if peer in first_senders and not self.plan.ops:  # a training step's later posts are timed too
                 released.append(query["released_ns"])
         # The achieved start: when the RNIC released this rank's first sends (None: it sends nothing at T).
         return {"iteration": iteration, "released_ns": min(released) if released else None, "arrivals": arrivals,
@@ -160,10 +204,12 @@ class Rank:
             for s in self.plan.steps[k].sends:
                 remote_addr, rkey = self.remote[s.dst][s.region]
                 offset, length = slice_span(s.length, slices, j)
+                arrives = number if s.at_step is None else s.at_step * slices + j  # the receiver's slice number
+                signaled = (k, s.dst) in self.op_last_writes if self.plan.ops else number == self.last_write[s.dst]
                 by_dst.setdefault(s.dst, []).append(SendWR(number, WrOpcode.RDMA_WRITE_WITH_IMM,
                                                            self.data.addr + s.offset + offset, length, self.data.lkey,
-                                                           remote_addr + s.dst_offset + offset, rkey, tag | number,
-                                                           signaled=number == self.last_write[s.dst]))
+                                                           remote_addr + s.dst_offset + offset, rkey, tag | arrives,
+                                                           signaled=signaled))
         for dst, wrs in by_dst.items():
             self.qps[dst].post_send(wrs, at=at, wait=False)
         return sum(w.signaled for wrs in by_dst.values() for w in wrs)
@@ -182,6 +228,39 @@ class Rank:
             if qp.qp_num == qp_num:
                 return peer
         raise VerbsError(f"a completion for unknown QP {qp_num}")
+
+
+class _Pump:
+    """A training step's completions as they come: arrivals by (source, step), WRITEs outstanding and the time
+    stamps of those completed since the last collective was done."""
+
+    def __init__(self, rank: Rank, tag: int) -> None:
+        self.rank, self.tag = rank, tag
+        self.arrived: dict[tuple[int, int], int] = {}
+        self.sends: list[list[int]] = []
+        self.completed: list[int] = []
+        self.outstanding = 0
+        self.deadline = time.monotonic() + STEP_TIMEOUT_S
+
+    def wait(self, what: str) -> None:
+        """Takes the next completions, or fails the rank when none came for STEP_TIMEOUT_S."""
+        rank = self.rank
+        completions = rank.cq.wait(64, timeout=1.0)
+        if completions:
+            self.deadline = time.monotonic() + STEP_TIMEOUT_S
+        for wc in completions:
+            if wc.status != WcStatus.SUCCESS:
+                raise VerbsError(f"rank {rank.rank} at {what}: {wc.opcode.name} {wc.status.name}")
+            if wc.opcode == WcOpcode.RECV_RDMA_WITH_IMM:
+                if wc.imm & 0xFFFF0000 != self.tag:
+                    raise VerbsError(f"rank {rank.rank} at {what}: immediate {wc.imm:#x} is not of this iteration")
+                self.arrived[(rank._peer_of(wc.qp_num), wc.imm & 0xFFFF)] = wc.timestamp
+            else:
+                self.outstanding -= 1
+                self.sends.append([rank._peer_of(wc.qp_num), wc.wr_id, wc.timestamp])
+                self.completed.append(wc.timestamp)
+        if time.monotonic() > self.deadline:
+            raise VerbsError(f"rank {rank.rank}: {what} not done in {STEP_TIMEOUT_S:.0f} s")
 
 
 def _at(cursor: list[int], steps: list[Step]) -> str:
@@ -213,7 +292,8 @@ def main() -> None:
             rank.post_receives()
             coordinator.send({"ready": iteration})
             start = coordinator.receive("the start")
-            coordinator.send(rank.run_iteration(iteration, start["start_ns"]))
+            run = rank.run_step if rank.plan.ops else rank.run_iteration
+            coordinator.send(run(iteration, start["start_ns"]))
         coordinator.send({"done": True})
         # Stay until every rank is done: a rank with nothing to do (a neighbour job's idle host) that left
         # at once would have its RNIC tear down its QPs while the others' last iteration runs.

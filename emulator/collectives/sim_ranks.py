@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from emulator.collectives.coordinator import CollectiveRun, Flow, IterationResult
+from emulator.collectives.workload_plan import WorkloadPlan
 from emulator.errors import FabricError
 
 SLICE_EVENTS = 200_000  # events between looks at the run: its progress, a watch that stopped it
@@ -52,7 +53,7 @@ class SimProgress:
 def rust_iteration(names: list[str], record: tuple) -> IterationResult:
     """The :class:`IterationResult` of one record of the compiled backend (``SimFabric.take_records``): its
     summary in integer ns, turned into microseconds as :func:`~emulator.collectives.coordinator.summarize` turns its own (the same floats)."""
-    i, start, last, src, dst, cause, retransmissions, paused, verified, skew, late, columns, _raw = record
+    i, start, last, src, dst, cause, retransmissions, paused, verified, skew, late, columns, _raw, lines = record
     # An all-to-all of 1,024 ranks has a million flows: the collector is paused while they are made (they are
     # acyclic), or the collections they set off take twice as long as making them and find nothing.
     collecting = gc.isenabled()
@@ -65,7 +66,9 @@ def rust_iteration(names: list[str], record: tuple) -> IterationResult:
             gc.enable()
     return IterationResult(iteration=i, start_ns=start, cct_us=(last - start) / 1e3, start_skew_us=skew / 1e3,
                            start_late_us=late / 1e3, last_src=names[src], last_dst=names[dst], cause=cause,
-                           retransmissions=retransmissions, paused_us=paused / 1e3, verified=verified, flows=flows)
+                           retransmissions=retransmissions, paused_us=paused / 1e3, verified=verified, flows=flows,
+                           timelines=None if lines is None else
+                           [([(a - start, b - start) for a, b in ops], end - start) for ops, end in lines])
 
 
 def run_rust_collective(fabric: Any, names: list[str], collective: str, size: int, iterations: int, warmup: int,
@@ -78,11 +81,44 @@ def run_rust_collective(fabric: Any, names: list[str], collective: str, size: in
     summarized there as :func:`~emulator.collectives.coordinator.summarize` does.  ``names``: the hosts in rank order (the plan's host order).
     The counters at the start of the measured iterations are ``fabric.baseline()``.  A collective that
     ``plan`` refuses is a FabricError with its message."""
+    try:
+        fabric.begin_collective(collective, size, senders, iterations, warmup, mtu)
+    except (RuntimeError, ValueError) as error:
+        raise FabricError(str(error)) from None
+    return _drive(fabric, names, warmup, iterations, progress, ticker)
+
+
+def run_rust_workload(fabric: Any, names: list[str], step: WorkloadPlan, iterations: int, warmup: int, mtu: int,
+                      progress: Callable[[int, int, IterationResult], None] | None = None,
+                      ticker: Callable[[SimProgress], None] | None = None) -> CollectiveRun:
+    """Run ``warmup + iterations`` iterations of a training step (:func:`~emulator.collectives.workload_plan.
+    workload_plan`'s plans, rank r on host r, hosts beyond the job idle) as :func:`run_rust_collective` runs a
+    collective; each result carries the ranks' timelines."""
+    ranks = []
+    for rank in range(len(names)):
+        rank_plan = step.ranks[rank] if rank < len(step.ranks) else None
+        if rank_plan is None:
+            ranks.append((1, 0, [], []))
+            continue
+        steps = [([(s.dst, s.offset, s.length, s.region == "staging", s.dst_offset, s.at_step) for s in st.sends],
+                  list(st.receives)) for st in rank_plan.steps]
+        ops = [(span.first, span.steps, span.compute_ns, span.blocking) for span in rank_plan.ops]
+        ranks.append((rank_plan.data_bytes, rank_plan.staging_bytes, steps, ops))
+    try:
+        fabric.begin_workload(ranks, step.tail_ns, iterations, warmup, mtu)
+    except (RuntimeError, ValueError) as error:
+        raise FabricError(str(error)) from None
+    return _drive(fabric, names, warmup, iterations, progress, ticker)
+
+
+def _drive(fabric: Any, names: list[str], warmup: int, iterations: int,
+           progress: Callable[[int, int, IterationResult], None] | None,
+           ticker: Callable[[SimProgress], None] | None) -> CollectiveRun:
+    """Runs what the fabric has begun, SLICE_EVENTS at a time with the GIL released, to its end."""
     measured: list[IterationResult] = []
     warm: list[IterationResult] = []
     total = warmup + iterations
     try:
-        fabric.begin_collective(collective, size, senders, iterations, warmup, mtu)
         while True:
             finished = fabric.advance(SLICE_EVENTS)
             for record in fabric.take_records():

@@ -56,6 +56,7 @@ from emulator.model.nscc import parse_nscc
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, derive_config, parse_overrides
 from emulator.fabric.topospec import build_topo
 from emulator.study import calibration
+from emulator.study.workload_step import step_bytes, step_plan
 from emulator.safefiles import read_bounded
 from emulator.units import format_size, format_time, parse_size, parse_time
 
@@ -64,16 +65,20 @@ MAX_FILE_BYTES = 1 << 20  # an experiment file is a page of text; refuse to read
 
 VARIANT_KEYS = ("name", "fabric", "collective", "topo", "size", "iterations", "warmup", "senders",
                 "link", "switch", "seed", "mtu", "capture", "model", "cc", "deadlock", "faults", "backend", "spray",
-                "routing", "rccc")
+                "routing", "rccc", "workload", "parallel", "placement", "scale")
 SHORTHANDS = {"loss": "link", "bw": "link", "buffer": "switch", "headroom": "switch"}
 SWEEP_KEYS = ("loss", "bw", "buffer", "headroom", "size", "senders", "fabric", "collective", "topo", "model", "cc", "spray",
+              "workload", "scale",
               "backend", "routing")
 EXPERIMENT_KEYS = ("name", "description", "variants", "sweep")
 TOP_LEVEL_KEYS = EXPERIMENT_KEYS + VARIANT_KEYS[1:] + tuple(SHORTHANDS)
 REQUIRED = ("collective", "topo", "size")
 DEFAULTS: dict[str, Any] = {"fabric": "lossless", "iterations": 10, "warmup": 1, "seed": 1, "capture": False,
                             "cc": "none", "backend": "emulator", "spray": "reps",
-                            "routing": "static", "rccc": False}
+                            "routing": "static", "rccc": False, "parallel": "", "placement": "tp,dp,pp", "scale": 1.0}
+WORKLOAD = "workload"  # the collective of a variant that replays a training step's file (key "workload")
+WORKLOAD_KEYS = ("parallel", "placement", "scale")  # what only a workload variant takes
+BUILTIN_WORKLOADS = BUILTIN / "workloads"  # where a built-in experiment's workload files are
 # emulator: real frames through namespaces, veths and the agents, in real time; sim: the same models and frames
 # in simulated time (the compiled core's emulator._core.sim), what one VM cannot hold.
 BACKENDS = ("emulator", "sim")
@@ -148,6 +153,10 @@ class Variant:
     spray: str = "reps"  # fabric uet: how each packet's entropy value is chosen (SPRAYS)
     routing: str = "static"  # fabric ib: the subnet manager's LFTs alone, or with adaptive routing (ROUTINGS)
     rccc: bool = False  # fabric uet: receiver credits (a sender sends what its receiver granted)
+    workload: str | None = None  # a training step's file (absolute path), run instead of a collective
+    parallel: str = ""  # its group sizes over the file's (tp=2,dp=4)
+    placement: str = "tp,dp,pp"  # its dimensions innermost first
+    scale: float = 1.0  # its messages and compute times are multiplied by this
 
     def to_json(self) -> dict[str, Any]:
         """Every field, for config.json and results files (lists, as JSON has them)."""
@@ -376,8 +385,9 @@ def _experiment(data: dict[str, Any], label: str, source: str, log: Callable[[st
         raise FabricError(f"{label}: {count} variants ({len(tables)} [[variants]] x the sweep's values); "
                           f"at most {MAX_VARIANTS}")
     progress = _Progress(count, log)
+    base = str(BUILTIN_WORKLOADS) if source.startswith("built-in:") else os.path.dirname(source)
     variants = [variant for index, table in enumerate(tables, start=1)
-                for variant in _expand(table, index, defaults, sweep, label, progress)]
+                for variant in _expand(table, index, defaults, sweep, label, progress, base)]
     _check_unique(variants, label)
     return Experiment(name, description, source, variants)
 
@@ -406,7 +416,7 @@ def _sweep(table: Any, label: str) -> dict[str, list[Any]]:
 
 
 def _expand(table: dict[str, Any], index: int, defaults: dict[str, Any], sweep: dict[str, list[Any]],
-            label: str, progress: "_Progress") -> list[Variant]:
+            label: str, progress: "_Progress", base: str) -> list[Variant]:
     """One variant per point of the sweep (just one without a sweep)."""
     name = _name(table, _VARIANT_NAME, "letters, digits, '.', '_' and '-'", f"{label}: variant {index}")
     context = f"{label}: variant {_q(name)}"
@@ -421,7 +431,7 @@ def _expand(table: dict[str, Any], index: int, defaults: dict[str, Any], sweep: 
         if len(full) > MAX_NAME:
             raise FabricError(f"{context}: name {_q(full[:MAX_NAME])}... with its sweep suffixes is longer than "
                               f"{MAX_NAME} characters (it names a directory)")
-        variants.append(_variant(full, [defaults, table, point], point, f"{label}: variant {_q(full)}"))
+        variants.append(_variant(full, [defaults, table, point], point, f"{label}: variant {_q(full)}", base))
         progress.checked()
     return variants
 
@@ -459,19 +469,21 @@ def _name_text(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", _text(value)).strip("-")
 
 
-def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], context: str) -> Variant:
-    """Layer the tables, then check every key in the order they depend on each other."""
+def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], context: str, base: str) -> Variant:
+    """Layer the tables, then check every key in the order they depend on each other.  ``base``: the directory
+    a workload file's relative path starts from (the experiment file's)."""
     settings = _Settings()
     for table in layers:
         _layer(settings, table, context)
     values = {**DEFAULTS, **settings.values}
+    workload = _workload_keys(values, settings.values, context)
     for key in REQUIRED:
-        if key not in values:
+        if key not in values and not (workload and key in ("collective", "size")):
             raise FabricError(f"{context}: missing key {_q(key)}")
     fabric = _choice(values, "fabric", FABRICS, context)
     if fabric == "uet" and "cc" not in settings.values:
         values["cc"] = "nscc"  # the uet fabric's congestion control, with its defaults
-    collective = _choice(values, "collective", COLLECTIVES, context)
+    collective = WORKLOAD if workload else _choice(values, "collective", COLLECTIVES, context)
     link, model, factor = _dilated(values, _calibrated(_link(settings.link, context), values, fabric, collective,
                                                          context), context)
     switch = _switch(settings.switch, context)
@@ -503,10 +515,20 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     faults = _faults(values, plan, context)
     if backend == "sim":
         _check_sim(fabric, capture, faults, context)
-    size = _size(values["size"], collective, hosts, context)
-    senders = _senders(values, collective, hosts, backend, context)
-    with _key(context, "topo"):  # a collective the hosts cannot make (shift, victim and multijob need 3)
-        needs = plan_needs(collective, hosts, size, senders)
+    step = None
+    if workload:
+        path = os.path.join(base, _text(values["workload"]))
+        scale = values["scale"]
+        with _key(context, "workload"):
+            step = step_plan(path, hosts, _text(values["parallel"]), _text(values["placement"]), scale,
+                             factor if model is not None else 1.0)
+        size, senders = step_bytes(step), None
+        needs = PlanNeeds(tuple((p.data_bytes, p.staging_bytes) for p in step.ranks), 0)
+    else:
+        size = _size(values["size"], collective, hosts, context)
+        senders = _senders(values, collective, hosts, backend, context)
+        with _key(context, "topo"):  # a collective the hosts cannot make (shift, victim and multijob need 3)
+            needs = plan_needs(collective, hosts, size, senders)
     _check_regions(needs, collective, plan, context)
     return Variant(
         name=name, fabric=fabric, collective=collective, topo=topo, size=size,
@@ -516,8 +538,31 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
         seed=_integer(values, "seed", bounds.SEED, context), mtu=_path_mtu(values, links.mtu, context), capture=capture,
         params=dict(params), model=model, dilation=factor, cc=values["cc"],
         deadlock_ns=_deadlock(values, context), faults=faults, backend=backend, spray=spray,
-        routing=routing, rccc=rccc,
+        routing=routing, rccc=rccc, workload=os.path.abspath(path) if step is not None else None,
+        parallel=_text(values["parallel"]), placement=_text(values["placement"]), scale=float(values["scale"]),
     )
+
+
+MIN_SCALE = 1e-9  # a step a billion times smaller than its file's is no step
+
+
+def _workload_keys(values: dict[str, Any], written: dict[str, Any], context: str) -> bool:
+    """Whether the variant replays a workload file; refuses the keys that do not go with its choice."""
+    if "workload" not in values:
+        if set(WORKLOAD_KEYS) & set(written):
+            key = next(k for k in WORKLOAD_KEYS if k in written)
+            raise FabricError(f"{context}: key {_q(key)} places a workload's step: set workload = FILE, or remove it")
+        return False
+    if not isinstance(values["workload"], str) or not values["workload"].strip():
+        raise FabricError(f'{context}: key "workload": expected a file\'s path, got {shown(values["workload"])}')
+    for key in ("collective", "size", "senders"):
+        if key in written and not (key == "collective" and written[key] == WORKLOAD):
+            raise FabricError(f"{context}: key {_q(key)}: a workload variant runs its file's collectives "
+                              "(scale its sizes with scale)")
+    scale = values["scale"]
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not MIN_SCALE <= scale <= 1:
+        raise FabricError(f'{context}: key "scale": expected a number from {MIN_SCALE:g} to 1, got {shown(scale)}')
+    return True
 
 
 def _check_cc(text: Any, fabric: str, links: "_Links", factor: float | None) -> None:

@@ -32,7 +32,8 @@ from typing import Any, Callable, Iterator
 
 from emulator.fabric.capacity import KEEP_FREE_BYTES, check_capacity, meminfo_bytes
 from emulator._core.sim import message_counts
-from emulator.collectives.algorithms import bus_factor, plan, slice_span, victim_flow
+from emulator.collectives.algorithms import RankPlan, bus_factor, plan, slice_span, victim_flow
+from emulator.collectives.workload_plan import WorkloadPlan
 from emulator.collectives.coordinator import CollectiveRun, IterationResult, run_collective
 from emulator.errors import FabricError
 from emulator.study.experiment import (Experiment, Fault, Variant, host_count, results_directory, run_config,
@@ -45,6 +46,7 @@ from emulator.fabric.stats import explained_by_faults, uplink_bytes
 from emulator.model.dcqcn import parse_cc
 from emulator.model.nscc import parse_nscc
 from emulator.study.sim_variant import run_sim_variant, sim_variant_bytes
+from emulator.study.workload_step import as_step_times, ideal_step_us, op_link_us, step_figures, step_plan
 from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, GoodputWatch, StallTracker
 from emulator._core.rc import RcConfig, default_timeout_ns
 from emulator.model.dilation import modelled_us
@@ -199,7 +201,8 @@ def _run_variant(variant: Variant, directory: str, config: dict[str, Any],
                 else contextlib.nullcontext():
             try:
                 run = run_collective(net, variant.collective, variant.size, variant.iterations, variant.warmup,
-                                     variant.senders, variant.mtu, progress, abort, ready, started)
+                                     variant.senders, variant.mtu, progress, abort, ready, started,
+                                     step=variant_step(variant))
             except FabricError:
                 if abort is None or not abort.is_set():
                     raise
@@ -336,6 +339,19 @@ def _longest_first(variants: list[Variant]) -> list[Variant]:
     of equal size an IB one first (its credit updates make it the slowest: a third more events than on
     Ethernet at fattree,16, docs/performance.md); the sort is stable, so the experiment's order otherwise."""
     return sorted(variants, key=lambda variant: (sim_variant_bytes(variant), variant.fabric == "ib"), reverse=True)
+
+
+def variant_step(variant: Variant) -> WorkloadPlan | None:
+    """A workload variant's step placed on its hosts (None for a collective): made once per process."""
+    if variant.workload is None:
+        return None
+    return step_plan(variant.workload, host_count(variant.topo), variant.parallel, variant.placement, variant.scale,
+                     variant.dilation if variant.model is not None else 1.0)
+
+
+def _rank_plans(variant: Variant, hosts: int) -> list[RankPlan]:
+    step = variant_step(variant)
+    return plan(variant.collective, hosts, variant.size, variant.senders) if step is None else step.ranks
 
 
 def _sim_rows(variant: Variant, log: Callable[[str], None]) -> tuple[dict[str, Any], tuple[bytes, bytes]]:
@@ -478,6 +494,9 @@ def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, 
     ``fidelity`` is the monitor's verdict over the measured iterations (the agents' figures were reset
     when the warm-up ended).
     """
+    step = variant_step(variant)
+    if step is not None:
+        as_step_times(run, step.world)
     ccts = [it.cct_us for it in run.iterations]
     skews = [it.start_skew_us for it in run.iterations]
     ranks = len(run.hosts)
@@ -503,6 +522,7 @@ def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, 
         "fidelity": fidelity if fidelity is None else with_bound_check(fidelity, statistics.fmean(ccts), bound_us,
                                                                          counters, run),
         "victim": victim_summary(variant, run) if variant.collective == "victim" else None,
+        **({} if step is None else {"workload": step_figures(step, run)}),
     }
 
 
@@ -536,6 +556,10 @@ def link_time_us(variant: Variant) -> float:
     """
     rate = link_params({}, variant.link).bw_bps
     native_ib = variant.fabric == "ib"
+    step = variant_step(variant)
+    if step is not None:
+        return ideal_step_us(step, op_link_us(step, lambda length: message_wire_bytes(length, variant.mtu, native_ib),
+                                              rate))
     try:  # counted by the compiled plans: Python's would make a ring all-reduce's million steps (10 s at 1,024)
         sent, received = message_counts(variant.collective, host_count(variant.topo), variant.size, variant.senders)
     except ValueError as error:
@@ -635,7 +659,7 @@ def prediction(variant: Variant, baseline_mean_us: float) -> dict[str, Any]:
     hosts = [node.name for node in fabric_plan.hosts()]  # rank order, as the fabric numbers hosts
     links = {node.name: node.ports for node in fabric_plan.nodes.values()}
     distances = {host: hop_distances(links, host) for host in hosts}
-    rank_plans = plan(variant.collective, len(hosts), variant.size, variant.senders)
+    rank_plans = _rank_plans(variant, len(hosts))
     packets = 0
     for rank, rank_plan in enumerate(rank_plans):
         for step in rank_plan.steps:
@@ -644,7 +668,7 @@ def prediction(variant: Variant, baseline_mean_us: float) -> dict[str, Any]:
                 packets += sum(max(1, math.ceil(n / variant.mtu)) for n in lengths) * distances[hosts[send.dst]][hosts[rank]]
     hit = 1 - (1 - p) ** packets
     frame_s = (variant.mtu + ROCE_OVERHEAD + 14) * 8 / params.bw_bps
-    largest = max(s.length for rp in rank_plans for st in rp.steps for s in st.sends)
+    largest = max((s.length for rp in rank_plans for st in rp.steps for s in st.sends), default=0)
     gbn_us = min(RcConfig.max_inflight, math.ceil(largest / variant.mtu)) * frame_s * 1e6
     rto_us = default_timeout_ns(params.bw_bps, variant.mtu) / 1e3
     return {"p": p, "packets": packets, "hit_probability": round(hit, 6),

@@ -21,14 +21,15 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from emulator.collectives.coordinator import CollectiveRun
-from emulator.collectives.sim_ranks import SimProgress, run_rust_collective
+from emulator.collectives.sim_ranks import SimProgress, run_rust_collective, run_rust_workload
 from emulator.fabric.plan import make_plan
 from emulator.fabric.topospec import build_topo
 from emulator.model.dcqcn import parse_cc
 from emulator.model.nscc import parse_nscc
-from emulator.study.experiment import Variant, plan_needs, topology
+from emulator.study.experiment import PlanNeeds, Variant, plan_needs, topology
 from emulator.study.sim_fabric import build_rust_fabric, link_faults, rust_pfcwd, uplink_bytes
 from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, SAMPLE_S, StallTracker
+from emulator.study.workload_step import step_plan
 
 TICK_S = 10.0  # wall seconds between progress lines
 # Memory a simulated variant takes, measured on the compiled backend at fattree,16 (peak RSS of one variant
@@ -51,7 +52,13 @@ def sim_variant_bytes(variant: Variant) -> int:
     topo = topology(variant.topo)
     hosts = len(topo.hosts(sort=False))
     switches = len(topo.switches(sort=False))
-    needs = plan_needs(variant.collective, hosts, variant.size, variant.senders)
+    if variant.workload is not None:
+        step = step_plan(variant.workload, hosts, variant.parallel, variant.placement, variant.scale,
+                         variant.dilation if variant.model is not None else 1.0)
+        needs = PlanNeeds(tuple((p.data_bytes, p.staging_bytes) for p in step.ranks),
+                          sum(len(p.peers) for p in step.ranks))
+    else:
+        needs = plan_needs(variant.collective, hosts, variant.size, variant.senders)
     return (BASE_BYTES + needs.qps * QP_BYTES + sum(map(sum, needs.regions)) + (hosts + switches) * NODE_BYTES
             + hosts * switches * ROUTE_BYTES)
 
@@ -117,8 +124,15 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None],
     fabric.set_faults([(names.index(f.host), f.at_ns, f.duration_ns) for f in variant.faults if f.kind == "stall"])
     fabric.set_link_faults(link_faults(fabric_plan, variant.faults,
                                        variant.routing if variant.fabric == "ib" else None))
-    run = run_rust_collective(fabric, names, variant.collective, variant.size, variant.iterations, variant.warmup,
-                              variant.senders, variant.mtu, progress, ticker)
+    step = None if variant.workload is None else step_plan(
+        variant.workload, len(names), variant.parallel, variant.placement, variant.scale,
+        variant.dilation if variant.model is not None else 1.0)
+    if step is None:
+        run = run_rust_collective(fabric, names, variant.collective, variant.size, variant.iterations,
+                                  variant.warmup, variant.senders, variant.mtu, progress, ticker)
+    else:
+        run = run_rust_workload(fabric, names, step, variant.iterations, variant.warmup, variant.mtu, progress,
+                                ticker)
     if fabric.stuck:
         log(f"  {variant.name}: no frame reached any host for "
             f"{(variant.deadlock_ns + GIVE_UP_AFTER_DEADLOCK_NS) / 1e9:g} s (simulated): deadlocked; stopped")

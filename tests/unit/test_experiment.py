@@ -558,8 +558,10 @@ def test_git_commit_only_for_the_top_of_a_checkout(tmp_path):
 # --- the built-ins are package data; smoke is short ---------------------------------------------------
 
 def test_builtins_are_files_of_the_package():
-    files = sorted(entry.name for entry in experiment.BUILTIN.iterdir())
+    files = sorted(entry.name for entry in experiment.BUILTIN.iterdir() if entry.is_file())
     assert files == [f"{name}.toml" for name in builtin_names()]
+    # the workload files the built-ins replay, with the licence and notice of where they come from
+    assert {entry.name for entry in experiment.BUILTIN_WORKLOADS.iterdir()} >= {"NOTICE", "LICENSE.aicb"}
     assert os.path.dirname(str(experiment.BUILTIN)) == os.path.dirname(experiment.__file__)
 
 

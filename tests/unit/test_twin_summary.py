@@ -47,7 +47,7 @@ def both(topo: str, fabric: str, switch: dict[str, str], collective: str, size: 
     previous: dict[str, dict[str, list[int]]] = {name: {} for name in names}
     pairs = []
     for record in records:
-        raw = record[-1]
+        raw = record[12]
         expected = summarize(record[0], record[1], names, plans, dict(zip(names, raw["reports"])), previous,
                              dict(zip(names, raw["paused"])))
         pairs.append((rust_iteration(names, record), expected))

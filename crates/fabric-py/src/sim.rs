@@ -17,7 +17,8 @@ use fabric_core::sim::fabric::{
 };
 use fabric_core::sim::faults::{FabricRoutes, Fault, LinkFault};
 use fabric_core::sim::ib::{IbHostSpec, IbSpec, IbSwitchSpec};
-use fabric_core::sim::plans::{LinkMessages, Plans};
+use fabric_core::sim::plans::{LinkMessages, Plans, SendPlan};
+use fabric_core::sim::program::{OpSpan, Program, ProgramSend, ProgramStep, RankProgram};
 use fabric_core::sim::summary::IterationSummary;
 use fabric_core::sim::switch::PortLoss;
 use fabric_core::sim::wire::Endpoint;
@@ -276,7 +277,15 @@ fn record_tuple<'py>(py: Python<'py>, record: &IterationRecord) -> PyResult<Boun
         cause.name(),
         retransmissions,
     );
-    let tail = (paused_ns, verified, skew_ns, late_ns, columns, raw);
+    let tail = (
+        paused_ns,
+        verified,
+        skew_ns,
+        late_ns,
+        columns,
+        raw,
+        &record.timelines,
+    );
     let (head, tail) = (head.into_pyobject(py)?, tail.into_pyobject(py)?);
     let items: Vec<Bound<'py, PyAny>> = head.iter().chain(tail.iter()).collect();
     PyTuple::new(py, items)
@@ -699,6 +708,68 @@ impl SimFabric {
         let plans = Plans::new(collective, ranks, size, senders).map_err(PyValueError::new_err)?;
         self.fabric
             .begin_collective(plans, iterations, warmup, mtu, raw)
+            .map_err(PyRuntimeError::new_err)
+    }
+
+    /// Sets up `warmup + iterations` iterations of a training step (`workload_plan.py`'s plans, rank r on host
+    /// r): per rank (data bytes, staging bytes, steps, ops), a step ([(dst, offset, length, staging, dst offset,
+    /// the receiver's step)], [ranks it expects a WRITE from]), an op (first step, steps, compute ns,
+    /// blocking); `tail_ns` the compute after the last collective. Each record's last item is then every
+    /// rank's timeline. ValueError for a program that names a rank, step or region it does not have.
+    #[allow(clippy::type_complexity)] // the plans as Python's tuples
+    fn begin_workload(
+        &mut self,
+        ranks: Vec<(
+            u64,
+            u64,
+            Vec<(Vec<(u32, u64, u64, bool, u64, u32)>, Vec<u32>)>,
+            Vec<(u32, u32, u64, bool)>,
+        )>,
+        tail_ns: u64,
+        iterations: u32,
+        warmup: u32,
+        mtu: u32,
+    ) -> PyResult<()> {
+        let ranks = ranks
+            .into_iter()
+            .map(|(data, staging, steps, ops)| RankProgram {
+                data,
+                staging,
+                steps: steps
+                    .into_iter()
+                    .map(|(sends, receives)| ProgramStep {
+                        sends: sends
+                            .into_iter()
+                            .map(|(dst, offset, length, staging, dst_offset, at_step)| {
+                                ProgramSend {
+                                    send: SendPlan {
+                                        dst,
+                                        offset,
+                                        length,
+                                        staging,
+                                        dst_offset,
+                                    },
+                                    at_step,
+                                }
+                            })
+                            .collect(),
+                        receives,
+                    })
+                    .collect(),
+                ops: ops
+                    .into_iter()
+                    .map(|(first, steps, compute_ns, blocking)| OpSpan {
+                        first,
+                        steps,
+                        compute_ns,
+                        blocking,
+                    })
+                    .collect(),
+            })
+            .collect();
+        let program = Program::new(ranks, tail_ns).map_err(PyValueError::new_err)?;
+        self.fabric
+            .begin_workload(program, iterations, warmup, mtu)
             .map_err(PyRuntimeError::new_err)
     }
 

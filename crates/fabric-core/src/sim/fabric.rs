@@ -20,6 +20,7 @@ use crate::sim::host::SimHost;
 use crate::sim::ib::IbSpec;
 use crate::sim::memory::{FlatMemory, MEMORY_KEY};
 use crate::sim::plans::{slice_span, Plans};
+use crate::sim::program::{Program, RunPlan, Schedule};
 use crate::sim::ranks::{add_f32, reduce_input, reduce_result, Arrival, RankReport, SimRank};
 use crate::sim::summary::{summarize, IterationSummary};
 use crate::sim::switch::{PortLoss, SimSwitch, SwitchPort};
@@ -27,6 +28,7 @@ use crate::sim::watch::{Sampler, Watch};
 use crate::sim::wire::{Endpoint, Wire};
 use crate::wire::mac::Mac;
 use crate::wire::pfc::{MAX_QUANTA, PRIORITIES};
+use std::sync::Arc;
 
 /// Time between an iteration's set-up and its start instant (the coordinator's margin).
 pub const START_MARGIN_NS: u64 = 10_000_000;
@@ -54,7 +56,8 @@ pub enum Event {
     IbTimer(u32),
     /// A host's receiver-credit pacer may grant (a UET fabric with RCCC).
     CreditTimer(u32),
-    /// A rank's iteration starts: its first step's sends are posted.
+    /// A rank's iteration starts: its first step's sends are posted (a training step's rank also: its
+    /// compute before a collective, or after its last, is over).
     StepBegins(u32),
     /// Fault `stall`: a host's NIC stops taking frames and pauses its switch port without end.
     Stall(u32),
@@ -110,6 +113,34 @@ pub struct FabricSpec {
 pub struct IterationRecord {
     pub summary: IterationSummary,
     pub raw: Option<RawIteration>,
+    /// A training step's: per rank, each collective's (begun, done) and when the rank's step ended.
+    pub timelines: Option<Vec<Timeline>>,
+}
+
+/// A training step's rank in one iteration: each collective's (begun, done), and when its step ended.
+pub type Timeline = (Vec<(u64, u64)>, u64);
+
+/// Where a training step's rank is in its compute and its collectives (`workload_plan.py`'s op by op: a
+/// collective is issued after the compute before it, begins once the one before it is done, and the compute
+/// after a blocking collective waits for it).
+#[derive(Clone, Debug, Default)]
+struct WorkRank {
+    /// Collectives begun.
+    begun: usize,
+    /// Whether the last begun collective is done.
+    closed: bool,
+    /// When the compute stream is free, and when the last collective was done.
+    compute_free: u64,
+    previous_done: u64,
+    /// Each begun collective's (begun, done).
+    timeline: Vec<(u64, u64)>,
+    /// When the rank's step ends, once its last collective is done.
+    end: Option<u64>,
+    /// A StepBegins is set for the rank.
+    timer: bool,
+    /// The step the rank is at is not posted: it waits for its collective's start (a WRITE's completion, or
+    /// its compute). Only then may a completion or a timer post it (a posted step is never posted again).
+    waiting: bool,
 }
 
 /// What the coordinator's `summarize` takes: every rank's report, each host's time paused in the iteration.
@@ -191,7 +222,9 @@ pub struct HostFigures {
 #[derive(Debug, Default)]
 struct RunState {
     /// The collective's plans (none before one begins).
-    plans: Option<Plans>,
+    plans: Option<RunPlan>,
+    /// A training step's ranks: where each is in its collectives and compute (empty for a collective).
+    work: Vec<WorkRank>,
     /// Arrivals an iteration expects, all ranks together.
     expected: usize,
     /// Whether the records carry the ranks' reports (the ranks keep their logs).
@@ -372,6 +405,35 @@ impl Fabric {
         mtu: u32,
         raw: bool,
     ) -> Result<(), String> {
+        self.begin_run(RunPlan::Collective(plans), iterations, warmup, mtu, raw)
+    }
+
+    /// Sets up a training step's iterations (`program`: every rank's steps and collectives, rank r on host r),
+    /// as [`Fabric::begin_collective`] sets up a collective's; each record carries the ranks' timelines.
+    pub fn begin_workload(
+        &mut self,
+        program: Program,
+        iterations: u32,
+        warmup: u32,
+        mtu: u32,
+    ) -> Result<(), String> {
+        self.begin_run(
+            RunPlan::Workload(Arc::new(program)),
+            iterations,
+            warmup,
+            mtu,
+            false,
+        )
+    }
+
+    fn begin_run(
+        &mut self,
+        plans: RunPlan,
+        iterations: u32,
+        warmup: u32,
+        mtu: u32,
+        raw: bool,
+    ) -> Result<(), String> {
         if plans.ranks() as usize != self.hosts.len() {
             return Err(format!(
                 "{} ranks for {} hosts",
@@ -406,6 +468,11 @@ impl Fabric {
             }
         }
         self.run = RunState {
+            work: if plans.program().is_some() {
+                vec![WorkRank::default(); self.ranks.len()]
+            } else {
+                Vec::new()
+            },
             plans: Some(plans),
             expected: self.ranks.iter().map(|rank| rank.receives).sum(),
             raw,
@@ -669,7 +736,7 @@ impl Fabric {
 
     fn begin(&mut self, rank: usize, iteration: u32, start: u64) {
         let (Some(plans), Some(r), Some(host)) = (
-            self.run.plans,
+            self.run.plans.as_ref(),
             self.ranks.get_mut(rank),
             self.hosts.get_mut(rank),
         ) else {
@@ -699,12 +766,28 @@ impl Fabric {
                 }
             }
         }
+        if let Some(work) = self.run.work.get_mut(rank) {
+            *work = WorkRank {
+                compute_free: start,
+                previous_done: start,
+                timer: true,
+                waiting: true,
+                ..WorkRank::default()
+            };
+        }
         let delay = start.saturating_sub(self.engine.now());
         self.engine.after(delay, Event::StepBegins(rank as u32));
     }
 
     /// Every slice's first step posted (`rank.py`'s sends at T).
     fn steps_begin(&mut self, rank: usize) {
+        if let Some(work) = self.run.work.get_mut(rank) {
+            work.timer = false;
+            if !work.waiting {
+                self.maybe_done(rank);
+                return;
+            }
+        }
         let slices = self.ranks.get(rank).map_or(0, SimRank::slices);
         for j in 0..slices {
             self.slice_begins(rank, j);
@@ -714,19 +797,30 @@ impl Fabric {
 
     /// Posts slice `j` of the step it is at; moves it on while its arrivals there are all in.
     fn slice_begins(&mut self, rank: usize, j: u32) {
-        let Some(plans) = self.run.plans else {
+        let Some(plans) = self.run.plans.clone() else {
             return;
         };
         loop {
+            if plans.program().is_some() {
+                let go = self.advance_ops(rank, &plans);
+                if let Some(work) = self.run.work.get_mut(rank) {
+                    work.waiting = !go;
+                }
+                if !go {
+                    return;
+                }
+            }
             let Some(r) = self.ranks.get(rank) else {
                 return;
             };
-            let Some(step) = plans.step(r.rank, r.step_of(j)) else {
+            let k = r.step_of(j);
+            if k >= plans.steps(r.rank) {
                 return;
-            };
+            }
             let slices = r.slices();
-            let (number, tag) = (r.step_of(j) * slices + j, r.tag());
-            for send in step.sends.iter() {
+            let (number, tag) = (k * slices + j, r.tag());
+            for (send, at_step) in plans.sends(r.rank, k) {
+                let arrives = at_step * slices + j; // the receiver's slice number: its immediate
                 let base = if send.staging {
                     plans.data_bytes(send.dst) // the peer's layout: data, then staging
                 } else {
@@ -741,7 +835,7 @@ impl Fabric {
                     lkey: MEMORY_KEY,
                     remote_addr: base.saturating_add(send.dst_offset + at),
                     rkey: MEMORY_KEY,
-                    imm: tag | number,
+                    imm: tag | arrives,
                     signaled: true,
                 };
                 let qpn = SimRank::qpn(send.dst);
@@ -760,11 +854,9 @@ impl Fabric {
     }
 
     /// Slice `j`'s arrivals at its step are in: that slice of the step's reduction, then its next step.
-    fn finish_slice(&mut self, rank: usize, plans: &Plans, j: u32) {
+    fn finish_slice(&mut self, rank: usize, plans: &RunPlan, j: u32) {
         let r = &mut self.ranks[rank];
-        if let Some((staged, offset, length)) =
-            plans.step(r.rank, r.step_of(j)).and_then(|s| s.reduce)
-        {
+        if let Some((staged, offset, length)) = plans.reduce(r.rank, r.step_of(j)) {
             let (at, count) = slice_span(length, r.slices(), j);
             let staging = plans.data_bytes(r.rank).saturating_add(staged + at);
             add_f32(
@@ -778,7 +870,7 @@ impl Fabric {
     }
 
     fn completion(&mut self, rank: usize, wc: Completion) {
-        let Some(plans) = self.run.plans else {
+        let Some(plans) = self.run.plans.clone() else {
             return;
         };
         if wc.status != WcStatus::Success {
@@ -808,14 +900,99 @@ impl Fabric {
             }
         } else {
             self.ranks[rank].sent(peer, wc.wr_id, wc.timestamp);
+            if self.run.work.get(rank).is_some_and(|w| w.waiting) {
+                self.slice_begins(rank, 0); // the collective may be done: the next may begin
+            }
         }
         self.maybe_done(rank);
     }
 
+    /// A training step's rank between collectives: closes the one whose steps are passed once its WRITEs
+    /// completed, and begins the next once its compute is over and the one before is done (sets a timer for
+    /// the compute's end when it is not yet). Whether the step the rank is at may be posted now.
+    fn advance_ops(&mut self, rank: usize, plans: &RunPlan) -> bool {
+        let Some(program) = plans.program() else {
+            return true;
+        };
+        let now = self.engine.now();
+        let (Some(r), Some(w)) = (self.ranks.get(rank), self.run.work.get_mut(rank)) else {
+            return false;
+        };
+        let (k, ops) = (r.step_of(0), program.ops(r.rank));
+        loop {
+            if let Some(current) = w.begun.checked_sub(1).and_then(|i| ops.get(i)) {
+                if k < current.first.saturating_add(current.steps) {
+                    return true; // inside the collective begun last
+                }
+                if !w.closed {
+                    if r.outstanding > 0 {
+                        return false; // its last WRITEs are not acknowledged yet
+                    }
+                    if let Some(entry) = w.timeline.last_mut() {
+                        entry.1 = now;
+                    }
+                    w.previous_done = now;
+                    if current.blocking {
+                        w.compute_free = w.compute_free.max(now);
+                    }
+                    w.closed = true;
+                }
+            }
+            let Some(next) = ops.get(w.begun) else {
+                return false; // every collective begun and done: the step's end is `step_ended`'s
+            };
+            let issue = w.compute_free.saturating_add(next.compute_ns);
+            let at = issue.max(w.previous_done);
+            if now < at {
+                if !w.timer {
+                    w.timer = true;
+                    self.engine.after(at - now, Event::StepBegins(rank as u32));
+                }
+                return false;
+            }
+            w.timeline.push((at, at));
+            w.begun += 1;
+            w.closed = false;
+            w.compute_free = issue;
+        }
+    }
+
+    /// Whether a training step's rank is done: every collective done, its compute over (a timer for the
+    /// compute after the last collective when it is not yet).
+    fn step_ended(&mut self, rank: usize, plans: &RunPlan) -> bool {
+        let Some(program) = plans.program() else {
+            return true;
+        };
+        self.advance_ops(rank, plans);
+        let now = self.engine.now();
+        let (Some(r), Some(w)) = (self.ranks.get(rank), self.run.work.get_mut(rank)) else {
+            return false;
+        };
+        if w.begun < program.ops(r.rank).len() || (w.begun > 0 && !w.closed) {
+            return false;
+        }
+        let end = w
+            .compute_free
+            .saturating_add(program.tail_ns)
+            .max(w.previous_done);
+        w.end = Some(end);
+        if now < end {
+            if !w.timer {
+                w.timer = true;
+                self.engine.after(end - now, Event::StepBegins(rank as u32));
+            }
+            return false;
+        }
+        true
+    }
+
     fn maybe_done(&mut self, rank: usize) {
-        let Some(plans) = self.run.plans else {
+        let Some(plans) = self.run.plans.clone() else {
             return;
         };
+        if plans.program().is_some() && !self.step_ended(rank, &plans) {
+            return;
+        }
         let r = &mut self.ranks[rank];
         if !r.done && r.finished(&plans) && r.outstanding == 0 {
             r.done = true;
@@ -858,7 +1035,7 @@ impl Fabric {
 
     /// The iteration that just ended, summarized (with the ranks' reports when raw).
     fn record(&mut self) -> Result<(), String> {
-        let Some(plans) = self.run.plans else {
+        let Some(plans) = self.run.plans.clone() else {
             return Ok(());
         };
         let now = self.engine.now();
@@ -898,16 +1075,30 @@ impl Fabric {
             &paused,
             verified.iter().all(|&v| v),
         )?;
-        self.run.records.push(IterationRecord { summary, raw });
+        let timelines = plans.program().map(|_| {
+            self.run
+                .work
+                .iter()
+                .map(|w| (w.timeline.clone(), w.end.unwrap_or(start)))
+                .collect()
+        });
+        self.run.records.push(IterationRecord {
+            summary,
+            raw,
+            timelines,
+        });
         Ok(())
     }
 
     /// Whether rank `rank`'s data region holds its group's sum (true if it reduces nothing).
-    fn verified(&self, rank: usize, plans: &Plans) -> bool {
+    fn verified(&self, rank: usize, plans: &RunPlan) -> bool {
         let (r, host) = (&self.ranks[rank], &self.hosts[rank]);
         if !plans.reduces(r.rank) {
             return true;
         }
+        let RunPlan::Collective(plans) = plans else {
+            return true;
+        };
         let expected = reduce_result(plans, r.rank, r.iteration);
         let data = usize::try_from(plans.data_bytes(r.rank)).unwrap_or(usize::MAX);
         host.memory
@@ -921,7 +1112,7 @@ impl Fabric {
     }
 
     /// The rank process's report of the iteration (kept when raw).
-    fn report(&self, rank: usize, plans: &Plans, verified: bool) -> RankReport {
+    fn report(&self, rank: usize, plans: &RunPlan, verified: bool) -> RankReport {
         let r = &self.ranks[rank];
         let host = &self.hosts[rank];
         let counters = r
@@ -933,10 +1124,7 @@ impl Fabric {
                 Some((peer.rank, counters.retransmitted_packets, counters.timeouts))
             })
             .collect();
-        let released = plans
-            .step(r.rank, 0)
-            .filter(|s| !s.sends.is_empty())
-            .map(|_| r.start);
+        let released = plans.first_step_sends(r.rank).then_some(r.start);
         let log = r.log.clone().unwrap_or_default();
         RankReport {
             iteration: r.iteration,
@@ -1240,6 +1428,136 @@ pub(crate) mod tests {
             ],
             ib: None,
             uet: None,
+        }
+    }
+
+    /// A training step of two ranks: rank 0 computes 1 us, WRITEs 4 KiB to rank 1 and waits for its answer;
+    /// rank 1 waits for it, computes 2 us and answers (not blocking), then computes the tail of 500 ns.
+    #[test]
+    fn a_training_step_runs_op_by_op_with_its_compute() {
+        use crate::sim::program::{OpSpan, ProgramSend, ProgramStep, RankProgram};
+        let write = |dst, at_step| ProgramSend {
+            send: crate::sim::plans::SendPlan {
+                dst,
+                offset: 0,
+                length: 4096,
+                staging: false,
+                dst_offset: 0,
+            },
+            at_step,
+        };
+        let op = |first, compute_ns, blocking| OpSpan {
+            first,
+            steps: 1,
+            compute_ns,
+            blocking,
+        };
+        let step = |sends: Vec<ProgramSend>, receives: Vec<u32>| ProgramStep { sends, receives };
+        let ranks = vec![
+            RankProgram {
+                data: 4096,
+                staging: 0,
+                steps: vec![step(vec![write(1, 0)], vec![]), step(vec![], vec![1])],
+                ops: vec![op(0, 1000, true), op(1, 0, true)],
+            },
+            RankProgram {
+                data: 4096,
+                staging: 0,
+                steps: vec![step(vec![], vec![0]), step(vec![write(0, 1)], vec![])],
+                ops: vec![op(0, 0, true), op(1, 2000, false)],
+            },
+        ];
+        let mut fabric = star();
+        fabric
+            .begin_workload(Program::new(ranks, 500).unwrap(), 2, 0, 1024)
+            .unwrap();
+        while !fabric.advance(None).unwrap() {}
+        let records = fabric.take_records();
+        assert_eq!(records.len(), 2);
+        for record in &records {
+            let start = record.summary.start;
+            let lines = record.timelines.as_ref().unwrap();
+            let (zero, one) = (&lines[0].0, &lines[1].0);
+            assert_eq!(
+                zero[0].0,
+                start + 1000,
+                "rank 0 issues its WRITE after its compute"
+            );
+            assert!(
+                zero[0].1 > zero[0].0 + 3000,
+                "done when acknowledged: 4 KiB at 10 Gbit/s and back"
+            );
+            assert_eq!(one[0].0, start, "rank 1 waits from the start");
+            assert!(
+                one[0].1 < zero[0].1,
+                "the data arrives before its acknowledgement does"
+            );
+            assert_eq!(
+                one[1].0,
+                one[0].1 + 2000,
+                "rank 1 answers after 2 us of compute"
+            );
+            assert_eq!(
+                zero[1].0, zero[0].1,
+                "rank 0 waits for the answer once its WRITE is done"
+            );
+            assert!(zero[1].1 > one[1].0 + 3000, "and has it a link time later");
+            // rank 1's answer does not block: its compute goes on to the tail, then it waits for the answer
+            assert_eq!(lines[1].1, (one[1].0 + 500).max(one[1].1));
+            assert_eq!(
+                lines[0].1,
+                zero[1].1 + 500,
+                "rank 0's tail follows its blocking receive"
+            );
+        }
+    }
+
+    /// Two ranks each WRITE and receive in both steps of one collective, as a ring's do: a WRITE's
+    /// completion that comes after the next step was posted does not post it again (the rank would wait for
+    /// a completion that never comes).
+    #[test]
+    fn a_ring_step_of_a_training_step_is_posted_once() {
+        use crate::sim::program::{OpSpan, ProgramSend, ProgramStep, RankProgram};
+        let write = |dst, at_step| ProgramSend {
+            send: crate::sim::plans::SendPlan {
+                dst,
+                offset: 0,
+                length: 4096,
+                staging: false,
+                dst_offset: 0,
+            },
+            at_step,
+        };
+        let rank = |peer| RankProgram {
+            data: 4096,
+            staging: 0,
+            steps: (0..2)
+                .map(|k| ProgramStep {
+                    sends: vec![write(peer, k)],
+                    receives: vec![peer],
+                })
+                .collect(),
+            ops: vec![OpSpan {
+                first: 0,
+                steps: 2,
+                compute_ns: 0,
+                blocking: true,
+            }],
+        };
+        let program = Program::new(vec![rank(1), rank(0)], 0).unwrap();
+        let mut fabric = star();
+        fabric
+            .begin_run(RunPlan::Workload(Arc::new(program)), 3, 0, 1024, true)
+            .unwrap();
+        while !fabric.advance(None).unwrap() {}
+        let records = fabric.take_records();
+        assert_eq!(records.len(), 3);
+        for record in records {
+            let raw = record.raw.unwrap();
+            assert!(raw
+                .reports
+                .iter()
+                .all(|r| r.sends.len() == 2 && r.arrivals.len() == 2));
         }
     }
 

@@ -8,6 +8,7 @@ pub mod host;
 pub mod ib;
 pub mod memory;
 pub mod plans;
+pub mod program;
 pub mod ranks;
 pub mod summary;
 pub mod switch;

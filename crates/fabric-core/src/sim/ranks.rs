@@ -7,7 +7,8 @@
 //! completion is an O(1) count. The rank process's full report (every arrival and completion) is kept only
 //! when asked ([`RankLog`]): the differential test of the summary against the coordinator's `summarize`.
 //! The ranks are driven by `sim::fabric`, which owns the hosts they post on.
-use crate::sim::plans::{peers, Plans};
+use crate::sim::plans::Plans;
+use crate::sim::program::Schedule;
 
 /// What a rank exchanges with one peer, and what it saw of it in the current iteration.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -96,8 +97,9 @@ pub struct SimRank {
 
 impl SimRank {
     /// Rank `rank` of `plans`, with its log when `log`.
-    pub fn new(plans: &Plans, rank: u32, log: bool) -> SimRank {
-        let peers: Vec<Peer> = peers(plans, rank)
+    pub fn new<S: Schedule + ?Sized>(plans: &S, rank: u32, log: bool) -> SimRank {
+        let peers: Vec<Peer> = plans
+            .peer_plans(rank)
             .into_iter()
             .map(|p| Peer {
                 rank: p.peer,
@@ -169,13 +171,19 @@ impl SimRank {
     }
 
     /// Whether every slice is past the last step.
-    pub fn finished(&self, plans: &Plans) -> bool {
+    pub fn finished<S: Schedule + ?Sized>(&self, plans: &S) -> bool {
         let steps = plans.steps(self.rank);
         self.cursors.iter().all(|c| c.step >= steps)
     }
 
     /// Records an arrival from `src` for slice number `number` (step x slices + slice) at `stamp`.
-    pub fn arrive(&mut self, plans: &Plans, src: u32, number: u32, stamp: u64) -> Arrival {
+    pub fn arrive<S: Schedule + ?Sized>(
+        &mut self,
+        plans: &S,
+        src: u32,
+        number: u32,
+        stamp: u64,
+    ) -> Arrival {
         if let Some(log) = &mut self.log {
             log.arrivals.push((src, number, stamp));
         }
@@ -219,7 +227,7 @@ impl SimRank {
     }
 
     /// Whether slice `j`'s expected arrivals at its step are all in (false past the last step).
-    pub fn slice_complete(&self, plans: &Plans, j: u32) -> bool {
+    pub fn slice_complete<S: Schedule + ?Sized>(&self, plans: &S, j: u32) -> bool {
         let Some(cursor) = self.cursors.get(j as usize) else {
             return false;
         };
@@ -229,7 +237,7 @@ impl SimRank {
     }
 
     /// Slice `j` on to its next step, with the arrivals that came for it ahead of time.
-    pub fn next_step(&mut self, plans: &Plans, j: u32) {
+    pub fn next_step<S: Schedule + ?Sized>(&mut self, plans: &S, j: u32) {
         let slices = self.slices();
         let Some(step) = self
             .cursors

@@ -4,7 +4,7 @@
 //!
 //! Times stay integer ns: Python divides them by 1e3 as `summarize` does, so the floats are the same.
 //! `tests/unit/test_twin_summary.py` checks the result against `summarize` of the same run's reports.
-use crate::sim::plans::Plans;
+use crate::sim::program::Schedule;
 use crate::sim::ranks::SimRank;
 
 /// Why the last flow of an iteration was last.
@@ -69,10 +69,10 @@ pub struct IterationSummary {
 /// (retransmitted packets, timeouts) now, `paused` each host's pause time in the iteration, `verified`
 /// whether every reduction came out right. Each peer's counters are kept for the next iteration's deltas.
 /// An `Err` with the coordinator's message when nothing arrived (at the measured ranks).
-pub fn summarize(
+pub fn summarize<S: Schedule + ?Sized>(
     iteration: u32,
     start: u64,
-    plans: &Plans,
+    plans: &S,
     ranks: &mut [SimRank],
     counters: impl Fn(usize, u32) -> (u64, u64),
     paused: &[u64],
@@ -148,9 +148,7 @@ pub fn summarize(
     };
     // A rank's achieved start is T when its first step sends (the simulated ranks are never late).
     let released = ranks.iter().filter_map(|rank| {
-        let sends = plans
-            .step(rank.rank, 0)
-            .is_some_and(|s| !s.sends.is_empty());
+        let sends = plans.first_step_sends(rank.rank);
         (sends && rank.start > 0).then_some(rank.start)
     });
     let (earliest, latest_start) = released
@@ -177,6 +175,7 @@ pub fn summarize(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::plans::Plans;
 
     /// An all-gather of 3 ranks with every arrival at `stamp(src, dst)` and rank 0's QP to 1 retransmitting.
     fn ranks_of(plans: &Plans, stamp: impl Fn(u32, u32) -> u64) -> Vec<SimRank> {
