@@ -153,7 +153,7 @@ class Row:
     busbw_gbs: float  # GB/s: algbw x bus factor
     wrong: int | None  # 0 or 1 (the all-reduce's check), None where nothing is checked
     faithful: bool | None  # None: the variant never finished
-    reasons: tuple[str, ...]  # why it is not faithful
+    unfaithful: tuple[tuple[str, tuple[str, ...]], ...]  # who did not keep up (an agent, the collective) and why
     iterations: int
     name: str
 
@@ -170,11 +170,11 @@ def rows(collective: str, variants: Sequence[dict[str, Any]]) -> list[Row]:
         time_us = (model or variant)["cct_us"]["mean"]
         algbw = size / (time_us * 1e-6) / GB
         fidelity = variant.get("fidelity") or {}
-        reasons = tuple(f"{who}: {'; '.join(why)}" for who, why in (fidelity.get("unfaithful") or {}).items())
+        unfaithful = tuple((who, tuple(why)) for who, why in (fidelity.get("unfaithful") or {}).items())
         found.append(Row(size, element_count(collective, size, ranks), time_us, algbw,
                          algbw * bus_factor(collective, ranks),
                          (0 if variant["verified"] else 1) if collective == "allreduce" else None,
-                         fidelity.get("faithful"), reasons, variant["iterations"], variant["name"]))
+                         fidelity.get("faithful"), unfaithful, variant["iterations"], variant["name"]))
     return found
 
 
@@ -261,9 +261,18 @@ def table(collective: str, found: Sequence[Row], unit: tuple[str, float]) -> lis
     unfaithful = [row for row in found if row.faithful is False]
     if unfaithful:
         lines.append(f"# not faithful: {len(unfaithful)} of {len(found)} sizes; why:")
-        lines += [f"#   {row.size} B: {reason}" for row in unfaithful for reason in row.reasons]
+        lines += [f"#   {row.size} B: {reason}" for row in unfaithful for reason in reasons(row)]
     lines.append("#")
     return lines
+
+
+def reasons(row: Row) -> list[str]:
+    """Why a size is not faithful, one line per reason: the agents that gave the same one named together (eight
+    hosts late alike are one line, not eight)."""
+    grouped: dict[str, list[str]] = {}
+    for who, why in row.unfaithful:
+        grouped.setdefault("; ".join(why), []).append(who)
+    return [f"{', '.join(who)}: {why}" for why, who in grouped.items()]
 
 
 def average_busbw(found: Sequence[Row]) -> float:
@@ -292,7 +301,8 @@ def json_report(sweep: Sweep, experiment: Experiment, found: Sequence[Row], dire
                      group: {"time": row.time_us, "alg_bw": row.algbw_gbs, "bus_bw": row.busbw_gbs,
                              "nwrong": row.wrong},
                      other: None, "actual_iterations": row.iterations, "experiment_name": row.name,
-                     "faithful": row.faithful, "unfaithful": list(row.reasons)} for row in found],
+                     "faithful": row.faithful, "unfaithful": {who: list(why) for who, why in row.unfaithful}}
+                    for row in found],
         "out_of_bounds": {"count": sum(1 for row in found if row.wrong),
                           "okay": not any(row.wrong for row in found)},
         "average_bus_bandwidth": {"bandwidth": average_busbw(found), "okay": "unchecked"},

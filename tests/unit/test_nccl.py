@@ -70,6 +70,7 @@ def test_a_simulated_sweep_prints_nccl_tests_table_and_json(tmp_path, capsys):
     assert [r["size"] for r in results] == [int(row[0]) for row in rows]
     for r, row in zip(results, rows):
         assert r["out_of_place"] is None and r["in_place"]["nwrong"] == 0 and r["faithful"] is True
+        assert r["unfaithful"] == {}
         assert nccl.float_text(r["in_place"]["time"], 7).strip() == row[5]
         assert r["in_place"]["bus_bw"] == pytest.approx(r["in_place"]["alg_bw"] * 1.75)
     average = statistics.fmean(r["in_place"]["bus_bw"] for r in results)
@@ -121,7 +122,9 @@ def test_bad_input_is_one_line_and_nothing_runs(tmp_path, capsys, args, message)
 
 def variant(size: int, mean_us: float, verified: bool = True, faithful: bool = True) -> dict:
     """A results.json entry with what the table reads."""
-    fidelity = {"faithful": faithful, "unfaithful": {} if faithful else {"collective": ["mean CCT 3.00x ..."]}}
+    late = ["timed starts late by 420 us at p99, over 1 frame time (337 us)"]
+    fidelity = {"faithful": faithful, "unfaithful": {} if faithful else {
+        "h1": late, "h2": late, "s1": ["processing lag p99 1573 us"], "collective": ["mean CCT 3.00x ..."]}}
     return {"name": f"nccl-size{size}", "hosts": 4, "size": size, "cct_us": {"mean": mean_us}, "model": None,
             "verified": verified, "fidelity": fidelity, "iterations": 5}
 
@@ -133,5 +136,6 @@ def test_a_wrong_result_fails_the_size_and_an_unfaithful_one_says_why():
         (pytest.approx(4096 / 200e-6 / 1e9), pytest.approx(1.5 * 4096 / 200e-6 / 1e9), 1, False)]
     lines = nccl.table("allreduce", rows, nccl.bandwidth_unit(400 * 10**9))
     assert lines[-1] == "#" and "# Out of bounds values : 1 FAILED" in lines
-    assert "#   4096 B: collective: mean CCT 3.00x ..." in lines
+    assert lines[-4:-1] == ["#   4096 B: h1, h2: timed starts late by 420 us at p99, over 1 frame time (337 us)",
+                            "#   4096 B: s1: processing lag p99 1573 us", "#   4096 B: collective: mean CCT 3.00x ..."]
     assert lines[4].split()[-2:] == ["1", "NO"] and "(GB/s)" in lines[2]
