@@ -509,8 +509,10 @@ def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, 
         causes[it.cause] += 1
     return {
         **_setup_and_counters(variant, ranks, counters), "iterations": len(ccts),
-        "cct_us": {"p50": round(percentile(ccts, 50), 1), "p99": round(percentile(ccts, 99), 1),
-                   "max": round(max(ccts), 1), "mean": round(statistics.fmean(ccts), 1), "min": round(min(ccts), 1)},
+        # to the ns: a simulated all-reduce of 8 B at 400 Gbit/s takes 0.1 us, and fabric-emu nccl's time is this mean
+        "cct_us": {stat: round(value, 3) for stat, value in (
+            ("p50", percentile(ccts, 50)), ("p99", percentile(ccts, 99)), ("max", max(ccts)),
+            ("mean", statistics.fmean(ccts)), ("min", min(ccts)))},
         "algbw_gbps": round(algbw, 6), "busbw_gbps": round(algbw * bus_factor(variant.collective, ranks), 6),
         "retransmissions": sum(it.retransmissions for it in run.iterations),
         "timeouts": sum(f.timeouts for it in run.iterations for f in it.flows),
