@@ -5,7 +5,9 @@ this module reports on it, read back and checked by :mod:`emulator.study.results
 and needs nothing else: no root, no fabric, no agents, so a directory copied
 off the test machine reports the same.  It prints one comparison table
 (with lossy/lossless ratios and, for the straggler experiment, measured
-against predicted CCT) and writes PNG plots into ``DIR/plots`` through
+against predicted CCT, and for a training step its compute, communication
+and exposed communication) and writes PNG plots (among them a timeline per
+rank of each training step) into ``DIR/plots`` through
 :class:`emulator.safefiles.Outputs`: never through a symbolic link, never
 outside DIR, all plots or none.  Text from the directory is printed with
 its control characters escaped.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass
 from itertools import groupby
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, TextIO
 
@@ -66,6 +69,9 @@ def table(results: Results) -> str:
     if modelled:
         lines += ["", "in the modelled fabric's time (emulated times divided by D = modelled / emulated rate):",
                   *modelled]
+    steps = workload_lines(results.variants)
+    if steps:
+        lines += ["", *steps]
     return "\n".join(lines)
 
 
@@ -355,6 +361,184 @@ def _prediction_row(variant: dict[str, Any]) -> list[str]:
             _fmt(above_baseline, 2, 1e3)]
 
 
+# --- training steps (the workload collective) ----------------------------------------------------
+
+MAX_STEP_TYPES = 50  # collective types and groups listed per step (a step has a handful)
+MAX_TIMELINE_RANKS = 64  # ranks drawn in a timeline (the one that ended last among them)
+MAX_TIMELINE_BARS = 100_000  # collectives drawn in one timeline: matplotlib draws some 100k bars a second
+MAX_HATCHED_WAITS = 2000  # waits drawn hatched in a timeline (after joining those a pixel apart); more are pale
+MAX_TIMELINE_KINDS = 10  # colours in a timeline; further collective types and groups share one
+
+
+def workload_lines(variants: list[dict[str, Any]]) -> list[str]:
+    """Each training step (a variant of the workload collective): its time, compute, communication and the
+    exposed part of it, the rank that ended last, the collective that held the step, and the exposed time per
+    collective type and group; in the modelled fabric's time too for a variant run under time dilation.
+
+    A value of the wrong type prints as ``-``; an entry that is not an object is one line.
+    """
+    lines: list[str] = []
+    for variant in variants:
+        if "workload" not in variant or variant["workload"] is None:
+            continue
+        lines += _workload_block(variant)
+    if not lines:
+        return lines
+    return ["training steps (the mean of the measured iterations in the backend's time; the compute, the "
+            "communication and its exposed part, the time the compute waited for it, are those of the rank that "
+            "ended last):", *lines]
+
+
+def _workload_block(variant: dict[str, Any]) -> list[str]:
+    name, step = _listed(variant.get("name", MISSING)), variant["workload"]
+    if not isinstance(step, dict):
+        return [f"{name}: its workload entry is not an object: not reported"]
+    if not step:
+        return [f"{name}: no figures of the step (no measured iteration)"]
+    step_us, exposed_us = _number(step.get("step_us")), _number(step.get("exposed_us"))
+    share = _number(step.get("exposed_share"))
+    if share is None and step_us and exposed_us is not None:
+        share = exposed_us / step_us
+    held = step.get("held_by") if isinstance(step.get("held_by"), dict) else {}
+    label = f" ({_listed(held['label'])})" if isinstance(held.get("label"), str) and held["label"] else ""
+    held_in = _number(held.get("iterations"))
+    iterations = _number(variant.get("iterations"))
+    held_in_text = f" in {held_in:.0f} of {iterations:.0f} iterations" if held_in is not None and iterations else ""
+    lines = [f"{name}: step {_fmt(step_us, 2, 1e3)} ms (compute {_fmt(step.get('compute_us'), 2, 1e3)}, "
+             f"communication {_fmt(step.get('comm_us'), 2, 1e3)}, exposed {_fmt(exposed_us, 2, 1e3)} = "
+             f"{_fmt(None if share is None else share * 100, 1)}% of the step) on rank "
+             f"{_whole(step.get('critical_rank'))}; held by: {_text(held.get('kind'))} in {_text(held.get('group'))}"
+             f"{label}, exposed {_fmt(held.get('exposed_us'), 2, 1e3)} ms{held_in_text}"]
+    parallelism = step.get("parallelism")
+    groups = ", ".join(f"{_listed(group)} {_whole(size)}" for group, size in parallelism.items()) \
+        if isinstance(parallelism, dict) else MISSING
+    lines.append(f"  {_whole(step.get('ranks'))} ranks ({groups}; placed {_text(step.get('placement'))}), "
+                 f"{_whole(step.get('ops'))} collectives of {_whole(step.get('bytes'))} bytes, in "
+                 f"{_backend_time(variant)} time")
+    dilation, rate = _dilation(variant)
+    if dilation:
+        lines.append(f"  modelled {rate}, D = {dilation:g}: step {_fmt(_scaled(step_us, dilation), 2)} us "
+                     f"(compute {_fmt(_scaled(step.get('compute_us'), dilation), 2)}, communication "
+                     f"{_fmt(_scaled(step.get('comm_us'), dilation), 2)}, exposed "
+                     f"{_fmt(_scaled(exposed_us, dilation), 2)}); held by: exposed "
+                     f"{_fmt(_scaled(held.get('exposed_us'), dilation), 2)} us")
+    by_type = step.get("by_type")
+    if isinstance(by_type, dict) and by_type:
+        headers = ["COLLECTIVE", "COUNT", "BYTES", "COMM ms", "EXPOSED ms"]
+        if dilation:
+            headers += ["COMM us modelled", "EXPOSED us modelled"]
+        rows = []
+        for kind, figures in list(by_type.items())[:MAX_STEP_TYPES]:
+            figures = figures if isinstance(figures, dict) else {}
+            row = [_listed(kind), _whole(figures.get("count")), _whole(figures.get("bytes")),
+                   _fmt(figures.get("comm_us"), 2, 1e3), _fmt(figures.get("exposed_us"), 2, 1e3)]
+            if dilation:
+                row += [_fmt(_scaled(figures.get(key), dilation), 2) for key in ("comm_us", "exposed_us")]
+            rows.append(row)
+        lines += ["  " + line for line in _render(headers, rows, text_columns=1)]
+        if len(by_type) > MAX_STEP_TYPES:
+            lines.append(f"  ({len(by_type) - MAX_STEP_TYPES} more collective types and groups not listed)")
+    if "timeline" in step:
+        _, problem = step_timeline(step)
+        if problem:
+            lines.append(f"  no timeline plot: {problem}")
+    return lines
+
+
+def _whole(value: Any) -> str:
+    """A count (collectives, bytes, ranks) as printed: an integer exactly, anything else as :func:`_fmt` does."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else _fmt(value)
+
+
+def _text(value: Any) -> str:
+    """A name from the directory (a collective's kind, group, placement) as printed; ``-`` when not text."""
+    return printable(value) if isinstance(value, str) and value else MISSING
+
+
+def _backend_time(variant: dict[str, Any]) -> str:
+    return "simulated" if variant.get("backend") == "sim" else "emulated"
+
+
+def _dilation(variant: dict[str, Any]) -> tuple[float | None, str]:
+    """The variant's time dilation D (modelled = its times / D) and the modelled rate; None without a model."""
+    model = variant.get("model")
+    factor = _number(model.get("dilation")) if isinstance(model, dict) else None
+    if factor is None or factor <= 0:
+        return None, MISSING
+    return factor, _listed(model.get("rate", MISSING))
+
+
+def _scaled(value: Any, dilation: float) -> float | None:
+    number = _number(value)
+    return None if number is None else number / dilation
+
+
+@dataclass
+class StepTimeline:
+    """One step's timeline as results.json has it: per rank its collectives (issued, begun, done in us from the
+    step's start, and the collective's index in the step) and when the rank's step ended; per collective its
+    type and group and whether the compute after it waits for it, and the compute after the last (None where
+    results.json does not say: written before it did)."""
+
+    ranks: list[list[tuple[float, float, float, int]]]
+    ends_us: list[float]
+    kinds: list[str] | None
+    blocking: list[bool] | None
+    tail_us: float | None
+
+
+def step_timeline(step: dict[str, Any]) -> tuple[StepTimeline | None, str | None]:
+    """A workload entry's timeline checked: (the timeline, None), or (None, what is wrong with it in a few
+    words); (None, None) when it has none."""
+    timeline = step.get("timeline")
+    if timeline is None:
+        return None, None
+    if not isinstance(timeline, dict):
+        return None, "its timeline is not an object"
+    ranks, ends = timeline.get("ranks"), timeline.get("ends_us")
+    if not isinstance(ranks, list) or not ranks:
+        return None, "its timeline has no list of ranks"
+    if not isinstance(ends, list) or len(ends) != len(ranks) or any(_number(e) is None or e < 0 for e in ends):
+        return None, "its timeline's ends_us is not a time per rank"
+    parsed: list[list[tuple[float, float, float, int]]] = []
+    ops = 0
+    for rank in ranks:
+        if not isinstance(rank, list):
+            return None, "a rank of its timeline is not a list"
+        entries = []
+        for entry in rank:
+            if not (isinstance(entry, list) and len(entry) == 4 and isinstance(entry[3], int)
+                    and not isinstance(entry[3], bool) and entry[3] >= 0
+                    and all(_number(t) is not None and t >= 0 for t in entry[:3])):
+                return None, "a collective of its timeline is not [issued, begun, done, op]"
+            entries.append((float(entry[0]), float(entry[1]), float(entry[2]), entry[3]))
+            ops = max(ops, entry[3] + 1)
+        parsed.append(entries)
+    kinds, blocking = step.get("op_kinds"), step.get("op_blocking")
+    kinds = kinds if isinstance(kinds, list) and len(kinds) >= ops and all(isinstance(k, str) for k in kinds) \
+        else None
+    blocking = blocking if isinstance(blocking, list) and len(blocking) >= ops and \
+        all(isinstance(b, bool) for b in blocking) else None
+    tail = _number(step.get("tail_us"))
+    return StepTimeline(parsed, [float(e) for e in ends], kinds, blocking,
+                        tail if tail is not None and tail >= 0 else None), None
+
+
+def compute_spans(entries: list[tuple[float, float, float, int]], blocking: list[bool],
+                  tail_us: float | None) -> list[tuple[float, float]]:
+    """A rank's compute stream, (start, length) in us: the compute before each collective ends at its issue and
+    begins when the stream was free, at the previous collective's issue, or at its end when the compute waited
+    for it (blocking); the compute after the last collective, ``tail_us`` long, likewise."""
+    spans, free = [], 0.0
+    for issue, _, done, op in entries:
+        if issue > free:
+            spans.append((free, issue - free))
+        free = max(done, issue) if blocking[op] else issue
+    if tail_us:
+        spans.append((free, tail_us))
+    return spans
+
+
 def _render(headers: list[str], rows: list[list[str]], text_columns: int) -> list[str]:
     """Aligned columns: the first ``text_columns`` left-aligned, numbers right-aligned."""
     widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
@@ -523,6 +707,11 @@ def make_plots(results: Results) -> list[str]:
             rates = results.rates(variant["name"])
             if rates:
                 save(f"rates_{variant['name']}.png", _rates(variant["name"], rates))
+        for variant in results.variants:
+            step = variant.get("workload")
+            timeline = step_timeline(step)[0] if isinstance(step, dict) else None
+            if timeline is not None:
+                save(f"timeline_{variant['name']}.png", _timeline(variant, step, timeline))
         save("uplinks.png", _uplinks(results.variants))
         save("straggler.png", _straggler(results.variants))
         save("envelope.png", _envelope(results.variants))
@@ -545,11 +734,11 @@ def cct_by_variant(iterations: list[IterationRow]) -> dict[str, tuple[list[int],
     return cct
 
 
-def _figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
+def _figure(title: str, xlabel: str, ylabel: str, height: float = 5) -> tuple[Figure, Axes]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(9, 5), layout="constrained")
+    fig = Figure(figsize=(9, height), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     ax.set_title(title)
@@ -633,6 +822,121 @@ def _rates(variant: str, rows: list[RateRow]) -> Figure:
         ax.step(ms, mbps, where="post", label=f"{key[0]} QP {key[1]} ({cnps} CNPs)")
     ax.set_ylim(0, ax.get_ylim()[1] * 1.3)
     _legend(ax, "upper right")
+    return fig
+
+
+def timeline_ranks(timeline: StepTimeline, critical: Any) -> list[int]:
+    """The ranks a timeline plot draws: all, or the first :data:`MAX_TIMELINE_RANKS` with the rank that ended
+    last among them, fewer when their collectives are more than :data:`MAX_TIMELINE_BARS`."""
+    shown = list(range(min(len(timeline.ranks), MAX_TIMELINE_RANKS)))
+    if isinstance(critical, int) and not isinstance(critical, bool) and shown[-1] < critical < len(timeline.ranks):
+        shown[-1] = critical
+    bars = 0
+    for i, rank in enumerate(shown):
+        bars += len(timeline.ranks[rank])
+        if bars > MAX_TIMELINE_BARS:
+            return shown[:i]
+    return shown
+
+
+def _joined(spans: list[tuple[float, float]], gap: float) -> list[tuple[float, float]]:
+    """(start, end) spans sorted, those that overlap or lie closer than ``gap`` joined into one."""
+    joined: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if joined and start - joined[-1][1] < gap:
+            joined[-1] = (joined[-1][0], max(joined[-1][1], end))
+        else:
+            joined.append((start, end))
+    return joined
+
+
+def _plot_text(text: str, limit: int = 40) -> str:
+    """Text from the directory as a plot label: printable, short, no mathtext (a '$' drawn as itself)."""
+    text = printable(text)
+    return (text if len(text) <= limit else text[:limit - 3] + "...").replace("$", r"\$")
+
+
+def _timeline(variant: dict[str, Any], step: dict[str, Any], timeline: StepTimeline) -> Figure | None:
+    """One step per rank (a row each, the measured iteration of median step time): its compute stream in grey
+    (on top), each collective from its begin to its end in its type and group's colour (below), between them
+    hatched from its issue to its begin (waiting for the collective before it), and a tick where the rank's step
+    ended."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    shown = timeline_ranks(timeline, step.get("critical_rank"))
+    if not shown:
+        return None
+    name, clock = variant["name"], _backend_time(variant)
+    more = len(timeline.ranks) - len(shown)
+    fig, ax = _figure(f"{name}: one step per rank (the iteration of median step time)"
+                      + (f", {more} more ranks not drawn" if more else ""),
+                      f"{clock} time (ms from the step's start)", "rank", height=min(20.0, 2.5 + 0.3 * len(shown)))
+    colours: dict[str, str] = {}
+    palette = [f"C{i}" for i in range(MAX_TIMELINE_KINDS)]
+    other = "0.35"
+
+    def colour(op: int) -> str:
+        if timeline.kinds is None:
+            return "C0"
+        kind = timeline.kinds[op]
+        if kind not in colours:
+            colours[kind] = palette[len(colours)] if len(colours) < len(palette) else other
+        return colours[kind]
+
+    span_us = max([*(timeline.ends_us[rank] for rank in shown),
+                   *(max(entry[:3]) for rank in shown for entry in timeline.ranks[rank])], default=0.0)
+    all_waits = []
+    for y, rank in enumerate(shown):
+        entries = timeline.ranks[rank]
+        if timeline.blocking is not None:
+            ax.broken_barh([(start / 1e3, length / 1e3) for start, length in
+                            compute_spans(entries, timeline.blocking, timeline.tail_us)],
+                           (y - 0.42, 0.28), facecolors="0.75", linewidth=0)
+        by_colour: dict[str, list[tuple[float, float]]] = {}
+        waits: dict[str, list[tuple[float, float]]] = {}
+        for issue, begun, done, op in entries:
+            c = colour(op)
+            by_colour.setdefault(c, []).append((begun / 1e3, max(0.0, done - begun) / 1e3))
+            if begun > issue:
+                waits.setdefault(c, []).append((issue, begun))
+        for c, bars in by_colour.items():
+            ax.broken_barh(bars, (y + 0.08, 0.34), facecolors=c, linewidth=0)
+        all_waits += [(y, c, _joined(spans, span_us / SHADE_RESOLUTION)) for c, spans in waits.items()]
+    # A strip of their own between the two streams (the collective before is still running); hatching costs
+    # matplotlib half a millisecond a bar, so past MAX_HATCHED_WAITS they are drawn pale instead.
+    hatched = sum(len(spans) for _, _, spans in all_waits) <= MAX_HATCHED_WAITS
+    wait_style = {"facecolors": "none", "hatch": "////"} if hatched else {"alpha": 0.35}
+    for y, c, spans in all_waits:
+        ax.broken_barh([(start / 1e3, (end - start) / 1e3) for start, end in spans], (y - 0.11, 0.16),
+                       edgecolors=c, linewidth=0, **({"facecolors": c} | wait_style))
+    ax.plot([timeline.ends_us[rank] / 1e3 for rank in shown], range(len(shown)), "|", color="black",
+            markersize=max(4.0, 160 / len(shown)), markeredgewidth=2)
+    critical = step.get("critical_rank")
+    ax.set_yticks(range(len(shown)), [f"{rank}" + (" (last)" if rank == critical else "") for rank in shown],
+                  fontsize="small" if len(shown) <= 16 else "xx-small")
+    ax.set_ylim(len(shown) - 0.5, -0.5)  # rank 0 at the top
+    ax.set_xlim(left=0)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.grid(False, axis="y")
+    dilation, rate = _dilation(variant)
+    if dilation:
+        top = ax.secondary_xaxis("top", functions=(lambda ms: ms * 1e3 / dilation, lambda us: us * dilation / 1e3))
+        top.set_xlabel(f"modelled {rate} time (us: {clock} / D, D = {dilation:g})")
+    handles = [Patch(facecolor="0.75", label="compute")] if timeline.blocking is not None else []
+    if timeline.kinds is None:
+        handles.append(Patch(facecolor="C0", label="collective"))
+    else:
+        handles += [Patch(facecolor=c, label=_plot_text(kind)) for kind, c in colours.items() if c != other]
+        if other in colours.values():
+            handles.append(Patch(facecolor=other, label="other collectives"))
+    handles += [Patch(facecolor="none", edgecolor="0.3", hatch="////", label="issued, waiting for the one before")
+                if hatched else Patch(facecolor="0.3", alpha=0.35, label="issued, waiting for the one before"),
+                Line2D([], [], color="black", marker="|", linestyle="none", markersize=10, markeredgewidth=2,
+                       label="the rank's step ends")]
+    if timeline.blocking is None:
+        handles.append(Patch(facecolor="none", edgecolor="none", label="compute not drawn (not in results.json)"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(4, len(handles)), fontsize="small")
     return fig
 
 

@@ -89,7 +89,8 @@ def ideal_step_us(step: WorkloadPlan, op_us: list[float]) -> float:
 def step_figures(step: WorkloadPlan, run: CollectiveRun) -> dict[str, Any]:
     """The results.json ``workload`` entry: per measured iteration, then their mean, the step, its compute,
     its communication and the exposed part of it (per collective type and group, on the rank that ended last),
-    which collective held the step, and one iteration's timeline per rank (for the report's plot)."""
+    which collective held the step, and one iteration's timeline per rank with each collective's type and group,
+    whether the compute after it waits for it, and the compute after the last (for the report's plot)."""
     per: list[dict[str, Any]] = [_iteration_figures(step, it.timelines or []) for it in run.iterations]
     if not per:
         return {}
@@ -104,6 +105,7 @@ def step_figures(step: WorkloadPlan, run: CollectiveRun) -> dict[str, Any]:
     holders = [p["held_by"] for p in per]
     held = max(set(h["op"] for h in holders), key=lambda op: sum(h["exposed_us"] for h in holders if h["op"] == op))
     median = sorted(per, key=lambda p: p["step_us"])[len(per) // 2]
+    blocking = {span.op: span.blocking for rank_plan in step.ranks for span in rank_plan.ops}
     return {
         "ops": len(step.ops), "ranks": step.world, "parallelism": step.parallelism,
         "placement": ",".join(step.placement), "bytes": step_bytes(step),
@@ -117,6 +119,10 @@ def step_figures(step: WorkloadPlan, run: CollectiveRun) -> dict[str, Any]:
                                                          for h in holders), 3),
                     "iterations": sum(h["op"] == held for h in holders)},
         "timeline": median["timeline"],
+        # what the report's timeline plot needs to draw the compute stream and colour the collectives
+        "op_kinds": [f"{op.kind} {op.group}" for op in step.ops],
+        "op_blocking": [blocking.get(op, True) for op in range(len(step.ops))],
+        "tail_us": round(step.tail_ns / 1e3, 3),
     }
 
 
