@@ -515,6 +515,10 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     faults = _faults(values, plan, context)
     if backend == "sim":
         _check_sim(fabric, capture, faults, context)
+        wire = link_params({}, link)
+        if fabric == "ib" and (wire.loss or wire.drop):
+            raise FabricError(f'{context}: backend "sim" loses no frame on the ib fabric\'s links yet (its switches\' '
+                              'IB plane bypasses the loss model): remove loss and drop, or run it emulated')
     step = None
     if workload:
         path = os.path.join(base, _text(values["workload"]))

@@ -50,7 +50,7 @@ def by_name(exp) -> dict[str, Variant]:
 # --- the built-ins ---------------------------------------------------------
 
 def test_builtin_names():
-    assert builtin_names() == ["dcqcn", "deadlock", "fidelity", "headline", "incast-scaling", "multi-job", "pause-storm", "scale", "smoke", "straggler", "uet", "validate", "victim"]
+    assert builtin_names() == ["dcqcn", "deadlock", "fidelity", "headline", "incast-scaling", "multi-job", "pause-storm", "scale", "smoke", "straggler", "training-step", "uet", "validate", "victim"]
 
 
 def test_validate_runs_each_variant_on_both_backends():
@@ -491,7 +491,7 @@ def test_missing_file_names_it_and_the_builtins(tmp_path):
         load_experiment(missing)
     message = str(info.value)
     assert message.startswith(f"{missing}: no such experiment file") and "\n" not in message
-    assert "(built-in: dcqcn, deadlock, fidelity, headline, incast-scaling, multi-job, pause-storm, scale, smoke, straggler, uet, validate, victim)" in message
+    assert "(built-in: dcqcn, deadlock, fidelity, headline, incast-scaling, multi-job, pause-storm, scale, smoke, straggler, training-step, uet, validate, victim)" in message
 
 
 def test_a_directory_is_not_an_experiment(tmp_path):
@@ -687,3 +687,12 @@ def test_the_checks_read_each_link_as_the_fabric_plan_has_it(monkeypatch):
                                max(p.params.mtu for p in s.ports), len(s.ports)) for s in plan.switches()} \
         == {(100_000_000, 5000, 4200, 3), (100_000_000, 5000, 4200, 2)}
     assert links.mtu == min(port.params.mtu for port, _ in plan.links) == 1500
+
+
+def test_a_simulated_ib_variant_with_link_loss_is_refused_not_run_lossless(tmp_path):
+    """The simulator's IB switches bypass the loss model: a loss there would silently be none."""
+    path = tmp_path / "ibloss.toml"
+    path.write_text('name = "x"\ntopo = "star,4"\nbackend = "sim"\nfabric = "ib"\ncollective = "allreduce"\n'
+                    'size = 4096\nlink = { loss = 0.001 }\n[[variants]]\nname = "v"\n')
+    with pytest.raises(FabricError, match=r'backend "sim" loses no frame on the ib fabric'):
+        load_experiment(str(path))

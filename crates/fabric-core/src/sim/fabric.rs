@@ -895,7 +895,11 @@ impl Fabric {
                 ));
             }
             if let Arrival::CompletesSlice(j) = r.arrive(&plans, peer, imm & 0xFFFF, wc.timestamp) {
-                self.finish_slice(rank, &plans, j);
+                // A training step's rank waiting to begin its next collective has not posted the step its
+                // arrivals complete: it posts it first (slice_begins, once it may), then moves on.
+                if !self.run.work.get(rank).is_some_and(|w| w.waiting) {
+                    self.finish_slice(rank, &plans, j);
+                }
                 self.slice_begins(rank, j);
             }
         } else {
@@ -1558,6 +1562,71 @@ pub(crate) mod tests {
                 .reports
                 .iter()
                 .all(|r| r.sends.len() == 2 && r.arrivals.len() == 2));
+        }
+    }
+
+    /// An arrival that completes the first step of a training step's next collective while its rank still
+    /// waits for its last WRITE's acknowledgement: the step's own WRITEs are posted before the rank moves on
+    /// (once it skipped them, and its peer waited for ever).
+    #[test]
+    fn an_early_arrival_does_not_skip_a_collectives_first_writes() {
+        use crate::sim::program::{OpSpan, ProgramSend, ProgramStep, RankProgram};
+        let write = |dst, length, at_step| ProgramSend {
+            send: crate::sim::plans::SendPlan {
+                dst,
+                offset: 0,
+                length,
+                staging: false,
+                dst_offset: 0,
+            },
+            at_step,
+        };
+        let op = |first| OpSpan {
+            first,
+            steps: 1,
+            compute_ns: 0,
+            blocking: true,
+        };
+        let step = |sends: Vec<ProgramSend>, receives: Vec<u32>| ProgramStep { sends, receives };
+        let ranks = vec![
+            RankProgram {
+                data: 65536,
+                staging: 0,
+                // a long WRITE (its acknowledgement comes late), then a short one that rank 1 waits for
+                steps: vec![
+                    step(vec![write(1, 65536, 0)], vec![]),
+                    step(vec![write(1, 64, 1)], vec![1]),
+                ],
+                ops: vec![op(0), op(1)],
+            },
+            RankProgram {
+                data: 65536,
+                staging: 0,
+                // its short WRITE reaches rank 0 long before rank 0's first collective is done
+                steps: vec![step(vec![write(0, 64, 1)], vec![0]), step(vec![], vec![0])],
+                ops: vec![op(0), op(1)],
+            },
+        ];
+        let mut fabric = star();
+        fabric
+            .begin_run(
+                RunPlan::Workload(Arc::new(Program::new(ranks, 0).unwrap())),
+                2,
+                0,
+                1024,
+                true,
+            )
+            .unwrap();
+        while !fabric.advance(None).unwrap() {}
+        for record in fabric.take_records() {
+            let raw = record.raw.unwrap();
+            assert_eq!(raw.reports[0].sends.len(), 2);
+            assert_eq!(raw.reports[1].arrivals.len(), 2);
+            let lines = record.timelines.unwrap();
+            assert!(
+                lines[0].0[1].0 >= lines[0].0[0].1,
+                "the second collective begins when the first is done"
+            );
         }
     }
 
