@@ -561,7 +561,7 @@ def link_time_us(variant: Variant) -> float:
     step = variant_step(variant)
     if step is not None:
         return ideal_step_us(step, op_link_us(step, lambda length: message_wire_bytes(length, variant.mtu, native_ib),
-                                              rate))
+                                              rate, variant.mtu))
     try:  # counted by the compiled plans: Python's would make a ring all-reduce's million steps (10 s at 1,024)
         sent, received = message_counts(variant.collective, host_count(variant.topo), variant.size, variant.senders)
     except ValueError as error:

@@ -53,22 +53,30 @@ def as_step_times(run: CollectiveRun, world: int) -> None:
             it.cct_us = max(end for _, end in it.timelines[:world]) / 1e3
 
 
-def op_link_us(step: WorkloadPlan, wire_bytes: Callable[[int], int], rate_bps: int) -> list[float]:
-    """Each collective's link-time bound: its busiest member's link (what it sends, or what it receives, in
-    bytes on the wire: ``wire_bytes`` of each message) at the link rate."""
-    sent: dict[tuple[int, int], int] = {}  # (op, rank) -> wire bytes
-    received: dict[tuple[int, int], int] = {}
+def op_link_us(step: WorkloadPlan, wire_bytes: Callable[[int], int], rate_bps: int, mtu: int) -> list[float]:
+    """Each collective's link-time bound: the longest of its members' chains of steps.  A step cannot end
+    before its rank's link carried what it sends or what it receives in it (in bytes on the wire:
+    ``wire_bytes`` of each message), and its last frame crossed the receiver's link too (store and forward):
+    a step's next one waits for its arrivals, so a ring's 2(G-1) steps add up, and a step of one small message
+    costs two frame times, not one."""
+    received: dict[tuple[int, int], list[int]] = {}  # (rank, step) -> the lengths arriving for it
+    for rank_plan in step.ranks:
+        for step_ in rank_plan.steps:
+            for send in step_.sends:
+                received.setdefault((send.dst, send.at_step), []).append(send.length)
+    chains = [0] * len(step.ops)
     for rank_plan in step.ranks:
         for span in rank_plan.ops:
-            for step_ in rank_plan.steps[span.first:span.first + span.steps]:
-                for send in step_.sends:
-                    wire = wire_bytes(send.length)
-                    sent[(span.op, rank_plan.rank)] = sent.get((span.op, rank_plan.rank), 0) + wire
-                    received[(span.op, send.dst)] = received.get((span.op, send.dst), 0) + wire
-    busiest = [0] * len(step.ops)
-    for (op, _), wire in [*sent.items(), *received.items()]:
-        busiest[op] = max(busiest[op], wire)
-    return [wire * 8 / rate_bps * 1e6 for wire in busiest]
+            chain = 0
+            for k in range(span.first, span.first + span.steps):
+                out = [send.length for send in rank_plan.steps[k].sends]
+                into = received.get((rank_plan.rank, k), [])
+                if out or into:
+                    largest = max(out + into)
+                    chain += max(sum(map(wire_bytes, out)), sum(map(wire_bytes, into))) + \
+                        wire_bytes(min(largest, mtu))
+            chains[span.op] = max(chains[span.op], chain)
+    return [wire * 8 / rate_bps * 1e6 for wire in chains]
 
 
 def ideal_step_us(step: WorkloadPlan, op_us: list[float]) -> float:

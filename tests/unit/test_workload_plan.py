@@ -189,3 +189,16 @@ def test_workload_keys_are_checked():
             import tomllib
             build_experiment(tomllib.loads(f'name = "x"\ntopo = "star,4"\n{table}[[variants]]\nname = "v"\n'),
                              "x.toml", "/nonexistent/x.toml")
+
+
+def test_a_collectives_bound_adds_its_steps_and_each_steps_last_frame():
+    from emulator.study.workload_step import ideal_step_us, op_link_us
+    plan = workload_plan(step_of(CommOp("all_reduce", "tp", 2, 2048, "small", compute_ns=3000), tail=1000), 2)
+    wire = lambda length: length + 100  # noqa: E731 (a frame's headers, say)
+    # two steps of 1 KiB each way: each the message on the sender's link, then its last frame on the receiver's
+    (bound,) = op_link_us(plan, wire, 8_000_000_000, 4096)
+    assert bound == pytest.approx(2 * (1124 + 1124) * 8 / 8e9 * 1e6)
+    big = workload_plan(step_of(CommOp("all_reduce", "tp", 2, 1 << 20, "big")), 2)
+    (large,) = op_link_us(big, wire, 8_000_000_000, 4096)  # frames of 4 KiB: the message, then one frame
+    assert large == pytest.approx(2 * ((524288 + 100) + (4096 + 100)) * 8 / 8e9 * 1e6)
+    assert ideal_step_us(plan, [bound]) == pytest.approx(3 + bound + 1)
