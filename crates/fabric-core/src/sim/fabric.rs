@@ -1439,17 +1439,7 @@ pub(crate) mod tests {
     /// rank 1 waits for it, computes 2 us and answers (not blocking), then computes the tail of 500 ns.
     #[test]
     fn a_training_step_runs_op_by_op_with_its_compute() {
-        use crate::sim::program::{OpSpan, ProgramSend, ProgramStep, RankProgram};
-        let write = |dst, at_step| ProgramSend {
-            send: crate::sim::plans::SendPlan {
-                dst,
-                offset: 0,
-                length: 4096,
-                staging: false,
-                dst_offset: 0,
-            },
-            at_step,
-        };
+        use crate::sim::program::{write, OpSpan, ProgramSend, ProgramStep, RankProgram};
         let op = |first, compute_ns, blocking| OpSpan {
             first,
             steps: 1,
@@ -1461,13 +1451,13 @@ pub(crate) mod tests {
             RankProgram {
                 data: 4096,
                 staging: 0,
-                steps: vec![step(vec![write(1, 0)], vec![]), step(vec![], vec![1])],
+                steps: vec![step(vec![write(1, 4096, 0)], vec![]), step(vec![], vec![1])],
                 ops: vec![op(0, 1000, true), op(1, 0, true)],
             },
             RankProgram {
                 data: 4096,
                 staging: 0,
-                steps: vec![step(vec![], vec![0]), step(vec![write(0, 1)], vec![])],
+                steps: vec![step(vec![], vec![0]), step(vec![write(0, 4096, 1)], vec![])],
                 ops: vec![op(0, 0, true), op(1, 2000, false)],
             },
         ];
@@ -1521,23 +1511,13 @@ pub(crate) mod tests {
     /// a completion that never comes).
     #[test]
     fn a_ring_step_of_a_training_step_is_posted_once() {
-        use crate::sim::program::{OpSpan, ProgramSend, ProgramStep, RankProgram};
-        let write = |dst, at_step| ProgramSend {
-            send: crate::sim::plans::SendPlan {
-                dst,
-                offset: 0,
-                length: 4096,
-                staging: false,
-                dst_offset: 0,
-            },
-            at_step,
-        };
+        use crate::sim::program::{write, OpSpan, ProgramStep, RankProgram};
         let rank = |peer| RankProgram {
             data: 4096,
             staging: 0,
             steps: (0..2)
                 .map(|k| ProgramStep {
-                    sends: vec![write(peer, k)],
+                    sends: vec![write(peer, 4096, k)],
                     receives: vec![peer],
                 })
                 .collect(),
@@ -1570,17 +1550,7 @@ pub(crate) mod tests {
     /// (once it skipped them, and its peer waited for ever).
     #[test]
     fn an_early_arrival_does_not_skip_a_collectives_first_writes() {
-        use crate::sim::program::{OpSpan, ProgramSend, ProgramStep, RankProgram};
-        let write = |dst, length, at_step| ProgramSend {
-            send: crate::sim::plans::SendPlan {
-                dst,
-                offset: 0,
-                length,
-                staging: false,
-                dst_offset: 0,
-            },
-            at_step,
-        };
+        use crate::sim::program::{write, OpSpan, ProgramSend, ProgramStep, RankProgram};
         let op = |first| OpSpan {
             first,
             steps: 1,

@@ -819,6 +819,11 @@ pub fn peers(plans: &Plans, rank: u32) -> Vec<PeerPlan> {
             });
         }
     }
+    merge_peers(peers)
+}
+
+/// One entry per peer, ascending, of `peers` (one per send or receive): their receives and bytes summed.
+pub fn merge_peers(mut peers: Vec<PeerPlan>) -> Vec<PeerPlan> {
     peers.sort_unstable_by_key(|p| p.peer);
     let mut merged: Vec<PeerPlan> = Vec::with_capacity(peers.len());
     for p in peers {

@@ -10,7 +10,7 @@
 //! a rank's steps are not its peers' (a broadcast's chain, a pipeline's sends and receives).
 use std::sync::Arc;
 
-use crate::sim::plans::{peers, PeerPlan, Plans, SendPlan, IMMEDIATE_SLICES};
+use crate::sim::plans::{merge_peers, peers, PeerPlan, Plans, SendPlan, IMMEDIATE_SLICES};
 
 /// One WRITE of a listed step: what it moves, and the receiver's step it arrives for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -243,9 +243,8 @@ impl Schedule for Program {
         false
     }
     fn peer_plans(&self, rank: u32) -> Vec<PeerPlan> {
-        let mut merged: Vec<PeerPlan> = Vec::new();
         let Some(r) = self.rank(rank) else {
-            return merged;
+            return Vec::new();
         };
         let mut all: Vec<PeerPlan> = Vec::new();
         for step in &r.steps {
@@ -260,17 +259,7 @@ impl Schedule for Program {
                 bytes: 0,
             }));
         }
-        all.sort_unstable_by_key(|p| p.peer);
-        for p in all {
-            match merged.last_mut() {
-                Some(last) if last.peer == p.peer => {
-                    last.receives += p.receives;
-                    last.bytes = last.bytes.saturating_add(p.bytes);
-                }
-                _ => merged.push(p),
-            }
-        }
-        merged
+        merge_peers(all)
     }
     fn first_step_sends(&self, rank: u32) -> bool {
         self.rank(rank)
@@ -359,22 +348,24 @@ impl Schedule for RunPlan {
     }
 }
 
+/// A WRITE of `length` bytes from offset 0 to offset 0 of `dst`'s data, for `dst`'s step `at_step` (tests).
+#[cfg(test)]
+pub(crate) fn write(dst: u32, length: u64, at_step: u32) -> ProgramSend {
+    ProgramSend {
+        send: SendPlan {
+            dst,
+            offset: 0,
+            length,
+            staging: false,
+            dst_offset: 0,
+        },
+        at_step,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn write(dst: u32, length: u64, at_step: u32) -> ProgramSend {
-        ProgramSend {
-            send: SendPlan {
-                dst,
-                offset: 0,
-                length,
-                staging: false,
-                dst_offset: 0,
-            },
-            at_step,
-        }
-    }
 
     /// Rank 0 sends to 1, then waits for 1's answer; rank 1 waits, then answers in its second step.
     fn ping_pong() -> Vec<RankProgram> {
