@@ -31,7 +31,7 @@ from emulator.fabric.privileges import require_root
 from emulator.fabric.stats import collect_stats
 from emulator.fabric.teardown import finish_run
 from emulator.fabric.node import Node
-from emulator.fabric.plan import DEFAULT_LINK, dilated, link_params
+from emulator.fabric.plan import DEFAULT_LINK, IB_LOSS, dilated, link_params
 from emulator.model.dcqcn import CC_OPTIONS, at_link, check_fabric, check_link, parse_cc
 from emulator.model.nscc import NSCC_OPTIONS, parse_nscc
 from emulator._core.rdma_params import PATHS_MTU
@@ -69,7 +69,9 @@ def _fabric(args: argparse.Namespace) -> Fabric:
     topo = build_topo(args.topo, args.custom, "emulator")
     link = parse_options(args.link, DEFAULT_LINK, "--link")
     switch = parse_options(args.switch, dict.fromkeys(SWITCH_OPTIONS), "--switch")
-    link_params({}, link)  # reject bad values before asking for root
+    wire = link_params({}, link)  # reject bad values before asking for root
+    if args.fabric == "ib" and (wire.loss or wire.drop):
+        raise FabricError(IB_LOSS + ": remove loss and drop from --link")
     parse_overrides(switch, args.fabric)
     if getattr(args, "spray", None) is not None and args.fabric != "uet":
         raise FabricError(f"--spray chooses UET's entropy values: --fabric {args.fabric} sends each flow on one path")

@@ -37,6 +37,10 @@ MAX_DELAY = 1_000_000_000  # ns: one second each way
 MAX_DROP_FRAME, MAX_DROPS = 10**12, 1000  # drop=N:M: frame numbers, and how many
 
 
+# Both backends' IB switches forward through their IB plane, which the link loss model does not see: a loss on
+# an ib fabric would silently be none, so it is refused.
+IB_LOSS = "the ib fabric loses no frame to injected loss yet (its switches' IB plane bypasses the loss model)"
+
 @dataclass(frozen=True)
 class LinkParams:
     """What one link (both directions) is set to."""

@@ -49,8 +49,8 @@ from emulator.errors import FabricError, one_line, printable, shown
 from emulator.fabric.builder import PACKAGE_PARENT
 from emulator.fabric.capacity import meminfo_bytes
 from emulator.fabric.ib_subnet import ROUTINGS
-from emulator.fabric.plan import (DEFAULT_LINK, FabricPlan, check_connected, dilated, link_params, make_plan,
-                                  switch_graph)
+from emulator.fabric.plan import (DEFAULT_LINK, IB_LOSS, FabricPlan, check_connected, dilated, link_params,
+                                  make_plan, switch_graph)
 from emulator.model.dcqcn import check_fabric, check_link, parse_cc
 from emulator.model.nscc import parse_nscc
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, derive_config, parse_overrides
@@ -515,10 +515,9 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     faults = _faults(values, plan, context)
     if backend == "sim":
         _check_sim(fabric, capture, faults, context)
-        wire = link_params({}, link)
-        if fabric == "ib" and (wire.loss or wire.drop):
-            raise FabricError(f'{context}: backend "sim" loses no frame on the ib fabric\'s links yet (its switches\' '
-                              'IB plane bypasses the loss model): remove loss and drop, or run it emulated')
+    wire = link_params({}, link)
+    if fabric == "ib" and (wire.loss or wire.drop):
+        raise FabricError(f"{context}: {IB_LOSS}: remove loss and drop")
     step = None
     if workload:
         path = os.path.join(base, _text(values["workload"]))

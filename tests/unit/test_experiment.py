@@ -694,5 +694,5 @@ def test_a_simulated_ib_variant_with_link_loss_is_refused_not_run_lossless(tmp_p
     path = tmp_path / "ibloss.toml"
     path.write_text('name = "x"\ntopo = "star,4"\nbackend = "sim"\nfabric = "ib"\ncollective = "allreduce"\n'
                     'size = 4096\nlink = { loss = 0.001 }\n[[variants]]\nname = "v"\n')
-    with pytest.raises(FabricError, match=r'backend "sim" loses no frame on the ib fabric'):
+    with pytest.raises(FabricError, match=r'the ib fabric loses no frame to injected loss yet'):
         load_experiment(str(path))
