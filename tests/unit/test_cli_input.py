@@ -357,7 +357,7 @@ def test_run_list_prints_every_builtin_with_its_description(capsys, non_root):
     code, out, err = run(capsys, "run", "--list")
     assert (code, err) == (0, "")
     lines = out.splitlines()
-    assert [line.split()[0] for line in lines] == ["dcqcn", "deadlock", "fidelity", "headline", "incast-scaling", "multi-job", "pause-storm", "scale", "smoke", "straggler", "uet", "validate", "victim"]
+    assert [line.split()[0] for line in lines] == ["dcqcn", "deadlock", "fidelity", "headline", "incast-scaling", "multi-job", "pause-storm", "scale", "smoke", "straggler", "training-step", "uet", "validate", "victim"]
     assert lines[3] == ("headline        Incast and ring all-reduce on star,8: lossless and lossy Ethernet, "
                         "and InfiniBand-like credits.")
     assert all(len(line.split(None, 1)[1]) > 20 for line in lines)
