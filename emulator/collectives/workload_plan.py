@@ -109,6 +109,8 @@ def workload_plan(workload: Workload, hosts: int, parallel: dict[str, int] | Non
                   compute_scale: float = 1.0) -> WorkloadPlan:
     """``workload`` placed on ``hosts`` hosts: every message's size times ``scale`` and every compute time
     times ``scale`` x ``compute_scale`` (the time dilation of an emulated fabric), rounded."""
+    workload = Workload(printable(workload.source), workload.stages, workload.tail_compute_ns,
+                        workload.parallelism)  # the file's name as messages show it
     sizes = _sizes(workload, hosts, parallel or {})
     world = math.prod(sizes.values())
     stages = workload.stages
@@ -132,7 +134,7 @@ def workload_plan(workload: Workload, hosts: int, parallel: dict[str, int] | Non
         stage = place.coord(rank, "pp") if len(stages) > 1 else 0
         for index, op in zip(stage_ops[stage], stages[stage]):
             builders[rank].begin(index, round(op.compute_ns * scale * compute_scale), op.blocking)
-    # The collectives, in step order, each group's members given their part at once (their steps line up).
+    # Each rank's collectives in its stage's order; _pair then numbers every WRITE by the receiver's step.
     for rank in range(world):
         stage = place.coord(rank, "pp") if len(stages) > 1 else 0
         stage_list = stages[stage]
