@@ -1,5 +1,5 @@
 """``fabric-emu nccl``: the size sweep as an experiment, its nccl-tests table and JSON (the simulation backend: no
-root; the emulated sweep is tests/integration/test_nccl.py)."""
+root; the emulated sweep is tests/integration/test_nccl_emulated.py)."""
 
 from __future__ import annotations
 
