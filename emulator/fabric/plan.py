@@ -37,9 +37,12 @@ MAX_DELAY = 1_000_000_000  # ns: one second each way
 MAX_DROP_FRAME, MAX_DROPS = 10**12, 1000  # drop=N:M: frame numbers, and how many
 
 
-# Both backends' IB switches forward through their IB plane, which the link loss model does not see: a loss on
-# an ib fabric would silently be none, so it is refused.
-IB_LOSS = "the ib fabric loses no frame to injected loss yet (its switches' IB plane bypasses the loss model)"
+# The emulated IB switches forward through their IB plane, which the link loss model does not see: a loss on an
+# emulated ib fabric would silently be none, so it is refused.  The simulated ones lose frames on the hosts'
+# links only (the IB plane checks no VCRC between switches): refused on a topology with links between switches.
+IB_LOSS = "the emulated ib fabric loses no frame to injected loss yet (its switches' IB plane bypasses the loss model)"
+IB_LOSS_SIM = ("the simulated ib fabric loses frames on the hosts' links only, not between switches: injected loss "
+               "on the ib fabric needs a topology of one switch")
 
 @dataclass(frozen=True)
 class LinkParams:

@@ -49,8 +49,8 @@ from emulator.errors import FabricError, one_line, printable, shown
 from emulator.fabric.builder import PACKAGE_PARENT
 from emulator.fabric.capacity import meminfo_bytes
 from emulator.fabric.ib_subnet import ROUTINGS
-from emulator.fabric.plan import (DEFAULT_LINK, IB_LOSS, FabricPlan, check_connected, dilated, link_params,
-                                  make_plan, switch_graph)
+from emulator.fabric.plan import (DEFAULT_LINK, IB_LOSS, IB_LOSS_SIM, FabricPlan, check_connected, dilated,
+                                  link_params, make_plan, switch_graph)
 from emulator.model.dcqcn import check_fabric, check_link, parse_cc
 from emulator.model.nscc import parse_nscc
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, derive_config, parse_overrides
@@ -517,7 +517,10 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
         _check_sim(fabric, capture, faults, context)
     wire = link_params({}, link)
     if fabric == "ib" and (wire.loss or wire.drop):
-        raise FabricError(f"{context}: {IB_LOSS}: remove loss and drop")
+        if backend != "sim":
+            raise FabricError(f"{context}: {IB_LOSS}: remove loss and drop, or run it simulated on one switch")
+        if len(plan.switches()) > 1:
+            raise FabricError(f"{context}: {IB_LOSS_SIM}")
     step = None
     if workload:
         path = os.path.join(base, _text(values["workload"]))

@@ -115,7 +115,7 @@ def assert_one_line_error(code, out, err, *fragments):
     (["up", "--topo", "star", "--fabric", "uet", "--routing", "adaptive"],
      ["--routing chooses the IB subnet manager's routing: --fabric uet routes by ECMP"]),
     (["up", "--topo", "star", "--fabric", "ib", "--link", "loss=0.01"],
-     ["the ib fabric loses no frame to injected loss yet", "remove loss and drop from --link"]),
+     ["the emulated ib fabric loses no frame to injected loss yet", "remove loss and drop from --link"]),
 ])
 @pytest.mark.parametrize("root", [False, True], ids=["nonroot", "root"])
 def test_bad_input_is_one_line_before_any_root_check(capsys, monkeypatch, argv, fragments, root):

@@ -689,10 +689,16 @@ def test_the_checks_read_each_link_as_the_fabric_plan_has_it(monkeypatch):
     assert links.mtu == min(port.params.mtu for port, _ in plan.links) == 1500
 
 
-def test_a_simulated_ib_variant_with_link_loss_is_refused_not_run_lossless(tmp_path):
-    """The simulator's IB switches bypass the loss model: a loss there would silently be none."""
+def test_link_loss_on_the_ib_fabric_is_refused_where_it_would_be_none(tmp_path):
+    """The emulated IB switches bypass the loss model, the simulated ones lose frames on the hosts' links only:
+    a loss there would silently be none (or half of it)."""
     path = tmp_path / "ibloss.toml"
+    for backend, topo, message in (("emulator", "star,4", "the emulated ib fabric loses no frame"),
+                                   ("sim", "leafspine", "the simulated ib fabric loses frames on the hosts' links only")):
+        path.write_text(f'name = "x"\ntopo = "{topo}"\nbackend = "{backend}"\nfabric = "ib"\ncollective = "allreduce"\n'
+                        'size = 4096\nlink = { loss = 0.001 }\n[[variants]]\nname = "v"\n')
+        with pytest.raises(FabricError, match=message):
+            load_experiment(str(path))
     path.write_text('name = "x"\ntopo = "star,4"\nbackend = "sim"\nfabric = "ib"\ncollective = "allreduce"\n'
                     'size = 4096\nlink = { loss = 0.001 }\n[[variants]]\nname = "v"\n')
-    with pytest.raises(FabricError, match=r'the ib fabric loses no frame to injected loss yet'):
-        load_experiment(str(path))
+    assert load_experiment(str(path)).variants[0].link["loss"] == "0.001"

@@ -18,7 +18,7 @@ use crate::sim::fabric::Event;
 use crate::sim::frame::SimFrame;
 use crate::sim::ib::port_waiting;
 use crate::sim::wire::Wire;
-use crate::wire::ib::ETH_IB;
+use crate::wire::ib::{ETH_IB, LRH_AT, SLP};
 use crate::wire::mac::{Mac, ETH_LEN};
 use crate::wire::pfc::{decode_pfc, encode_pfc, ETHERTYPE_MAC_CONTROL, MIN_FRAME, PRIORITIES};
 
@@ -242,6 +242,11 @@ impl SimSwitch {
                 }
             }
         } else if ethertype == Some(&ETH_IB[..]) && self.ib.is_some() {
+            // Injected loss takes a data packet from a host's link before the IB plane counts it; the host's
+            // next flow-control packet (its FCTBS) repairs the plane's count of blocks received (IBTA 7.9).
+            if bytes.get(LRH_AT - 1) != Some(&SLP) && self.lost_from_host(port, 0) {
+                return;
+            }
             let out = self.ib.as_mut().and_then(|ib| ib.receive(now, port, bytes));
             if let Some(out) = out {
                 self.drain(index, engine, wires, out);
@@ -361,7 +366,20 @@ impl SimSwitch {
             wire.send(wire_id, engine, SimFrame::copied(&frame));
         } else if self.ib.as_mut().is_some_and(|ib| ib.head(port).is_some()) {
             // the head just found: it has credit, so sending it cannot fail
-            if let Some(Ok(frame)) = self.ib.as_mut().map(|ib| ib.take_sent(port)) {
+            if let Some(Ok(mut frame)) = self.ib.as_mut().map(|ib| ib.take_sent(port)) {
+                // Injected loss on a host's link, towards the host: the packet crosses the wire corrupted (its
+                // VCRC flipped) and the host drops it, as a bit error (its credits were spent all the same).
+                // Links between switches lose nothing on the ib fabric yet: the IB plane checks no VCRC.
+                let to_host = self
+                    .links
+                    .as_ref()
+                    .and_then(|links| links.get(port))
+                    .is_some_and(|link| link.host_facing());
+                if to_host && self.lost_at_head(port, 0) {
+                    if let Some(last) = frame.last_mut() {
+                        *last ^= 0xFF;
+                    }
+                }
                 wire.send(wire_id, engine, frame.into());
             }
         } else {
