@@ -11,6 +11,7 @@ ctrl-c variants of the signal tests failed, and only when run that way).  Popen'
 from __future__ import annotations
 
 import signal
+import subprocess
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -20,3 +21,12 @@ def stop_signals_at_default() -> None:
     default disposition, as an interactive shell starts a foreground job."""
     for signum in STOP_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
+
+
+def read_until(proc: subprocess.Popen, marker: str, what: str) -> None:
+    """Reads the child's stderr until a line holds ``marker``; fails naming ``what`` it ended before."""
+    seen: list[str] = []
+    while not any(marker in line for line in seen):
+        line = proc.stderr.readline()
+        assert line, f"the run ended before {what}: " + "".join(seen[-5:])
+        seen.append(line)

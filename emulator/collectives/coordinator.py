@@ -255,12 +255,14 @@ def summarize(i: int, start: int, hosts: list[str], plans: list, reports: dict[s
     skew = max(released) - min(released) if released else 0
     late = max(released) - start if released else 0
     timelines = None
-    if any("ops" in report for report in reports.values()):
+    cct_ns = last_stamp - start
+    if any("ops" in report for report in reports.values()):  # a training step: it ends with its last rank
         timelines = [([(a - start, b - start) for a, b in reports[host].get("ops", [])],
                       reports[host].get("end_ns", start) - start) for host in hosts]
+        cct_ns = max(end for _, end in timelines)
     return IterationResult(
         timelines=timelines,
-        iteration=i, start_ns=start, cct_us=(last_stamp - start) / 1e3, start_skew_us=skew / 1e3,
+        iteration=i, start_ns=start, cct_us=cct_ns / 1e3, start_skew_us=skew / 1e3,
         start_late_us=max(late, 0) / 1e3,
         last_src=hosts[last_src], last_dst=hosts[last_dst], cause=cause,
         retransmissions=sum(r for (_, dst), (r, _) in delta.items() if plans[dst].measured),

@@ -65,11 +65,13 @@ class Rank:
         # A training step's collectives each wait for their WRITEs: the last to each peer in each collective.
         slices = self.plan.slices
         self.last_write = {s.dst: k * slices + slices - 1 for k, step in enumerate(self.plan.steps) for s in step.sends}
-        self.op_last_writes = {(max(k for k in range(span.first, span.first + span.steps)
-                                    if any(s.dst == dst for s in self.plan.steps[k].sends)), dst)
-                               for span in self.plan.ops
-                               for dst in {s.dst for k in range(span.first, span.first + span.steps)
-                                           for s in self.plan.steps[k].sends}}
+        self.op_last_writes: set[tuple[int, int]] = set()  # (step, peer)
+        for span in self.plan.ops:
+            seen: set[int] = set()
+            for k in reversed(range(span.first, span.first + span.steps)):
+                for dst in {s.dst for s in self.plan.steps[k].sends} - seen:
+                    self.op_last_writes.add((k, dst))
+                    seen.add(dst)
 
     def local_info(self) -> dict[str, Any]:
         regions = {"data": [self.data.addr, self.data.rkey]}

@@ -64,11 +64,14 @@ def rust_iteration(names: list[str], record: tuple) -> IterationResult:
     finally:
         if collecting:
             gc.enable()
-    return IterationResult(iteration=i, start_ns=start, cct_us=(last - start) / 1e3, start_skew_us=skew / 1e3,
+    timelines = None if lines is None else [([(a - start, b - start) for a, b in ops], end - start)
+                                            for ops, end in lines]
+    # a training step ends with its last rank (its compute after its last collective included)
+    cct_ns = last - start if timelines is None else max(end for _, end in timelines)
+    return IterationResult(iteration=i, start_ns=start, cct_us=cct_ns / 1e3, start_skew_us=skew / 1e3,
                            start_late_us=late / 1e3, last_src=names[src], last_dst=names[dst], cause=cause,
                            retransmissions=retransmissions, paused_us=paused / 1e3, verified=verified, flows=flows,
-                           timelines=None if lines is None else
-                           [([(a - start, b - start) for a, b in ops], end - start) for ops, end in lines])
+                           timelines=timelines)
 
 
 def run_rust_collective(fabric: Any, names: list[str], collective: str, size: int, iterations: int, warmup: int,

@@ -44,6 +44,7 @@ for it) is refused before anything runs (:func:`_check_progress`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -52,9 +53,11 @@ from typing import Any
 from emulator.collectives.algorithms import ELEMENT, IMMEDIATE_SLICES, OpSpan, RankPlan, Send, Step, plan
 from emulator.errors import FabricError, printable, shown
 from emulator.workload.files import CommOp, Workload
+from emulator.workload.step import PEERS
 
 DIMENSIONS = ("tp", "dp", "pp")
 DEFAULT_PLACEMENT = DIMENSIONS
+MAX_STEP_NS = 1 << 62  # a rank's compute in one step, in the backend's ns: the simulator's clock is 64 bits
 MAX_STEPS = IMMEDIATE_SLICES  # a rank's steps in one step of the job: the immediate numbers them in 16 bits
 
 
@@ -109,8 +112,9 @@ def workload_plan(workload: Workload, hosts: int, parallel: dict[str, int] | Non
                   compute_scale: float = 1.0) -> WorkloadPlan:
     """``workload`` placed on ``hosts`` hosts: every message's size times ``scale`` and every compute time
     times ``scale`` x ``compute_scale`` (the time dilation of an emulated fabric), rounded."""
-    workload = Workload(printable(workload.source), workload.stages, workload.tail_compute_ns,
-                        workload.parallelism)  # the file's name as messages show it
+    workload = dataclasses.replace(workload, source=printable(workload.source))  # as messages show it
+    if not (math.isfinite(scale) and scale > 0 and math.isfinite(compute_scale) and compute_scale > 0):
+        raise FabricError(f"{workload.source}: scale {scale!r} and dilation {compute_scale!r} must be positive")
     sizes = _sizes(workload, hosts, parallel or {})
     world = math.prod(sizes.values())
     stages = workload.stages
@@ -129,32 +133,45 @@ def workload_plan(workload: Workload, hosts: int, parallel: dict[str, int] | Non
             indices.append(len(ops))
             ops.append(StepOp(op.kind, op.group, _scaled_size(op, scale), number, op.stage))
         stage_ops.append(indices)
-    builders = [_RankBuilder(rank) for rank in range(world)]
-    for rank in range(world):
-        stage = place.coord(rank, "pp") if len(stages) > 1 else 0
-        for index, op in zip(stage_ops[stage], stages[stage]):
-            builders[rank].begin(index, round(op.compute_ns * scale * compute_scale), op.blocking)
+    computes = [[_scaled_ns(op.compute_ns, scale * compute_scale, workload.source) for op in stage]
+                 for stage in stages]
+    group_plans: dict[tuple[str, int, int], list[RankPlan]] = {}  # every member of a group reads the same plan
+    builders = []
     # Each rank's collectives in its stage's order; _pair then numbers every WRITE by the receiver's step.
     for rank in range(world):
         stage = place.coord(rank, "pp") if len(stages) > 1 else 0
         stage_list = stages[stage]
+        builder = _RankBuilder(rank, [(index, compute, op.blocking) for index, compute, op
+                                      in zip(stage_ops[stage], computes[stage], stage_list)])
+        builders.append(builder)
         position = 0
         while position < len(stage_list):
             op = stage_list[position]
             after = stage_list[position + 1] if position + 1 < len(stage_list) else None
             if _batched(op, after):  # one step: the send and the receive posted together
-                _add_p2p(builders[rank], place, rank, position, [op, after], scale, workload.source)
-                builders[rank].add(position + 1, [], 0, 0)
+                _add_p2p(builder, place, rank, position, [op, after], scale, workload.source)
+                builder.add(position + 1, [], 0, 0)
                 position += 2
                 continue
-            _add_op(builders, place, rank, position, ops[stage_ops[stage][position]], op, scale,
+            _add_op(builder, place, rank, position, ops[stage_ops[stage][position]], op, scale, group_plans,
                     workload.source)
             position += 1
     ranks = [builder.finish(workload.source) for builder in builders]
     _pair(ranks, workload.source)
     _check_progress(ranks, workload.source)
-    tail = round(workload.tail_compute_ns * scale * compute_scale)
+    tail = _scaled_ns(workload.tail_compute_ns, scale * compute_scale, workload.source)
+    if any(sum(c) + tail > MAX_STEP_NS for c in computes):
+        raise FabricError(f"{workload.source}: the step's compute times x scale x dilation come to over "
+                          f"{MAX_STEP_NS} ns (146 years): lower scale")
     return WorkloadPlan(ops, ranks, tail, sizes, placement, world)
+
+
+def _scaled_ns(ns: int, factor: float, source: str) -> int:
+    scaled = ns * factor
+    if scaled > MAX_STEP_NS:
+        raise FabricError(f"{source}: a compute time of {ns} ns x scale x dilation comes to over {MAX_STEP_NS} ns "
+                          "(146 years): lower scale")
+    return round(scaled)
 
 
 def issue_times(spans: tuple[OpSpan, ...], start_ns: int, done_ns: list[int]) -> list[tuple[int, int]]:
@@ -193,17 +210,15 @@ class _Placement:
 
 
 class _RankBuilder:
-    """One rank's steps and op spans as the ops are added."""
+    """One rank's steps and op spans as the ops are added: ``heads`` gives each op's (index, compute before it,
+    blocking), in order."""
 
-    def __init__(self, rank: int) -> None:
+    def __init__(self, rank: int, heads: list[tuple[int, int, bool]]) -> None:
         self.rank = rank
         self.steps: list[Step] = []
         self.spans: list[OpSpan] = []
-        self.heads: list[tuple[int, int, bool]] = []  # (op, compute, blocking) of each op, in order
+        self.heads = heads
         self.data = self.staging = 0
-
-    def begin(self, op: int, compute_ns: int, blocking: bool) -> None:
-        self.heads.append((op, compute_ns, blocking))
 
     def add(self, position: int, steps: list[Step], data: int, staging: int) -> None:
         if position != len(self.spans):
@@ -235,8 +250,6 @@ def _sizes(workload: Workload, hosts: int, parallel: dict[str, int]) -> dict[str
         raise FabricError(f"{workload.source}: the job's groups ({shape}) make {world} ranks, the fabric has "
                           f"{hosts} hosts; set parallel (e.g. \"dp={max(1, hosts // (sizes['tp'] * sizes['pp']))}\") "
                           "to run smaller groups")
-    if "ep" in workload.parallelism and any(op.group == "ep" for stage in workload.stages for op in stage):
-        raise FabricError(f"{workload.source}: expert-parallel (ep) groups are not placed on the fabric yet")
     return {dim: sizes[dim] for dim in DIMENSIONS}
 
 
@@ -249,10 +262,10 @@ def _scaled_size(op: CommOp, scale: float) -> int:
     return max(size, 1 if op.size else 0)
 
 
-def _add_op(builders: list[_RankBuilder], place: _Placement, rank: int, position: int, step_op: StepOp,
-            op: CommOp, scale: float, source: str) -> None:
-    """Rank ``rank``'s part of its collective number ``position``."""
-    builder = builders[rank]
+def _add_op(builder: _RankBuilder, place: _Placement, rank: int, position: int, step_op: StepOp, op: CommOp,
+            scale: float, group_plans: dict[tuple[str, int, int], list[RankPlan]], source: str) -> None:
+    """Rank ``rank``'s part of its collective number ``position``; ``group_plans`` keeps each group plan made,
+    for its other members."""
     if op.group == "ep":
         raise FabricError(f"{source}: expert-parallel (ep) groups are not placed on the fabric yet")
     if op.kind in ("send", "recv"):
@@ -262,8 +275,10 @@ def _add_op(builders: list[_RankBuilder], place: _Placement, rank: int, position
     if len(members) < 2 or (step_op.size == 0 and op.kind != "barrier"):
         builder.add(position, [], 0, 0)
         return
-    local = members.index(rank)
-    sub = _group_plan(op.kind, len(members), step_op.size)[local]
+    key = (op.kind, len(members), step_op.size)
+    if key not in group_plans:
+        group_plans[key] = _group_plan(*key)
+    sub = group_plans[key][members.index(rank)]
     steps = [Step(tuple(Send(members[s.dst], s.offset, s.length, s.region, s.dst_offset) for s in step.sends),
                   tuple(members[src] for src in step.receives)) for step in sub.steps]
     builder.add(position, steps, sub.data_bytes, sub.staging_bytes)
@@ -283,6 +298,9 @@ def _add_p2p(builder: _RankBuilder, place: _Placement, rank: int, position: int,
     """One step of the sends and receives ``p2p`` to and from the neighbour stages."""
     sends, receives, size = [], [], 0
     for op in p2p:
+        if op.peer not in PEERS:
+            raise FabricError(f"{source}: {printable(op.stage)}: a {op.kind} that names no neighbour stage "
+                              f"(next or prev)")
         peer = _pipeline_peer(place, rank, op.peer)
         if peer is None:
             raise FabricError(f"{source}: {printable(op.stage)}: a {op.kind} with the {op.peer} stage from "

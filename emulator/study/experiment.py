@@ -42,7 +42,7 @@ from mininet.topo import Topo
 
 from emulator import __version__, bounds
 from emulator._core.rdma_params import MAX_MR_BYTES, PATHS_MTU, ROCE_OVERHEAD
-from emulator.collectives.algorithms import COLLECTIVES, SENDER_COLLECTIVES, chunk_bytes
+from emulator.collectives.algorithms import COLLECTIVES, SENDER_COLLECTIVES, RankPlan, chunk_bytes
 from emulator.collectives.algorithms import plan as rank_plans
 from emulator.agents.config import SPRAYS
 from emulator.errors import FabricError, one_line, printable, shown
@@ -56,6 +56,7 @@ from emulator.model.nscc import parse_nscc
 from emulator.model.switch_params import FABRICS, SWITCH_OPTIONS, derive_config, parse_overrides
 from emulator.fabric.topospec import build_topo
 from emulator.study import calibration
+from emulator.collectives.workload_plan import parse_parallel, parse_placement
 from emulator.study.workload_step import step_bytes, step_plan
 from emulator.safefiles import read_bounded
 from emulator.units import format_size, format_time, parse_size, parse_time
@@ -525,11 +526,15 @@ def _variant(name: str, layers: list[dict[str, Any]], params: dict[str, Any], co
     if workload:
         path = os.path.join(base, _text(values["workload"]))
         scale = values["scale"]
+        for key, parse in (("parallel", parse_parallel), ("placement", parse_placement)):
+            with _key(context, key):  # a bad one is its key's mistake, not the file's
+                if _text(values[key]):
+                    parse(_text(values[key]))
         with _key(context, "workload"):
             step = step_plan(path, hosts, _text(values["parallel"]), _text(values["placement"]), scale,
                              factor if model is not None else 1.0)
         size, senders = step_bytes(step), None
-        needs = PlanNeeds(tuple((p.data_bytes, p.staging_bytes) for p in step.ranks), 0)
+        needs = needs_of(step.ranks)
     else:
         size = _size(values["size"], collective, hosts, context)
         senders = _senders(values, collective, hosts, backend, context)
@@ -606,10 +611,15 @@ def plan_needs(collective: str, ranks: int, size: int, senders: int | None) -> P
     gc.disable()
     try:
         plans = rank_plans(collective, ranks, size, senders)
-        return PlanNeeds(tuple((p.data_bytes, p.staging_bytes) for p in plans), sum(len(p.peers) for p in plans))
+        return needs_of(plans)
     finally:
         if collecting:
             gc.enable()
+
+
+def needs_of(plans: list[RankPlan]) -> PlanNeeds:
+    """What made plans ask: every rank's regions, and a QP per rank and peer."""
+    return PlanNeeds(tuple((p.data_bytes, p.staging_bytes) for p in plans), sum(len(p.peers) for p in plans))
 
 
 _UNIFORM = ("allreduce", "allgather", "alltoall")
@@ -635,9 +645,10 @@ def _check_regions(needs: PlanNeeds, collective: str, fabric_plan: FabricPlan, c
         for region, length in zip(("data", "staging"), sizes):
             if length > MAX_MR_BYTES:
                 also = " or senders" if collective in SENDER_COLLECTIVES else ""
-                raise FabricError(f'{context}: key "size": {collective} gives rank {rank} ({hosts[rank].name}) a '
+                key = "scale" if collective == WORKLOAD else "size"
+                raise FabricError(f'{context}: key "{key}": {collective} gives rank {rank} ({hosts[rank].name}) a '
                                   f"{region} region of {format_size(length)}; the RNIC registers at most "
-                                  f"{format_size(MAX_MR_BYTES)} a region: lower size{also}")
+                                  f"{format_size(MAX_MR_BYTES)} a region: lower {key}{also}")
 
 
 def _check_sim(fabric: str, capture: bool, faults: tuple[Fault, ...], context: str) -> None:

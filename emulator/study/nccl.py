@@ -32,6 +32,7 @@ What differs from nccl-tests, and is said in the header's comment lines:
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import statistics
@@ -167,8 +168,9 @@ def rows(collective: str, variants: Sequence[dict[str, Any]]) -> list[Row]:
         if variant["cct_us"] is None:
             raise FabricError(f"size {size}: the collective never finished (deadlocked); no figures")
         model = variant.get("model")
-        time_us = (model or variant)["cct_us"]["mean"]
-        algbw = size / (time_us * 1e-6) / GB
+        # modelled: the measured mean over D unrounded (results.json rounds the modelled one to 0.1 ns)
+        time_us = variant["cct_us"]["mean"] / (model["dilation"] if model else 1)
+        algbw = size / (time_us * 1e-6) / GB if time_us > 0 else math.inf
         fidelity = variant.get("fidelity") or {}
         unfaithful = tuple((who, tuple(why)) for who, why in (fidelity.get("unfaithful") or {}).items())
         found.append(Row(size, element_count(collective, size, ranks), time_us, algbw,
@@ -189,6 +191,8 @@ def element_count(collective: str, size: int, ranks: int) -> int:
 def float_text(value: float, width: int) -> str:
     """A figure in ``width`` characters as nccl-tests' getFloatStr writes it: two decimals while they fit, then one,
     then none, then an exponent."""
+    if not math.isfinite(value):
+        return f"{'inf':>{width}}"
     power, at = 0, 1
     while value >= at:
         power += 1

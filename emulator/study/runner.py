@@ -33,7 +33,6 @@ from typing import Any, Callable, Iterator
 from emulator.fabric.capacity import KEEP_FREE_BYTES, check_capacity, meminfo_bytes
 from emulator._core.sim import message_counts
 from emulator.collectives.algorithms import RankPlan, bus_factor, plan, slice_span, victim_flow
-from emulator.collectives.workload_plan import WorkloadPlan
 from emulator.collectives.coordinator import CollectiveRun, IterationResult, run_collective
 from emulator.errors import FabricError
 from emulator.study.experiment import (Experiment, Fault, Variant, host_count, results_directory, run_config,
@@ -45,8 +44,8 @@ from emulator.fabric.plan import hop_distances, link_params, make_plan
 from emulator.fabric.stats import explained_by_faults, uplink_bytes
 from emulator.model.dcqcn import parse_cc
 from emulator.model.nscc import parse_nscc
-from emulator.study.sim_variant import run_sim_variant, sim_variant_bytes
-from emulator.study.workload_step import as_step_times, ideal_step_us, op_link_us, step_figures, step_plan
+from emulator.study.sim_variant import run_sim_variant, sim_variant_bytes, variant_step
+from emulator.study.workload_step import ideal_step_us, op_link_us, step_figures
 from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, GoodputWatch, StallTracker
 from emulator._core.rc import RcConfig, default_timeout_ns
 from emulator.model.dilation import modelled_us
@@ -341,14 +340,6 @@ def _longest_first(variants: list[Variant]) -> list[Variant]:
     return sorted(variants, key=lambda variant: (sim_variant_bytes(variant), variant.fabric == "ib"), reverse=True)
 
 
-def variant_step(variant: Variant) -> WorkloadPlan | None:
-    """A workload variant's step placed on its hosts (None for a collective): made once per process."""
-    if variant.workload is None:
-        return None
-    return step_plan(variant.workload, host_count(variant.topo), variant.parallel, variant.placement, variant.scale,
-                     variant.dilation if variant.model is not None else 1.0)
-
-
 def _rank_plans(variant: Variant, hosts: int) -> list[RankPlan]:
     step = variant_step(variant)
     return plan(variant.collective, hosts, variant.size, variant.senders) if step is None else step.ranks
@@ -495,8 +486,6 @@ def summarize_variant(variant: Variant, run: CollectiveRun, counters: dict[str, 
     when the warm-up ended).
     """
     step = variant_step(variant)
-    if step is not None:
-        as_step_times(run, step.world)
     ccts = [it.cct_us for it in run.iterations]
     skews = [it.start_skew_us for it in run.iterations]
     ranks = len(run.hosts)

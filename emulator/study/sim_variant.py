@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from emulator.collectives.coordinator import CollectiveRun
+from emulator.collectives.workload_plan import WorkloadPlan
 from emulator.collectives.sim_ranks import SimProgress, run_rust_collective, run_rust_workload
 from emulator.fabric.plan import make_plan
 from emulator.fabric.topospec import build_topo
 from emulator.model.dcqcn import parse_cc
 from emulator.model.nscc import parse_nscc
-from emulator.study.experiment import PlanNeeds, Variant, plan_needs, topology
+from emulator.study.experiment import Variant, host_count, needs_of, plan_needs, topology
 from emulator.study.sim_fabric import build_rust_fabric, link_faults, rust_pfcwd, uplink_bytes
 from emulator.study.stall import GIVE_UP_AFTER_DEADLOCK_NS, SAMPLE_S, StallTracker
 from emulator.study.workload_step import step_plan
@@ -46,17 +47,24 @@ ROUTE_BYTES = 420  # a switch's route to one host, while the builder hands the r
 BASE_BYTES = 300 << 20  # the interpreter, numpy, the plan
 
 
+def variant_step(variant: Variant) -> WorkloadPlan | None:
+    """A workload variant's step placed on its hosts (None for a collective): made once per process
+    (:func:`~emulator.study.workload_step.step_plan`)."""
+    if variant.workload is None:
+        return None
+    return step_plan(variant.workload, host_count(variant.topo), variant.parallel, variant.placement, variant.scale,
+                     variant.dilation if variant.model is not None else 1.0)
+
+
 def sim_variant_bytes(variant: Variant) -> int:
     """About how much memory simulating ``variant`` takes: its QPs, its ranks' regions, its nodes and routes (the
     plan's needs as the experiment's checks found them)."""
     topo = topology(variant.topo)
     hosts = len(topo.hosts(sort=False))
     switches = len(topo.switches(sort=False))
-    if variant.workload is not None:
-        step = step_plan(variant.workload, hosts, variant.parallel, variant.placement, variant.scale,
-                         variant.dilation if variant.model is not None else 1.0)
-        needs = PlanNeeds(tuple((p.data_bytes, p.staging_bytes) for p in step.ranks),
-                          sum(len(p.peers) for p in step.ranks))
+    step = variant_step(variant)
+    if step is not None:
+        needs = needs_of(step.ranks)
     else:
         needs = plan_needs(variant.collective, hosts, variant.size, variant.senders)
     return (BASE_BYTES + needs.qps * QP_BYTES + sum(map(sum, needs.regions)) + (hosts + switches) * NODE_BYTES
@@ -124,9 +132,7 @@ def run_sim_variant(variant: Variant, log: Callable[[str], None],
     fabric.set_faults([(names.index(f.host), f.at_ns, f.duration_ns) for f in variant.faults if f.kind == "stall"])
     fabric.set_link_faults(link_faults(fabric_plan, variant.faults,
                                        variant.routing if variant.fabric == "ib" else None))
-    step = None if variant.workload is None else step_plan(
-        variant.workload, len(names), variant.parallel, variant.placement, variant.scale,
-        variant.dilation if variant.model is not None else 1.0)
+    step = variant_step(variant)
     if step is None:
         run = run_rust_collective(fabric, names, variant.collective, variant.size, variant.iterations,
                                   variant.warmup, variant.senders, variant.mtu, progress, ticker)

@@ -24,6 +24,7 @@ from emulator.collectives.algorithms import OpSpan
 from emulator.collectives.coordinator import CollectiveRun
 from emulator.collectives.workload_plan import (DEFAULT_PLACEMENT, WorkloadPlan, issue_times, parse_parallel,
                                                 parse_placement, workload_plan)
+from emulator.errors import FabricError, printable
 from emulator.workload.files import read_workload
 
 _cache: dict[tuple[Any, ...], WorkloadPlan] = {}
@@ -32,7 +33,10 @@ _cache: dict[tuple[Any, ...], WorkloadPlan] = {}
 def step_plan(path: str, hosts: int, parallel: str, placement: str, scale: float, dilation: float) -> WorkloadPlan:
     """The plans of the step in ``path`` on ``hosts`` hosts (a FabricError of one line for a bad file or
     placement); the same arguments give the same plans, made once per process."""
-    stat = os.stat(path)
+    try:
+        stat = os.stat(path)
+    except OSError as err:
+        raise FabricError(f"{printable(path)}: {err.strerror}") from None
     key = (os.path.realpath(path), stat.st_mtime_ns, stat.st_size, hosts, parallel, placement, scale, dilation)
     if key not in _cache:
         _cache[key] = workload_plan(read_workload(path), hosts, parse_parallel(parallel) if parallel else None,
@@ -43,14 +47,6 @@ def step_plan(path: str, hosts: int, parallel: str, placement: str, scale: float
 def step_bytes(step: WorkloadPlan) -> int:
     """Bytes the step's collectives move as files count them (the variant's ``size``)."""
     return sum(op.size for op in step.ops)
-
-
-def as_step_times(run: CollectiveRun, world: int) -> None:
-    """Each iteration's CCT becomes the step's time: the last of the job's ranks to end (its compute after the
-    last collective included), not the last arrival."""
-    for it in run.iterations + run.warmup:
-        if it.timelines:
-            it.cct_us = max(end for _, end in it.timelines[:world]) / 1e3
 
 
 def op_link_us(step: WorkloadPlan, wire_bytes: Callable[[int], int], rate_bps: int, mtu: int) -> list[float]:

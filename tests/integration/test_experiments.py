@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 
-from launcher_signals import stop_signals_at_default
+from launcher_signals import read_until, stop_signals_at_default
 
 TINY = """
 name = "tiny"
@@ -97,11 +97,7 @@ def test_ctrl_c_keeps_finished_variants_and_leaves_nothing(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "emulator", "run", str(tmp_path / "tiny.toml"),
                              "--out", str(tmp_path / "results")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, preexec_fn=stop_signals_at_default)
-    seen = []
-    while not any("allreduce-lossy iteration 3/" in line for line in seen):  # well into the second variant
-        line = proc.stderr.readline()
-        assert line, "the run ended before the second variant: " + "".join(seen[-5:])
-        seen.append(line)
+    read_until(proc, "allreduce-lossy iteration 3/", "the second variant")  # well into the second variant
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

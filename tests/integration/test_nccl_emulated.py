@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 
-from launcher_signals import stop_signals_at_default
+from launcher_signals import read_until, stop_signals_at_default
 
 
 def _nccl(*args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -41,11 +41,7 @@ def test_ctrl_c_in_a_sweep_leaves_nothing(tmp_path):
                              "-n", "500", "-w", "0", "--out", str(tmp_path / "results")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=stop_signals_at_default)
-    seen = []
-    while not any("nccl-size16 iteration 3/" in line for line in seen):  # into the second size's fabric
-        line = proc.stderr.readline()
-        assert line, "the sweep ended before its second size: " + "".join(seen[-5:])
-        seen.append(line)
+    read_until(proc, "nccl-size16 iteration 3/", "its second size")  # into the second size's fabric
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

@@ -50,14 +50,11 @@ backend = "sim"
         assert step["ranks"] == 4 and step["parallelism"] == {"tp": 2, "dp": 2, "pp": 1}
         assert step["ops"] == 7 and len(step["timeline"]["ranks"]) == 4
         # the step is its compute and its exposed communication, on the rank that ended last
-        assert step["step_us"] == variant["cct_us"]["mean"] or abs(step["step_us"] - variant["cct_us"]["mean"]) < 1
         assert abs(step["compute_us"] + step["exposed_us"] - step["step_us"]) <= 0.01 * step["step_us"]
         assert step["exposed_us"] <= step["comm_us"] + 1
         for rank in step["timeline"]["ranks"]:  # one collective after the other, each after its compute
             assert all(issue <= begun <= done for issue, begun, done, _ in rank)
             assert all(a[2] <= b[1] + 1e-3 for a, b in zip(rank, rank[1:]))
-    # the compute (waited 20,000 times, as the links' delays are) is the same on both backends
-    assert abs(emu["workload"]["compute_us"] - sim["workload"]["compute_us"]) < 1
     assert "the step" in done.stdout or "training steps" in done.stdout
     judge_only_if_faithful(emu["fidelity"], "the backends' agreement on the step")
     assert abs(sim["cct_us"]["mean"] / emu["cct_us"]["mean"] - 1) < 0.10, (emu["cct_us"], sim["cct_us"])

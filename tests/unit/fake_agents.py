@@ -28,6 +28,7 @@ from emulator.agents import base as agentlib
 from emulator.agents import host as host_agent
 from emulator.agents import rnic
 from emulator._core.dataplane import Loop, UnwiredNic, UnwiredSwitch
+from emulator.agents.memory import ACCESS_ALL
 from emulator.agents.config import HostConfig, HostIbConfig, PortConfig, SwitchConfig, SwitchIbConfig
 from emulator.kernel import packet_socket
 from emulator.model.switch_params import derive_config
@@ -212,6 +213,16 @@ def sealed_memfd(length: int) -> int:
     os.ftruncate(fd, length)
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
     return fd
+
+
+def registered_region(app: App, addr: int = 0x10000, length: int = 4096) -> int:
+    """A region of ``length`` bytes at ``addr`` registered through the verbs socket with every access: its lkey
+    (the memfd is the RNIC's once sent, closed here)."""
+    fd = sealed_memfd(length)
+    try:
+        return app({"op": "reg_mr", "addr": addr, "length": length, "access": ACCESS_ALL}, [fd])["lkey"]
+    finally:
+        os.close(fd)
 
 
 def close_agent(agent: agentlib.AgentBase) -> None:

@@ -29,7 +29,7 @@ from emulator.agents import rnic as rnic_module
 from emulator.agents.memory import ACCESS_ALL
 from emulator.agents.verbs_messages import BadRequest, decode
 from emulator._core.rc import WrOpcode
-from fake_agents import App, close_agent, fake_wire, make_host, make_rnic, sealed_memfd
+from fake_agents import App, close_agent, fake_wire, make_host, make_rnic, registered_region, sealed_memfd
 
 assert fake_wire  # a fixture, used by name below (rnic: conftest.py)
 
@@ -44,11 +44,7 @@ def app(rnic, tmp_path):
 
 def still_transfers(app: App) -> None:
     """A well-behaved application on the same RNIC: a 4 KiB WRITE to a peer leaves on the wire."""
-    fd = sealed_memfd(4096)
-    try:
-        key = app({"op": "reg_mr", "addr": 0x10000, "length": 4096, "access": ACCESS_ALL}, [fd])["lkey"]
-    finally:
-        os.close(fd)
+    key = registered_region(app)
     cq = app({"op": "create_cq"})["cq"]
     qpn = app({"op": "create_qp", "send_cq": cq, "recv_cq": cq})["qpn"]
     assert app({"op": "connect", "qpn": qpn, "remote_qpn": 0x99, "remote_psn": 5, "remote_gid": "10.0.0.2"}) == {}

@@ -7,27 +7,21 @@ The RNIC runs with a fake wire (fake_agents.py); the clock is the test's.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import time
 
 
-from emulator.agents.memory import ACCESS_ALL
 from emulator._core.mac import mac_bytes
 from emulator._core.pfc import encode_pfc
 from emulator._core.rc import WcStatus, WrOpcode
-from fake_agents import GATEWAY_MAC, App, fake_wire, sealed_memfd
+from fake_agents import GATEWAY_MAC, App, fake_wire, registered_region
 
 assert fake_wire  # a fixture, used by name below (rnic: conftest.py)
 
 
 def connected_qp(app: App, **options: int) -> tuple[int, int, int]:
     """A QP connected to a peer that never answers, with a 4 KiB region: (qpn, cq, key)."""
-    fd = sealed_memfd(4096)
-    try:
-        key = app({"op": "reg_mr", "addr": 0x10000, "length": 4096, "access": ACCESS_ALL}, [fd])["lkey"]
-    finally:
-        os.close(fd)
+    key = registered_region(app)
     cq = app({"op": "create_cq"})["cq"]
     qpn = app({"op": "create_qp", "send_cq": cq, "recv_cq": cq})["qpn"]
     assert app({"op": "connect", "qpn": qpn, "remote_qpn": 0x99, "remote_psn": 5, "remote_gid": "10.0.0.2",

@@ -11,7 +11,6 @@ same collectives in test_sim_collective.py (uneven and empty chunks).
 from __future__ import annotations
 
 import json
-import os
 import socket
 
 import pytest
@@ -20,8 +19,7 @@ from emulator._core.ib import decode_data, encode_data
 from emulator._core.rc import WcOpcode, WcStatus, WrOpcode
 from emulator._core.roce import Framer, decode
 from emulator._core.transport import Opcode, Packet
-from emulator.agents.memory import ACCESS_ALL
-from fake_agents import GATEWAY_MAC, HOST_MAC, LIDS, App, fake_wire, make_rnic, sealed_memfd
+from fake_agents import GATEWAY_MAC, HOST_MAC, LIDS, App, fake_wire, make_rnic, registered_region
 
 assert fake_wire  # a fixture, used by name below
 
@@ -64,11 +62,7 @@ def completions(app: App) -> list[list]:
 def test_a_zero_length_write_with_immediate_is_sent_taken_acked_and_completed(nic, tmp_path):
     rnic, ib = nic
     app = App(rnic, str(tmp_path / "h1.verbs"))
-    fd = sealed_memfd(4096)
-    try:
-        key = app({"op": "reg_mr", "addr": 0x10000, "length": 4096, "access": ACCESS_ALL}, [fd])["lkey"]
-    finally:
-        os.close(fd)
+    key = registered_region(app)
     cq = app({"op": "create_cq"})["cq"]
     made = app({"op": "create_qp", "send_cq": cq, "recv_cq": cq})
     qpn, psn = made["qpn"], made["psn"]

@@ -15,7 +15,7 @@ from emulator.fabric.plan import make_plan
 from emulator.fabric.topospec import build_topo
 from emulator.study.experiment import load_experiment
 from emulator.study.sim_fabric import build_rust_fabric
-from emulator.study.workload_step import as_step_times, step_figures
+from emulator.study.workload_step import step_figures
 from emulator.workload.files import read_workload
 from emulator.workload.step import CommOp, Workload
 
@@ -114,7 +114,6 @@ def simulate(workload: Workload, hosts: int, parallel: str = "", iterations: int
     fabric_plan = make_plan(build_topo(f"star,{hosts}"), "sim", {"bw": "10gbit", "delay": "1us", "mtu": "4200"})
     names = [node.name for node in fabric_plan.hosts()]
     run = run_rust_workload(build_rust_fabric(fabric_plan, "lossless", {}), names, plan, iterations, 1, 4096)
-    as_step_times(run, plan.world)
     return plan, run
 
 

@@ -1410,13 +1410,10 @@ impl<W> RcQueuePair<W> {
             done = next.psn & PSN_MASK;
             self.execute(&next, &next.payload, done, memory);
         }
-        if self.held.iter().any(Option::is_some) {
-            // the gap filled, and another is open behind what was executed: its wait starts now
-            self.hold_deadline = Some(now.saturating_add(self.reorder_wait()));
-        } else {
-            self.held.clear();
-            self.hold_deadline = None;
-        }
+        // What is left ends in a held request (`hold` fills the slot it grows the queue to, and the queue only
+        // loses its front): another gap is open behind what was executed, and its wait starts now.
+        self.hold_deadline =
+            (!self.held.is_empty()).then(|| now.saturating_add(self.reorder_wait()));
     }
 
     /// How long a gap may stay open before it is NAKed.

@@ -18,7 +18,7 @@
 //! - A sender with no credit and nothing in flight may send one packet without credit after a retransmission
 //!   timeout (uet-htsim's RTS), which carries its target; a resent request makes the receiver repeat its
 //!   grant (cumulative), so a lost grant costs a timeout, not the connection.
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use crate::wire::uet::CREDIT_UNIT;
 
@@ -186,14 +186,21 @@ impl CreditReceiver {
 
 /// One receiving NIC's grants: the connections (by key) asking for credit in turn, then the idle ones, and
 /// when the next grant may go.
+///
+/// A request asks on every frame, so asking is O(1): each key's place is kept in `place` (asking, idle, or
+/// neither), and an entry left in a queue by a key that moved is skipped when it comes up (it carries the
+/// number its key had when it joined, `joined`), not searched for and removed.
 #[derive(Clone, Debug)]
 pub struct CreditPacer {
     rate_bps: u64,
     /// Bytes a grant gives at most.
     per_grant: u64,
     next_at: u64,
-    asking: VecDeque<u32>,
-    idle: VecDeque<u32>,
+    asking: VecDeque<(u32, u64)>,
+    idle: VecDeque<(u32, u64)>,
+    /// Per key: which turn it is in, and the number of its entry there.
+    place: HashMap<u32, (Turn, u64)>,
+    joined: u64,
 }
 
 impl CreditPacer {
@@ -205,6 +212,8 @@ impl CreditPacer {
             next_at: 0,
             asking: VecDeque::new(),
             idle: VecDeque::new(),
+            place: HashMap::new(),
+            joined: 0,
         }
     }
 
@@ -213,17 +222,16 @@ impl CreditPacer {
         self.per_grant
     }
 
-    /// Connection `key` asks for credit: it joins the asking turn unless it is in it.
+    /// Connection `key` asks for credit: it joins the asking turn unless it is in it (leaving the idle one).
     pub fn ask(&mut self, key: u32) {
-        self.idle.retain(|&k| k != key);
-        if !self.asking.contains(&key) {
-            self.asking.push_back(key);
+        if !matches!(self.place.get(&key), Some((Turn::Asking, _))) {
+            self.join(key, Turn::Asking);
         }
     }
 
     /// When the next grant is due, if a connection waits for one.
     pub fn next_deadline(&self) -> Option<u64> {
-        (!self.asking.is_empty() || !self.idle.is_empty()).then_some(self.next_at)
+        (!self.place.is_empty()).then_some(self.next_at)
     }
 
     /// The connection whose grant is due at `now` (an asking one before an idle one), taken out of the turn;
@@ -232,7 +240,20 @@ impl CreditPacer {
         if now < self.next_at {
             return None;
         }
-        self.asking.pop_front().or_else(|| self.idle.pop_front())
+        for turn in [Turn::Asking, Turn::Idle] {
+            let queue = if turn == Turn::Asking {
+                &mut self.asking
+            } else {
+                &mut self.idle
+            };
+            while let Some((key, number)) = queue.pop_front() {
+                if self.place.get(&key) == Some(&(turn, number)) {
+                    self.place.remove(&key);
+                    return Some(key);
+                }
+            }
+        }
+        None
     }
 
     /// `key` was granted `bytes` at `now`, and stands at `turn`: the next grant waits for the bytes to cross
@@ -243,8 +264,28 @@ impl CreditPacer {
         self.next_at = now.saturating_add(u64::try_from(gap).unwrap_or(u64::MAX));
         match turn {
             Turn::Asking => self.ask(key),
-            Turn::Idle if !self.idle.contains(&key) => self.idle.push_back(key),
+            Turn::Idle if !self.place.contains_key(&key) => self.join(key, Turn::Idle),
             Turn::Idle | Turn::Full => {}
+        }
+    }
+
+    /// `key` to the back of `turn`'s queue; the entries its moves left behind are dropped once they outnumber
+    /// the keys (so the queues stay within twice the connections).
+    fn join(&mut self, key: u32, turn: Turn) {
+        self.joined += 1;
+        self.place.insert(key, (turn, self.joined));
+        let queue = if turn == Turn::Asking {
+            &mut self.asking
+        } else {
+            &mut self.idle
+        };
+        queue.push_back((key, self.joined));
+        if self.asking.len() + self.idle.len() > 2 * self.place.len() + 16 {
+            let place = &self.place;
+            self.asking
+                .retain(|&(k, n)| place.get(&k) == Some(&(Turn::Asking, n)));
+            self.idle
+                .retain(|&(k, n)| place.get(&k) == Some(&(Turn::Idle, n)));
         }
     }
 }
@@ -252,6 +293,37 @@ impl CreditPacer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Asking is O(1) per frame: a key that moves between the turns leaves its old entry to be skipped, and
+    /// the queues stay within twice the keys however often the keys move.
+    #[test]
+    fn the_pacer_serves_asking_before_idle_and_skips_moved_keys() {
+        let mut pacer = CreditPacer::new(1_000_000_000, 4096);
+        pacer.granted(0, 1, 0, Turn::Idle);
+        pacer.granted(0, 2, 0, Turn::Idle);
+        pacer.ask(2); // 2 leaves the idle turn for the asking one
+        pacer.ask(2); // already asking: nothing
+        let at = pacer.next_deadline().unwrap();
+        assert_eq!(pacer.due(at), Some(2));
+        assert_eq!(pacer.due(at), Some(1));
+        assert_eq!((pacer.due(at), pacer.next_deadline()), (None, None));
+        for _ in 0..10_000 {
+            pacer.granted(0, 7, 0, Turn::Idle);
+            pacer.ask(7);
+            let at = pacer.next_deadline().unwrap();
+            assert_eq!(pacer.due(at), Some(7));
+        }
+        pacer.granted(0, 3, 0, Turn::Idle);
+        for _ in 0..10_000 {
+            pacer.ask(8);
+            pacer.granted(0, 8, 0, Turn::Idle); // still asking: stays in the asking turn
+            let at = pacer.next_deadline().unwrap();
+            assert_eq!(pacer.due(at), Some(8));
+            pacer.granted(0, 8, 0, Turn::Idle);
+            pacer.ask(8);
+        }
+        assert!(pacer.asking.len() + pacer.idle.len() <= 2 * pacer.place.len() + 17);
+    }
 
     #[test]
     fn a_sender_speculates_then_sends_only_on_credit() {

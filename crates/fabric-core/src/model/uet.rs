@@ -1199,17 +1199,17 @@ impl<W> UetPdc<W> {
     fn control_packet(&mut self, control: Control, out: &mut UetPacket) {
         // The SACK bitmap covers the 64 PSNs that end at the one acknowledged (uet-htsim's), not the 64 after the
         // cumulative point: with a hole early in a wide window, the packets far past it are acknowledged too.
-        let named = match control {
-            Control::Ack { psn, .. } | Control::Nack { psn, .. } => psn,
-            Control::Credit { .. } => self.rx_base,
-        };
-        let base = named.saturating_sub(63).max(self.rx_base);
-        let mut sack = 0u64;
-        for bit in 0..64 {
-            if self.arrived(base + bit) && base + bit >= self.rx_base {
-                sack |= 1 << bit;
+        // A credit grant (a CONTROL packet) carries no SACK: it is not computed.
+        let (base, sack) = match control {
+            Control::Ack { psn, .. } | Control::Nack { psn, .. } => {
+                let base = psn.saturating_sub(63).max(self.rx_base);
+                let sack = (0..64)
+                    .filter(|&bit| self.arrived(base + bit))
+                    .fold(0u64, |sack, bit| sack | 1 << bit);
+                (base, sack)
             }
-        }
+            Control::Credit { .. } => (self.rx_base, 0),
+        };
         out.payload.clear();
         let payload = std::mem::take(&mut out.payload);
         *out = UetPacket {

@@ -819,7 +819,7 @@ impl Fabric {
             }
             let slices = r.slices();
             let (number, tag) = (k * slices + j, r.tag());
-            for (send, at_step) in plans.sends(r.rank, k) {
+            plans.each_send(r.rank, k, |send, at_step| {
                 let arrives = at_step * slices + j; // the receiver's slice number: its immediate
                 let base = if send.staging {
                     plans.data_bytes(send.dst) // the peer's layout: data, then staging
@@ -845,7 +845,7 @@ impl Fabric {
                 }
                 self.ranks[rank].outstanding += 1;
                 self.hosts[rank].kick(rank as u32, &mut self.engine, &mut self.wires, qpn);
-            }
+            });
             if !self.ranks[rank].slice_complete(&plans, j) {
                 return;
             }

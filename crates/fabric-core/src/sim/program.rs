@@ -276,18 +276,20 @@ pub enum RunPlan {
 }
 
 impl RunPlan {
-    /// The WRITEs of rank `rank`'s step `k`, each with the receiver's step it arrives for.
-    pub fn sends(&self, rank: u32, k: u32) -> Vec<(SendPlan, u32)> {
+    /// Calls `f` with each WRITE of rank `rank`'s step `k` and the receiver's step it arrives for (no
+    /// allocation: a step is posted for every slice of every rank).
+    pub fn each_send(&self, rank: u32, k: u32, mut f: impl FnMut(SendPlan, u32)) {
         match self {
-            RunPlan::Collective(plans) => plans
-                .step(rank, k)
-                .map(|step| step.sends.iter().map(|s| (s, k)).collect())
-                .unwrap_or_default(),
-            RunPlan::Workload(program) => program
-                .rank(rank)
-                .and_then(|r| r.steps.get(k as usize))
-                .map(|step| step.sends.iter().map(|s| (s.send, s.at_step)).collect())
-                .unwrap_or_default(),
+            RunPlan::Collective(plans) => {
+                if let Some(step) = plans.step(rank, k) {
+                    step.sends.iter().for_each(|s| f(s, k));
+                }
+            }
+            RunPlan::Workload(program) => {
+                if let Some(step) = program.rank(rank).and_then(|r| r.steps.get(k as usize)) {
+                    step.sends.iter().for_each(|s| f(s.send, s.at_step));
+                }
+            }
         }
     }
 
@@ -427,8 +429,9 @@ mod tests {
         );
         assert!(program.first_step_sends(0) && !program.first_step_sends(1));
         let run = RunPlan::Workload(Arc::new(program));
-        assert_eq!(run.sends(1, 1).len(), 1);
-        assert_eq!(run.sends(1, 1)[0].1, 1);
+        let mut sends = Vec::new();
+        run.each_send(1, 1, |send, at_step| sends.push((send.dst, at_step)));
+        assert_eq!(sends, vec![(0, 1)]);
         assert_eq!(run.reduce(0, 0), None);
     }
 
